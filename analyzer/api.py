@@ -1,0 +1,75 @@
+"""The library's front door: analyze a trace, a file or a directory of traces."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from .attribution import attribute
+from .config import Config
+from .errors import TraceError
+from .report import SET_SCHEMA, Report, time_share, top_kernels, top_ops
+from .steps import find_steps
+from .trace import Trace, find_trace_files, load_trace
+from .verdict import decide
+from .version import __version__
+
+log = logging.getLogger(__name__)
+
+
+def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
+    config = config or Config()
+    steps = find_steps(trace)
+    breakdown = attribute(trace, steps)
+    verdict, reason = decide(time_share(breakdown), config)
+    report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
+                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
+    report.findings = _findings(report, config)
+    return report
+
+
+def _findings(report: Report, config: Config) -> list:
+    """Rule engine hook (issue 3): findings ordered by estimated saving."""
+    return []
+
+
+@dataclass
+class ReportSet:
+    """Several traces (one per rank/worker file in a directory), one report each."""
+
+    path: str
+    reports: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
+
+    def to_dict(self) -> dict:
+        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
+                "path": self.path, "reports": [r.to_dict() for r in self.reports],
+                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+
+
+def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None) -> Report:
+    return analyze_trace(load_trace(path), config)
+
+
+def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None) -> Union[Report, ReportSet]:
+    """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report)."""
+    p = Path(path)
+    if not p.is_dir():
+        return analyze_file(p, config)
+    files = find_trace_files(p)
+    if not files:
+        raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
+    result = ReportSet(path=str(p))
+    for f in files:
+        try:
+            result.reports.append(analyze_file(f, config))
+        except TraceError as exc:
+            log.warning("skipping %s", exc)
+            result.skipped.append((str(f), exc.problem))
+    if not result.reports:
+        first = result.skipped[0]
+        raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
+    return result.reports[0] if len(result.reports) == 1 and not result.skipped else result

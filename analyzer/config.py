@@ -1,0 +1,23 @@
+"""Every default in one place. Library functions take a `Config`; nothing repeats a default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STALL_CATEGORIES = ("dataloader", "sync", "transfer", "host", "communication")
+
+
+def _default_material() -> dict:
+    # A stall is "material" from this share of step time on. Host overhead gets a higher bar: some
+    # CPU time with the device idle is normal in eager PyTorch (launches, Python), and a run whose
+    # kernels fill most of the step is kernel-bound with host overhead as a finding, not the verdict.
+    return {"dataloader": 0.10, "sync": 0.10, "transfer": 0.10, "communication": 0.10, "host": 0.30}
+
+
+@dataclass(frozen=True)
+class Config:
+    material_share: dict = field(default_factory=_default_material)
+    # Below this kernel share the device is idle most of the step: the largest stall is the verdict
+    # even when no single stall reaches its material share.
+    min_kernel_share: float = 0.5
+    top_n: int = 15  # rows in the top kernels / top ops tables

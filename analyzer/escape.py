@@ -1,0 +1,86 @@
+"""Escaping for names that come from traces: kernel and op names, file paths, rule text.
+
+Everything a trace can name is data, never markup. HTML escaping is Jinja2's autoescape; this module
+covers the contexts autoescape does not know: GitHub-flavoured Markdown (inline text, inline code,
+table cells) and mermaid labels.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Characters CommonMark lets us backslash-escape that could start markup inline:
+# emphasis, code, links and images, raw HTML, entities, table pipes, strikethrough.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#!|~&])")
+_NEWLINES = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+_BACKTICK_RUN = re.compile(r"`+")
+# Mermaid labels keep letters, digits, spaces and a few harmless marks; everything else
+# (quotes, `#` entity codes, `%%` comments, `;`, `:` separators, brackets, `<>`, backticks) goes.
+_MERMAID_UNSAFE = re.compile(r"[^\w .,/+\-]", re.UNICODE)
+_SPACES = re.compile(r"\s{2,}")
+
+
+def one_line(text: object) -> str:
+    """`text` as a single line: newlines and tabs become one space, control characters go."""
+    s = "" if text is None else str(text)
+    return _CONTROL.sub("", _NEWLINES.sub(" ", s))
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, with an ellipsis when cut."""
+    if limit < 1 or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def md_text(text: object, limit: int = 0) -> str:
+    """Inline Markdown text that renders literally: no emphasis, links, HTML, or table breaks."""
+    return _MD_SPECIAL.sub(r"\\\1", shorten(one_line(text), limit))
+
+
+def md_code(text: object, limit: int = 0, *, in_table: bool = False) -> str:
+    """An inline code span holding `text` literally, whatever backticks it contains.
+
+    The fence is one backtick longer than the longest run inside. In a table cell (`in_table`)
+    pipes are escaped as `\\|`, which GFM turns back into `|` inside the code span.
+    """
+    s = shorten(one_line(text), limit)
+    if not s:
+        return "` `"
+    runs = _BACKTICK_RUN.findall(s)
+    fence = "`" * (max((len(r) for r in runs), default=0) + 1)
+    if s.startswith("`") or s.endswith("`") or (s.startswith(" ") and s.endswith(" ")):
+        s = f" {s} "
+    if in_table:
+        s = s.replace("|", "\\|")
+    return f"{fence}{s}{fence}"
+
+
+def md_cell(text: object, limit: int = 0, *, code: bool = False) -> str:
+    """One Markdown table cell: a single line whose pipes cannot split the row."""
+    if code:
+        return md_code(text, limit, in_table=True)
+    return md_text(text, limit) or " "
+
+
+def md_fence(code: str, info: str = "") -> str:
+    """A fenced code block that `code` cannot close early (fence longer than any backtick run)."""
+    runs = _BACKTICK_RUN.findall(code)
+    fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
+    info = re.sub(r"[^\w+\-.]", "", info)
+    body = _CONTROL.sub("", code.replace("\r\n", "\n").replace("\r", "\n")).rstrip("\n")
+    return f"{fence}{info}\n{body}\n{fence}"
+
+
+def mermaid_label(text: object, limit: int = 40) -> str:
+    """A label safe inside a mermaid `"..."` string: no quotes, entity codes, comments or brackets."""
+    s = _MERMAID_UNSAFE.sub(" ", one_line(text))
+    s = _SPACES.sub(" ", s).strip()
+    return shorten(s, limit) or "unnamed"
+
+
+def html_id(text: object) -> str:
+    """A fragment identifier made of `[a-z0-9-]` only (for anchors built from rule slugs)."""
+    s = re.sub(r"[^a-z0-9]+", "-", one_line(text).lower()).strip("-")
+    return s or "x"

@@ -1,0 +1,65 @@
+"""Vectorised interval arithmetic on int64 nanosecond arrays (no per-event Python loops)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple  # (starts, ends): sorted, disjoint, non-empty int64 arrays
+
+EMPTY: Intervals = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def merge(starts, ends) -> Intervals:
+    """Union of [start, end) intervals as sorted disjoint intervals (touching ones are joined).
+
+    The HTA idiom: a new group starts where ts exceeds the running maximum of the previous ends.
+    """
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return EMPTY
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def union(*parts: Intervals) -> Intervals:
+    if not parts:
+        return EMPTY
+    return merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def covers(iv: Intervals, points: np.ndarray) -> np.ndarray:
+    """For each point x: is x inside some [start, end)?"""
+    s, e = iv
+    if s.size == 0:
+        return np.zeros(points.shape, dtype=bool)
+    i = np.searchsorted(s, points, side="right") - 1
+    return (i >= 0) & (e[np.clip(i, 0, None)] > points)
+
+
+def total(iv: Intervals) -> int:
+    return int((iv[1] - iv[0]).sum())
+
+
+def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals) -> Intervals:
+    """For each time t in `after`: [t, next start of `busy` after t), kept only when t and that next
+    start lie in the same window (a gap never crosses a window boundary, and no gap is open-ended)."""
+    s = busy[0]
+    if s.size == 0 or after.size == 0:
+        return EMPTY
+    k = np.searchsorted(s, after, side="left")
+    has = k < s.size
+    t, nxt = after[has], s[k[has]]
+    ws, we = windows
+    i = np.searchsorted(ws, t, side="right") - 1
+    j = np.searchsorted(ws, nxt, side="right") - 1
+    same = (i >= 0) & (i == j) & (nxt <= we[np.clip(i, 0, None)])
+    return merge(t[same], nxt[same])

@@ -1,0 +1,54 @@
+"""What event names mean. Classification runs once per distinct name (categorical codes), never per event."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+SYNC_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaCtxSynchronize",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipCtxSynchronize",
+})
+ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+# Copy APIs that block the host whatever the memory kind.
+BLOCKING_COPY_CALLS = frozenset({
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+    "cuMemcpy", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2",
+    "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpyHtoD", "hipMemcpyDtoH",
+})
+DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
+_MEMCPY = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
+_COMM = re.compile(r"nccl|rccl|c10d::|gloo:|record_param_comms", re.IGNORECASE)
+_MEMORY_KERNEL = re.compile(r"^(Memcpy|Memset)\b")
+
+
+def parse_memcpy(name: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """'Memcpy HtoD (Pageable -> Device)' -> ('HtoD', 'Pageable', 'Device')."""
+    m = _MEMCPY.match(name)
+    if not m:
+        return None, None, None
+    return m.group(1), m.group(2), m.group(3)
+
+
+def is_comm(name: str) -> bool:
+    return bool(_COMM.search(name))
+
+
+def is_memory_kernel(name: str) -> bool:
+    return bool(_MEMORY_KERNEL.match(name))
+
+
+def is_dataloader(name: str) -> bool:
+    return name.startswith(DATALOADER_PREFIXES)
+
+
+def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Evaluate `predicate` once per distinct category of a categorical column, map back to rows."""
+    cats = names.cat.categories
+    hit = np.fromiter((bool(predicate(c)) for c in cats), dtype=bool, count=len(cats))
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[np.clip(codes, 0, None)], False) if len(cats) else np.zeros(len(names), bool)

@@ -1,0 +1,140 @@
+"""The `Report`: everything one analysis found, and its stable JSON form (`perfsleuth/report@1`).
+
+Rendering (terminal, HTML, Markdown) works from `Report.to_dict()`; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from .attribution import CATEGORIES, Breakdown
+from .names import is_comm, is_memory_kernel, name_mask
+from .steps import Steps
+from .trace import CPU_OP, DEVICE_KINDS, Trace
+from .version import __version__
+
+SCHEMA = "perfsleuth/report@1"
+SET_SCHEMA = "perfsleuth/report-set@1"
+
+
+def _us(ns) -> float:
+    return round(float(ns) / 1000.0, 3)
+
+
+@dataclass
+class Report:
+    trace: Trace
+    steps: Steps
+    breakdown: Breakdown
+    verdict: str
+    verdict_reason: str
+    findings: list = field(default_factory=list)  # finding dicts, ordered by estimated saving
+    top_kernels: list = field(default_factory=list)
+    top_ops: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
+
+    @property
+    def warnings(self) -> list:
+        return list(self.trace.warnings) + list(self.steps.warnings)
+
+    @property
+    def time_share(self) -> dict:
+        return time_share(self.breakdown)
+
+    @property
+    def device_busy(self) -> Optional[float]:
+        if not self.breakdown.has_device:
+            return None
+        total = int(self.breakdown.steps["duration"].sum())
+        return round(float(self.breakdown.device_busy_ns.sum()) / total, 4) if total else None
+
+    def step_time_us(self) -> dict:
+        d = self.breakdown.steps["duration"].to_numpy(np.float64) / 1000.0
+        return {"median": round(float(np.median(d)), 3), "mean": round(float(d.mean()), 3),
+                "p90": round(float(np.percentile(d, 90)), 3)}
+
+    def to_dict(self) -> dict:
+        t = self.trace
+        caps = [d.compute_capability for d in t.devices if d.compute_capability is not None]
+        return _clean({
+            "schema": SCHEMA,
+            "tool": {"name": "perfsleuth", "version": __version__},
+            "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
+                      "compute_capability": caps[0] if caps else None, "rank": t.rank,
+                      "world_size": t.world_size, "events": int(len(t.events)),
+                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
+            "steps_source": self.steps.source,
+            "steps": [
+                {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
+                 "time_us": {c: _us(r[c]) for c in CATEGORIES}}
+                for r in self.breakdown.steps.to_dict("records")
+            ],
+            "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
+                        "device_busy": self.device_busy},
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "findings": self.findings,
+            "top_kernels": self.top_kernels,
+            "top_ops": self.top_ops,
+            "warnings": self.warnings,
+            **self.extra,
+        })
+
+
+def time_share(b: Breakdown) -> dict:
+    total = int(b.steps["duration"].sum())
+    return {c: (round(int(b.steps[c].sum()) / total, 4) if total else 0.0) for c in CATEGORIES}
+
+
+def _clean(obj):
+    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def _in_steps(ev: pd.DataFrame, steps: Steps) -> pd.DataFrame:
+    fr = steps.frame
+    if fr.empty:
+        return ev.iloc[:0]
+    return ev[(ev["ts"] >= int(fr["start"].min())) & (ev["ts"] < int(fr["end"].max()))]
+
+
+def top_kernels(trace: Trace, steps: Steps, n: int) -> list:
+    ev = _in_steps(trace.events, steps)
+    dev = ev[ev["kind"].isin(DEVICE_KINDS)]
+    if dev.empty:
+        return []
+    total = float(dev["dur"].sum()) or 1.0
+    g = dev.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
+    g = g.head(n)
+    names = pd.Series(pd.Categorical(g.index.astype(str)))
+    comm, mem = name_mask(names, is_comm), name_mask(names, is_memory_kernel)
+    types = np.where(mem, "memory", np.where(comm, "communication", "compute"))
+    return [{"name": str(name), "count": int(r["size"]), "total_us": _us(r["sum"]), "mean_us": _us(r["mean"]),
+             "share": round(float(r["sum"]) / total, 4), "type": str(ty)}
+            for (name, r), ty in zip(g.iterrows(), types)]
+
+
+def top_ops(trace: Trace, steps: Steps, n: int) -> list:
+    ev = _in_steps(trace.events, steps)
+    ops = ev[ev["kind"] == CPU_OP]
+    if ops.empty:
+        return []
+    g = ops.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
+    return [{"name": str(name), "count": int(r["size"]), "total_us": _us(r["sum"]), "mean_us": _us(r["mean"])}
+            for name, r in g.head(n).iterrows()]
