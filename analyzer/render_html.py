@@ -1,0 +1,250 @@
+"""report@1 dict -> one self-contained HTML page (inline CSS and SVG, no network, autoescaped).
+
+The page is computed from the report dict alone (docs/schema.md), so it renders reports written by
+any version of the analysis. Geometry for the step chart is computed here; the Jinja2 templates in
+`perfsleuth.templates` only lay it out. See docs/reports.md for what the page holds and its limits.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from . import present
+from .escape import html_id, shorten
+from .present import CATEGORIES, CATEGORY_LABELS, fmt_pct, fmt_us, number
+
+MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
+SEGMENT_TITLES_UP_TO = 60  # above this many bars: one path per category + one tooltip box per bar
+MAX_FINDINGS = 50
+MAX_TABLE_ROWS = 30
+MAX_WARNINGS = 50
+MAX_NAME = 200  # characters of a kernel/op name shown in a cell; the full name (capped) is its tooltip
+MAX_TOOLTIP = 2000
+MAX_FIX = 6000
+
+_W, _H = 900.0, 260.0
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64.0, 12.0, 14.0, 30.0
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfsleuth.templates", "."),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        us=fmt_us, pct=fmt_pct, speedup=present.fmt_speedup, count=present.fmt_count, short=shorten
+    )
+    return env
+
+
+def render_html(report: dict) -> str:
+    """The report as one HTML document (a str); needs nothing but the file to display."""
+    return _environment().get_template("report.html.j2").render(view(report))
+
+
+def view(report: dict) -> dict:
+    """Everything the templates show, with defaults for missing keys and numbers made safe."""
+    trace = report.get("trace") or {}
+    summary = report.get("summary") or {}
+    findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
+    verdict = str(report.get("verdict") or "unknown")
+    return {
+        "report": report,
+        "trace": trace,
+        "tool": report.get("tool") or {},
+        "verdict": verdict,
+        "verdict_class": _verdict_class(verdict),
+        "verdict_reason": report.get("verdict_reason") or "",
+        "step_time": summary.get("step_time_us") or {},
+        "device_busy": number(summary.get("device_busy")),
+        "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
+        "top_finding": findings[0] if findings else None,
+        "chart": chart(report.get("steps") or [], (summary.get("step_time_us") or {}).get("median")),
+        "shares": shares(summary.get("time_share") or {}, report.get("steps") or []),
+        "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
+        "findings": [_finding(f) for f in findings[:MAX_FINDINGS]],
+        "findings_more": max(0, len(findings) - MAX_FINDINGS),
+        "kernels": _rows(report.get("top_kernels")),
+        "kernels_more": max(0, len(report.get("top_kernels") or []) - MAX_TABLE_ROWS),
+        "ops": _rows(report.get("top_ops")),
+        "ops_more": max(0, len(report.get("top_ops") or []) - MAX_TABLE_ROWS),
+        "warnings": [shorten(str(w), 500) for w in (report.get("warnings") or [])[:MAX_WARNINGS]],
+        "warnings_more": max(0, len(report.get("warnings") or []) - MAX_WARNINGS),
+        "meta": _meta(report, trace),
+    }
+
+
+def _verdict_class(verdict: str) -> str:
+    cat = verdict.removesuffix("-bound")
+    return cat if cat in CATEGORIES else "other"
+
+
+def _finding(f: dict) -> dict:
+    evidence = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+    locations = f.get("locations") if isinstance(f.get("locations"), list) else []
+    return {
+        "id": "finding-" + html_id(f.get("rule")),
+        "rule": str(f.get("rule") or ""),
+        "title": str(f.get("title") or f.get("rule") or "Finding"),
+        "category": str(f.get("category") or ""),
+        "category_class": f.get("category") if f.get("category") in CATEGORIES else "other",
+        "severity": html_id(f.get("severity") or "info"),
+        "saving_us": number(f.get("estimated_saving_us")),
+        "speedup": number(f.get("estimated_speedup")),
+        "evidence": [(str(k), present.fmt_value(str(k), v)) for k, v in list(evidence.items())[:30]],
+        "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),
+        "locations": [present.location_text(loc) for loc in locations[:20]],
+    }
+
+
+def _rows(rows: Any) -> list[dict]:
+    out = []
+    for row in (rows or [])[:MAX_TABLE_ROWS]:
+        if not isinstance(row, dict):
+            continue
+        name = str(row.get("name") or "")
+        out.append({**row, "short": shorten(name, MAX_NAME), "full": shorten(name, MAX_TOOLTIP)})
+    return out
+
+
+def _meta(report: dict, trace: dict) -> list[tuple[str, str]]:
+    def show(v: Any) -> str:
+        return present.DASH if v is None or v == "" else str(v)
+
+    rank, world = trace.get("rank"), trace.get("world_size")
+    return [
+        ("Trace", show(trace.get("path"))),
+        ("Device", show(trace.get("device") or "none (CPU only)")),
+        ("Device type", show(trace.get("device_type"))),
+        ("Compute capability", show(trace.get("compute_capability"))),
+        ("Rank / world size", f"{show(rank)} / {show(world)}"),
+        ("Events analysed", present.fmt_count(trace.get("events"))),
+        ("Python stacks", present.fmt_value("", trace.get("has_stacks"))),
+        ("Input shapes", present.fmt_value("", trace.get("has_shapes"))),
+        ("Steps from", show(report.get("steps_source"))),
+        ("Steps analysed", present.fmt_count(len(report.get("steps") or []))),
+        ("Schema", show(report.get("schema"))),
+    ]
+
+
+def shares(time_share: dict, steps: list) -> list[dict]:
+    """One row per category: share, mean time per step, and the bar width (percent)."""
+    n = len(steps) or 1
+    rows = []
+    for c in CATEGORIES:
+        share = number(time_share.get(c))
+        total = sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in steps)
+        width = min(100.0, max(0.0, (share or 0.0) * 100))
+        rows.append({"key": c, "label": CATEGORY_LABELS[c], "share": share, "mean_us": total / n,
+                     "width": f"{width:.1f}"})
+    return rows
+
+
+def chart(steps: list, median: Any) -> dict:
+    """Geometry of the per-step stacked bar chart in a fixed viewBox (SVG units)."""
+    bars_src, group = _group_steps([s for s in steps if isinstance(s, dict)])
+    n = len(bars_src)
+    ymax, ticks = _axis(max([d for _, d, _ in bars_src] + [number(median) or 0.0, 1.0]))
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    slot = plot_w / max(n, 1)
+    bar_w = max(slot * (0.8 if n <= 100 else 0.9), 0.3)
+    scale = plot_h / ymax
+    bars = [_bar(i, name, dur, parts, slot, bar_w, scale) for i, (name, dur, parts) in enumerate(bars_src)]
+    compact = n > SEGMENT_TITLES_UP_TO
+    med = number(median)
+    return {
+        "width": _W, "height": _H, "left": _LEFT, "right": _W - _RIGHT, "top": _TOP,
+        "bottom": _H - _BOTTOM, "bars": [_fmt_bar(b) for b in bars],
+        "compact": compact, "paths": _compact_paths(bars) if compact else [], "count": len(steps), "group": group,
+        "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", fmt_us(v)) for v in ticks],
+        "xticks": _xticks(bars_src, slot, group),
+        "median_y": f"{_H - _BOTTOM - med * scale:.1f}" if med is not None and n else None,
+        "median_label": fmt_us(med),
+    }
+
+
+def _group_steps(steps: list) -> tuple[list[tuple[str, float, dict]], int]:
+    """(name, duration, time_us) per bar; above MAX_BARS steps, averages of consecutive groups."""
+    group = max(1, math.ceil(len(steps) / MAX_BARS))
+    out = []
+    for start in range(0, len(steps), group):
+        chunk = steps[start : start + group]
+        parts = {c: sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in chunk) / len(chunk)
+                 for c in CATEGORIES}
+        dur = sum(number(s.get("duration_us")) or 0.0 for s in chunk) / len(chunk)
+        name = str(chunk[0].get("name") or f"step {start}")
+        if group > 1:
+            name = f"{name} … {chunk[-1].get('name') or start + len(chunk) - 1} (mean of {len(chunk)})"
+        out.append((shorten(name, 120), max(dur, sum(parts.values())), parts))
+    return out, group
+
+
+def _bar(i, name, dur, parts, slot, bar_w, scale) -> dict:
+    """One bar: its box, tooltip, and stacked segments (bottom-up in category order)."""
+    x = _LEFT + i * slot + (slot - bar_w) / 2
+    y = _H - _BOTTOM
+    segs = []
+    for c in CATEGORIES:
+        h = parts[c] * scale
+        if h < 0.05:
+            continue
+        y -= h
+        share = fmt_pct(parts[c] / dur if dur else 0)
+        segs.append({"cat": c, "y": y, "h": h, "title": f"{CATEGORY_LABELS[c]}: {fmt_us(parts[c])} ({share})"})
+    top = sorted(((parts[c], c) for c in CATEGORIES if parts[c] > 0), reverse=True)[:3]
+    summary = ", ".join(f"{CATEGORY_LABELS[c]} {fmt_pct(v / dur if dur else 0, 0)}" for v, c in top)
+    return {"name": name, "x": x, "w": bar_w, "y": y, "h": _H - _BOTTOM - y, "segments": segs,
+            "title": f"{name}: {fmt_us(dur)}" + (f" — {summary}" if summary else "")}
+
+
+def _compact_paths(bars: list[dict]) -> list[tuple[str, str]]:
+    """One SVG path per category drawing that category's segment in every bar (for many bars)."""
+    d: dict[str, list[str]] = {c: [] for c in CATEGORIES}
+    for b in bars:
+        for s in b["segments"]:
+            d[s["cat"]].append(f"M{b['x']:.1f} {s['y']:.1f}h{_short(b['w'])}v{s['h']:.1f}h-{_short(b['w'])}z")
+    return [(c, "".join(parts)) for c, parts in d.items() if parts]
+
+
+def _fmt_bar(b: dict) -> dict:
+    """Coordinates as short strings for the template."""
+    segs = [{**s, "y": f"{s['y']:.1f}", "h": f"{max(s['h'], 0.1):.1f}"} for s in b["segments"]]
+    return {**b, "x": f"{b['x']:.1f}", "w": _short(b["w"]),
+            "y": f"{b['y']:.1f}", "h": f"{max(b['h'], 0.1):.1f}", "segments": segs}
+
+
+def _short(v: float) -> str:
+    return f"{v:.2f}".rstrip("0").rstrip(".")
+
+
+def _nice_step(raw_max: float) -> float:
+    """A tick step (1, 2, 2.5 or 5 times a power of ten) giving at most 5 intervals."""
+    target = raw_max / 4
+    exp = 10 ** math.floor(math.log10(target))
+    return next(m * exp for m in (1, 2, 2.5, 5, 10) if m * exp >= target)
+
+
+def _axis(raw_max: float) -> tuple[float, list[float]]:
+    """(top of the y axis, tick values) for data up to `raw_max`."""
+    step = _nice_step(raw_max)
+    top = math.ceil(raw_max / step - 1e-9) * step
+    return top, [k * step for k in range(int(round(top / step)) + 1)]
+
+
+def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
+    n = len(bars_src)
+    if not n:
+        return []
+    every = max(1, math.ceil(n / 8))
+    idx = sorted(set(range(0, n, every)) | {n - 1})
+    if len(idx) > 1 and idx[-1] - idx[-2] < every / 2:
+        idx.pop(-2)
+    return [(f"{_LEFT + (i + 0.5) * slot:.1f}", str(i * group + 1)) for i in idx]
