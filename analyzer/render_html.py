@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from . import present
 from .escape import html_id, shorten
@@ -25,6 +26,8 @@ MAX_WARNINGS = 50
 MAX_NAME = 200  # characters of a kernel/op name shown in a cell; the full name (capped) is its tooltip
 MAX_TOOLTIP = 2000
 MAX_FIX = 6000
+MAX_SET_INDEX = 200  # rows in the index of a report set
+MAX_SET_DETAILS = 8  # reports of a set shown in full
 
 _W, _H = 900.0, 260.0
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64.0, 12.0, 14.0, 30.0
@@ -46,17 +49,54 @@ def _environment() -> jinja2.Environment:
 
 
 def render_html(report: dict) -> str:
-    """The report as one HTML document (a str); needs nothing but the file to display."""
-    return _environment().get_template("report.html.j2").render(view(report))
+    """The report as one HTML document (a str); needs nothing but the file to display.
+
+    A report-set@1 dict (a directory of traces) gives one page: an index, then each report.
+    """
+    env = _environment()
+    reports, index = _unpack(report)
+    views = [view(r, pid=f"r{i + 1}-" if index else "") for i, r in enumerate(reports)]
+    body = env.get_template("_body.html.j2")
+    bodies = [Markup(body.render(v)) for v in views]  # our own autoescaped output
+    first = views[0] if views else {"verdict": "no reports", "trace": {}}
+    title = f"perfsleuth: {first['verdict']} — {shorten(str(first['trace'].get('path') or 'trace'), 80)}"
+    if index:
+        title = f"perfsleuth: {index['count']} traces — {shorten(str(index['path']), 80)}"
+    return env.get_template("report.html.j2").render(
+        page_title=title, bodies=bodies, index=index, version=str((report.get("tool") or {}).get("version") or ""),
+        schema=str(report.get("schema") or "perfsleuth/report@1"))
 
 
-def view(report: dict) -> dict:
-    """Everything the templates show, with defaults for missing keys and numbers made safe."""
+def _unpack(report: dict) -> tuple[list[dict], dict | None]:
+    """([report@1, ...] to show in full, index of a report set or None)."""
+    if "reports" not in report:
+        return [report], None
+    reports = [r for r in report.get("reports") or [] if isinstance(r, dict)]
+    rows = []
+    for i, r in enumerate(reports[:MAX_SET_INDEX]):
+        t = r.get("trace") or {}
+        rows.append({"path": shorten(str(t.get("path") or "?"), 160), "rank": t.get("rank", ""),
+                     "verdict": str(r.get("verdict") or "?"), "verdict_class": _verdict_class(str(r.get("verdict"))),
+                     "median": ((r.get("summary") or {}).get("step_time_us") or {}).get("median"),
+                     "busy": (r.get("summary") or {}).get("device_busy"),
+                     "anchor": f"r{i + 1}-report" if i < MAX_SET_DETAILS else ""})
+    skipped = [{"path": str(s.get("path")), "problem": str(s.get("problem"))}
+               for s in (report.get("skipped") or [])[:MAX_WARNINGS] if isinstance(s, dict)]
+    index = {"path": str(report.get("path") or ""), "count": len(reports), "rows": rows, "skipped": skipped,
+             "more": max(0, len(reports) - MAX_SET_INDEX), "hidden": max(0, len(reports) - MAX_SET_DETAILS)}
+    return reports[:MAX_SET_DETAILS], index
+
+
+def view(report: dict, pid: str = "") -> dict:
+    """Everything the templates show, with defaults for missing keys and numbers made safe.
+
+    `pid` prefixes every element id, so several reports can share one page."""
     trace = report.get("trace") or {}
     summary = report.get("summary") or {}
     findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     verdict = str(report.get("verdict") or "unknown")
     return {
+        "pid": pid,
         "report": report,
         "trace": trace,
         "tool": report.get("tool") or {},
@@ -70,7 +110,7 @@ def view(report: dict) -> dict:
         "chart": chart(report.get("steps") or [], (summary.get("step_time_us") or {}).get("median")),
         "shares": shares(summary.get("time_share") or {}, report.get("steps") or []),
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
-        "findings": [_finding(f) for f in findings[:MAX_FINDINGS]],
+        "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
         "findings_more": max(0, len(findings) - MAX_FINDINGS),
         "kernels": _rows(report.get("top_kernels")),
         "kernels_more": max(0, len(report.get("top_kernels") or []) - MAX_TABLE_ROWS),
@@ -87,11 +127,11 @@ def _verdict_class(verdict: str) -> str:
     return cat if cat in CATEGORIES else "other"
 
 
-def _finding(f: dict) -> dict:
+def _finding(i: int, f: dict) -> dict:
     evidence = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
     locations = f.get("locations") if isinstance(f.get("locations"), list) else []
     return {
-        "id": "finding-" + html_id(f.get("rule")),
+        "id": f"finding-{i}-" + html_id(f.get("rule")),
         "rule": str(f.get("rule") or ""),
         "title": str(f.get("title") or f.get("rule") or "Finding"),
         "category": str(f.get("category") or ""),

@@ -22,12 +22,49 @@ MAX_FIX = 3000
 MAX_EVIDENCE = 15
 
 
+MAX_SET_ROWS = 30  # rows of a report set's overview table
+SET_SECTION_CHARS = 20_000  # most characters one report of a set may take
+
+
 def render_markdown(report: dict) -> str:
-    """The report as Markdown (a str of fewer than MAX_CHARS characters)."""
+    """The report as Markdown (a str of fewer than MAX_CHARS characters).
+
+    A report-set@1 dict gives an overview table of its traces, then as many full summaries as fit.
+    """
+    if "reports" in report:
+        return _render_set(report)
+    return _render_one(report, MAX_CHARS)
+
+
+def _render_one(report: dict, max_chars: int) -> str:
+    """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped)."""
     head = "\n\n".join(p for p in (_headline(report), _warnings(report), _categories(report)) if p)
     tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report)))
-    budget = MAX_CHARS - len(head) - len(tail) - 200
+    budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
+
+
+def _render_set(report_set: dict) -> str:
+    reports = [r for r in report_set.get("reports") or [] if isinstance(r, dict)]
+    lines = [f"### perfsleuth: {len(reports)} traces in {md_code(report_set.get('path') or '?', 120)}", "",
+             "| Trace | Rank | Verdict | Median step | Device busy |", "|:--|--:|:--|--:|--:|"]
+    for r in reports[:MAX_SET_ROWS]:
+        t, summary = r.get("trace") or {}, r.get("summary") or {}
+        lines.append(f"| {md_cell(t.get('path') or '?', MAX_NAME, code=True)} | {md_cell(t.get('rank'), 10)} "
+                     f"| {md_cell(r.get('verdict') or '?', 40)} | {fmt_us((summary.get('step_time_us') or {}).get('median'))} "
+                     f"| {fmt_pct(summary.get('device_busy'))} |")
+    if len(reports) > MAX_SET_ROWS:
+        lines += ["", f"_… {len(reports) - MAX_SET_ROWS} more traces in report.json._"]
+    for s in (report_set.get("skipped") or [])[:MAX_WARNINGS]:
+        if isinstance(s, dict):
+            lines.append(f"\n- skipped {md_code(s.get('path'), 120)}: {md_text(s.get('problem'), 200)}")
+    out = "\n".join(lines)
+    for i, r in enumerate(reports):
+        if MAX_CHARS - len(out) < SET_SECTION_CHARS + 200:
+            out += f"\n\n_… {len(reports) - i} more trace summaries in report.json._"
+            break
+        out += "\n\n---\n\n" + _render_one(r, SET_SECTION_CHARS)
+    return out.rstrip("\n") + "\n"
 
 
 def _headline(report: dict) -> str:

@@ -2,16 +2,14 @@
 (function () {
   "use strict";
   document.documentElement.classList.add("js");
-  var all = function () { return document.querySelectorAll("details.finding"); };
-  var button = document.getElementById("toggle-all");
-  if (button) {
+  document.querySelectorAll("button.toggle-all").forEach(function (button) {
     button.addEventListener("click", function () {
       var open = button.textContent === "Expand all";
-      all().forEach(function (d) { d.open = open; });
+      button.closest("section").querySelectorAll("details.finding").forEach(function (d) { d.open = open; });
       button.textContent = open ? "Collapse all" : "Expand all";
     });
-  }
+  });
   window.addEventListener("beforeprint", function () {
-    all().forEach(function (d) { d.open = true; });
+    document.querySelectorAll("details").forEach(function (d) { d.open = true; });
   });
 })();
