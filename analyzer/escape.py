@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 
 # Characters CommonMark lets us backslash-escape that could start markup inline: emphasis, code,
-# links and images, raw HTML, entities, table pipes, strikethrough; `:` stops GFM's URL autolinks
-# (https://..., javascript:...) and `www.` is escaped on its own. (GFM still turns a name@host.tld
-# into a mailto: link after any escaping; that is a link, never code.)
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#!|~&:])")
-_WWW = re.compile(r"(www)\.", re.IGNORECASE)
+# links and images, raw HTML, entities, table pipes, strikethrough. GFM's autolinks are stopped by
+# escaping the `:` of `://` and the `.` of `www.`. (GFM still turns a name@host.tld into a mailto:
+# link after any escaping; that is a link, never code.)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#!|~&])")
+_AUTOLINK = re.compile(r"(?:(?<=www)\.|:(?=//))", re.IGNORECASE)
 _NEWLINES = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _BACKTICK_RUN = re.compile(r"`+")
@@ -40,7 +40,7 @@ def shorten(text: str, limit: int) -> str:
 def md_text(text: object, limit: int = 0) -> str:
     """Inline Markdown text that renders literally: no emphasis, links, HTML, or table breaks."""
     escaped = _MD_SPECIAL.sub(r"\\\1", shorten(one_line(text), limit))
-    return _WWW.sub(r"\1\\.", escaped)
+    return _AUTOLINK.sub(lambda m: "\\" + m.group(0), escaped)
 
 
 def md_code(text: object, limit: int = 0, *, in_table: bool = False) -> str:

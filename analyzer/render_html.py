@@ -91,8 +91,9 @@ def view(report: dict, pid: str = "") -> dict:
     """Everything the templates show, with defaults for missing keys and numbers made safe.
 
     `pid` prefixes every element id, so several reports can share one page."""
-    trace = report.get("trace") or {}
+    trace = {k: None for k in ("path", "device", "device_type")} | (report.get("trace") or {})
     summary = report.get("summary") or {}
+    step_time = summary.get("step_time_us") or {}
     findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     verdict = str(report.get("verdict") or "unknown")
     return {
@@ -103,11 +104,11 @@ def view(report: dict, pid: str = "") -> dict:
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
         "verdict_reason": report.get("verdict_reason") or "",
-        "step_time": summary.get("step_time_us") or {},
+        "step_time": {k: step_time.get(k) for k in ("median", "mean", "p90")},
         "device_busy": number(summary.get("device_busy")),
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
         "top_finding": findings[0] if findings else None,
-        "chart": chart(report.get("steps") or [], (summary.get("step_time_us") or {}).get("median")),
+        "chart": chart(report.get("steps") or [], step_time.get("median")),
         "shares": shares(summary.get("time_share") or {}, report.get("steps") or []),
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
         "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
