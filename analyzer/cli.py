@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .errors import TraceError, UsageError
+from .run import RunConfig
 from .version import __version__
 
 EXIT_USAGE = 2
@@ -122,6 +123,53 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force) -> 
 
 
 # Further commands register here (rules, run, diff).
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
+@click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
+              help="Steps skipped before profiling.")
+@click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
+              help="Steps traced and discarded (profiler start-up).")
+@click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
+              help="Steps recorded and analyzed.")
+@click.option("--no-stack", is_flag=True, help="No Python stacks: less overhead, no source lines in findings.")
+@click.option("--no-shapes", is_flag=True, help="No input shapes and dtypes.")
+@click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
+@output_options
+@click.argument("target")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, out_dir, json_path,
+                html_path, markdown_path, force) -> None:
+    """Profile a training script unchanged and report (perfsleuth options go before TARGET).
+
+    \b
+    Examples:
+      perfsleuth run train.py --lr 0.1
+      perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
+    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
+    stops once the window (wait + warmup + active steps) is recorded; --full lets it finish.
+    See docs/run.md for what profiling costs and how to lower it.
+    """
+    from . import run as runner
+
+    config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
+                       record_shapes=not no_shapes, stop_after_window=not full)
+    job = runner.resolve_target(target, script_args, module)
+    folder = Path(out_dir) if out_dir else runner.default_out_dir(job.stem)
+    runner.check_outputs(folder, (json_path, html_path, markdown_path), force)
+    outcome = runner.run_script(job, config, folder)
+    if outcome.user_traceback:
+        click.echo(outcome.user_traceback, err=True, nl=False)
+    if outcome.report is not None:  # outputs were checked before the run: writing now may replace
+        emit(outcome.report, out_dir=folder, json_path=json_path, html_path=html_path,
+             markdown_path=markdown_path, force=True)
+        click.echo(f"wrote {outcome.trace_path}")
+    if outcome.message:
+        click.echo(f"perfsleuth: {outcome.message}", err=True)
+    sys.exit(outcome.exit_code)
+
 
 
 if __name__ == "__main__":  # pragma: no cover
