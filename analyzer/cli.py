@@ -106,8 +106,11 @@ def main(verbose: int) -> None:
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @output_options
+@click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
+              help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
+                   "sync-bound, or rule slugs such as item-sync). See docs/ci.md.")
 @user_errors
-def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force) -> None:
+def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=()) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
@@ -116,13 +119,59 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force) -> 
     A directory (tensorboard_trace_handler output) gives one report per trace file.
     """
     from .api import analyze_path
+    from .gates import check_report, parse_fail_on
 
+    gates = parse_fail_on(fail_on)
     result = analyze_path(path)
     emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
          force=force)
+    exit_on_gate_failures(check_report(result.to_dict(), gates))
 
 
 # Further commands register here (rules, run, diff).
+
+
+def exit_on_gate_failures(failures: list) -> None:
+    """A tripped CI gate (docs/ci.md): one line on stderr, exit code 1. Outputs are written first."""
+    from .gates import EXIT_GATE, failure_line
+
+    if failures:
+        click.echo(failure_line(failures), err=True)
+        sys.exit(EXIT_GATE)
+
+
+@main.command("diff")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("head", type=click.Path(path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the diff (schema perfsleuth/diff@1) to this file.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+              help="Write the diff as GitHub Markdown (a pull-request comment) to this file.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--fail-on-regression", "regression", metavar="PCT",
+              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise.")
+@user_errors
+def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression) -> None:
+    """Compare two runs: BASE and HEAD are traces or report.json files.
+
+    \b
+    Examples:
+      perfsleuth diff main.pt.trace.json.gz pr.pt.trace.json.gz --markdown diff.md
+      perfsleuth diff base/report.json head/report.json --fail-on-regression 10%
+    Step time (median over steps, with a noise call), verdict, category shares, findings,
+    and the kernels and ops that got slower or faster. See docs/ci.md.
+    """
+    from .diff import diff_paths
+    from .diff_render import check_diff_outputs, render_diff_terminal, write_diff_outputs
+    from .gates import check_regression, parse_threshold
+
+    threshold = None if regression is None else parse_threshold(regression)
+    check_diff_outputs(json_path, markdown_path, force)
+    result = diff_paths(base, head)
+    click.echo(render_diff_terminal(result))
+    for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
+        click.echo(f"wrote {p}")
+    exit_on_gate_failures(check_regression(result, threshold))
 
 
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
