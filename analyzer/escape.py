@@ -13,7 +13,9 @@ import re
 # links and images, raw HTML, entities, table pipes, strikethrough. GFM's autolinks are stopped by
 # escaping the `:` of `://` and the `.` of `www.`. (GFM still turns a name@host.tld into a mailto:
 # link after any escaping; that is a link, never code.)
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#!|~&])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~&])")
+# A list or heading marker where the text starts a line (a bullet item's text, a table cell).
+_LEADING = re.compile(r"^(\s*)(?:([-+=])|(\d+)([.)]))")
 _AUTOLINK = re.compile(r"(?:(?<=www)\.|:(?=//))", re.IGNORECASE)
 _NEWLINES = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
@@ -40,7 +42,14 @@ def shorten(text: str, limit: int) -> str:
 def md_text(text: object, limit: int = 0) -> str:
     """Inline Markdown text that renders literally: no emphasis, links, HTML, or table breaks."""
     escaped = _MD_SPECIAL.sub(r"\\\1", shorten(one_line(text), limit))
+    escaped = _LEADING.sub(_defuse_marker, escaped)
     return _AUTOLINK.sub(lambda m: "\\" + m.group(0), escaped)
+
+
+def _defuse_marker(m: re.Match) -> str:
+    if m.group(2):
+        return f"{m.group(1)}\\{m.group(2)}"
+    return f"{m.group(1)}{m.group(3)}\\{m.group(4)}"
 
 
 def md_code(text: object, limit: int = 0, *, in_table: bool = False) -> str:

@@ -205,7 +205,7 @@ def chart(steps: list, median: Any) -> dict:
         "width": _W, "height": _H, "left": _LEFT, "right": _W - _RIGHT, "top": _TOP,
         "bottom": _H - _BOTTOM, "bars": [_fmt_bar(b) for b in bars],
         "compact": compact, "paths": _compact_paths(bars) if compact else [], "count": len(steps), "group": group,
-        "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", fmt_us(v)) for v in ticks],
+        "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", _tick_label(v)) for v in ticks],
         "xticks": _xticks(bars_src, slot, group),
         "median_y": f"{_H - _BOTTOM - med * scale:.1f}" if med is not None and n else None,
         "median_label": fmt_us(med),
@@ -260,6 +260,16 @@ def _fmt_bar(b: dict) -> dict:
     segs = [{**s, "y": f"{s['y']:.1f}", "h": f"{max(s['h'], 0.1):.1f}"} for s in b["segments"]]
     return {**b, "x": f"{b['x']:.1f}", "w": _short(b["w"]),
             "y": f"{b['y']:.1f}", "h": f"{max(b['h'], 0.1):.1f}", "segments": segs}
+
+
+def _tick_label(us: float) -> str:
+    """An axis label: `0`, `250 µs`, `2.5 ms`, `1 s` (no trailing zeros)."""
+    if us == 0:
+        return "0"
+    for unit, div in (("s", 1e6), ("ms", 1e3), ("µs", 1.0)):
+        if us >= div:
+            return f"{_short(us / div)} {unit}"
+    return f"{_short(us)} µs"
 
 
 def _short(v: float) -> str:

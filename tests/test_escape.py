@@ -39,9 +39,17 @@ def test_md_text_renders_literally(name):
 
 
 def test_md_text_escapes_link_markup_and_autolinks():
-    assert md_text("[x](javascript:alert(1))") == r"\[x\]\(javascript:alert\(1\)\)"
+    assert md_text("[x](javascript:alert(1))") == r"\[x\](javascript:alert(1))"
     assert md_text("aten::mm at https://x.example www.y.example") == r"aten::mm at https\://x.example www\.y.example"
     assert "<a " not in gfm(md_text("see https://evil.example/a and www.evil.example"))
+
+
+@pytest.mark.parametrize("text, escaped", [("- x", r"\- x"), ("1. y", r"1\. y"), ("12) z", r"12\) z"),
+                                           ("+ a", r"\+ a"), ("# h", r"\# h"), ("a - b 1. c", "a - b 1. c")])
+def test_md_text_defuses_list_and_heading_markers_at_the_start(text, escaped):
+    assert md_text(text) == escaped
+    html = gfm("- " + md_text(text))
+    assert html.count("<li>") == 1 and "<ol" not in html and "<h1" not in html and "<ul>\n<li><ul>" not in html
 
 
 @pytest.mark.parametrize(
