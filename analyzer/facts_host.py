@@ -1,0 +1,202 @@
+"""Facts about what the host does: data loading, copies, syncs, optimizer, zero_grad, collectives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .facts_common import Context, intersect, launched_inside, overlap_ns, span
+from .locations import sync_sites
+from .names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, name_mask, parse_memcpy
+from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, RUNTIME
+
+SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
+ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
+FILL_OPS = frozenset({"aten::zero_", "aten::fill_"})
+
+HOST_FACTS = {
+    "dataloader_single_process": ("bool", "DataLoader events come from _SingleProcessDataLoaderIter (num_workers=0)"),
+    "dataloader_multi_process": ("bool", "DataLoader events come from _MultiProcessingDataLoaderIter (num_workers>0)"),
+    "dataloader_calls_per_step": ("count/step", "DataLoader/DataPipe __next__ calls"),
+    "dataloader_wait_us_per_step": ("us/step", "host time inside DataLoader __next__ (whether or not the device was busy)"),
+    "h2d_pageable_copies_per_step": ("count/step", "host-to-device copies from pageable memory"),
+    "h2d_pageable_bytes_per_step": ("bytes/step", "bytes copied host-to-device from pageable memory"),
+    "h2d_pageable_bytes_per_copy": ("bytes", "mean size of one pageable host-to-device copy"),
+    "h2d_pageable_us_per_step": ("us/step", "device time of pageable host-to-device copies"),
+    "h2d_pageable_host_us_per_step": ("us/step", "host time blocked in the runtime calls of pageable host-to-device copies"),
+    "h2d_pinned_copies_per_step": ("count/step", "host-to-device copies from pinned memory"),
+    "h2d_pinned_blocking_copies_per_step": ("count/step", "pinned host-to-device copies issued as blocking copies "
+                                            "(cudaMemcpy, or the next runtime call on the thread is a synchronize)"),
+    "h2d_pinned_blocking_bytes_per_step": ("bytes/step", "bytes of those blocking pinned copies"),
+    "h2d_pinned_blocking_us_per_step": ("us/step", "host time in those blocking copy calls and the synchronize after them"),
+    "sync_item_calls_per_step": ("count/step", "scalar reads from the device (aten::item / aten::_local_scalar_dense)"),
+    "sync_calls_per_step": ("count/step", "explicit synchronize runtime calls (cudaStreamSynchronize, ...)"),
+    "sync_dtoh_copies_per_step": ("count/step", "device-to-host copies (each blocks the host unless non_blocking)"),
+    "sync_item_us_per_step": ("us/step", "host time inside aten::item / _local_scalar_dense"),
+    "sync_item_idle_us_per_step": ("us/step", "device idle time caused by scalar reads: inside them and in the "
+                                   "drain after them until the next device work (an upper bound of the saving)"),
+    "optimizer_name": ("text", "optimizer class from the Optimizer.step#NAME.step annotation ('' if none)"),
+    "optimizer_fused": ("bool", "the optimizer step is fused or foreach (Fused* class, _fused_/_foreach_ ops)"),
+    "optimizer_us_per_step": ("us/step", "host time inside Optimizer.step annotations"),
+    "optimizer_kernels_per_step": ("count/step", "kernels launched from inside Optimizer.step"),
+    "zero_grad_calls_per_step": ("count/step", "Optimizer.zero_grad calls"),
+    "zero_grad_us_per_step": ("us/step", "host time inside Optimizer.zero_grad annotations"),
+    "zero_grad_fill_ops_per_step": ("count/step", "aten::zero_ / aten::fill_ ops inside zero_grad (0 with set_to_none=True)"),
+    "zero_grad_device_us_per_step": ("us/step", "device time of kernels and memsets launched from inside zero_grad"),
+    "memsets_per_step": ("count/step", "device memsets"),
+    "memset_us_per_step": ("us/step", "device time of memsets"),
+    "comm_kernels_per_step": ("count/step", "collective kernels (NCCL/RCCL)"),
+    "comm_kernel_us_per_step": ("us/step", "device time of collective kernels (merged)"),
+    "comm_exposed_fraction": ("fraction", "share of collective time not hidden behind compute (exposed / total; 0 without collectives)"),
+}
+
+
+def host_facts(ctx: Context) -> tuple[dict, dict]:
+    v: dict = {}
+    for part in (_dataloader, _copies, _optimizer, _zero_grad, _comm):
+        v.update(part(ctx))
+    sync_v, tables = _syncs(ctx)
+    v.update(sync_v)
+    return v, tables
+
+
+def _named(ev: pd.DataFrame, pred) -> pd.DataFrame:
+    return ev[name_mask(ev["name"], pred)]
+
+
+def _dataloader(ctx: Context) -> dict:
+    ann = ctx.ev[ctx.ev["kind"].isin((ANNOTATION, CPU_OP))]
+    dl = _named(ann, lambda n: n.startswith(("enumerate(DataLoader)#", "enumerate(DataPipe)#")))
+    all_ann = ctx.trace.events[ctx.trace.events["kind"].isin((ANNOTATION, CPU_OP))]
+    return {
+        "dataloader_single_process": bool(len(_named(all_ann, lambda n: SINGLE_ITER in n and "DataLoader" in n))),
+        "dataloader_multi_process": bool(len(_named(all_ann, lambda n: MULTI_ITER in n and "DataLoader" in n))),
+        "dataloader_calls_per_step": ctx.per_step(len(dl)),
+        "dataloader_wait_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(dl))),
+    }
+
+
+def copy_calls(ctx: Context) -> pd.DataFrame:
+    """Runtime copy calls inside steps with their device copy: direction, src, dst, bytes, device dur,
+    and the name of the next runtime call on the same thread."""
+    ev = ctx.trace.events
+    rt_all = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
+    nxt = rt_all.groupby(["pid", "tid"], sort=False)["name"].shift(-1)
+    rt_all = rt_all.assign(next_name=nxt.astype(object), next_end=rt_all.groupby(["pid", "tid"], sort=False)["end"].shift(-1))
+    rt = rt_all[name_mask(rt_all["name"], lambda n: "memcpy" in n.lower())]
+    rt = rt[iv.covers(ctx.windows, rt["ts"].to_numpy(np.int64))]
+    dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)].drop_duplicates("corr")
+    dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
+    out = rt[["ts", "end", "dur", "name", "corr", "next_name", "next_end"]].merge(dev, on="corr", how="inner")
+    parsed = {n: parse_memcpy(n) for n in out["copy"].astype(str).unique()}
+    for i, col in enumerate(("direction", "src", "dst")):
+        out[col] = out["copy"].astype(str).map(lambda n, i=i: parsed[n][i])
+    out["bytes"] = out["bytes"].clip(lower=0)
+    return out
+
+
+def _copies(ctx: Context) -> dict:
+    c = copy_calls(ctx)
+    h2d = c[c["direction"].eq("HtoD")]
+    pageable = h2d[h2d["src"].eq("Pageable")]
+    pinned = h2d[h2d["src"].eq("Pinned")]
+    sync_next = pinned["next_name"].isin(SYNC_CALLS)
+    blocking = pinned[pinned["name"].astype(str).isin(BLOCKING_COPY_CALLS) | sync_next]
+    blocked_end = np.where(blocking["next_name"].isin(SYNC_CALLS), blocking["next_end"].fillna(blocking["end"]),
+                           blocking["end"]).astype(np.int64)
+    n_pageable = len(pageable)
+    return {
+        "h2d_pageable_copies_per_step": ctx.per_step(n_pageable),
+        "h2d_pageable_bytes_per_step": ctx.per_step(pageable["bytes"].sum()),
+        "h2d_pageable_bytes_per_copy": round(float(pageable["bytes"].sum()) / n_pageable, 1) if n_pageable else 0.0,
+        "h2d_pageable_us_per_step": ctx.per_step_us(pageable["dev_dur"].sum()),
+        "h2d_pageable_host_us_per_step": ctx.per_step_us(iv.total(span(pageable))),
+        "h2d_pinned_copies_per_step": ctx.per_step(len(pinned)),
+        "h2d_pinned_blocking_copies_per_step": ctx.per_step(len(blocking)),
+        "h2d_pinned_blocking_bytes_per_step": ctx.per_step(blocking["bytes"].sum()),
+        "h2d_pinned_blocking_us_per_step": ctx.per_step_us(
+            iv.total(iv.merge(blocking["ts"].to_numpy(np.int64), blocked_end))),
+    }
+
+
+def _syncs(ctx: Context) -> tuple[dict, dict]:
+    ev = ctx.ev
+    ops = ev[ev["kind"].isin((CPU_OP, ANNOTATION))]
+    item = ops[ops["name"].isin(("aten::item",))]
+    lsd = ops[ops["name"].isin(("aten::_local_scalar_dense",))]
+    reads = lsd if len(lsd) >= len(item) else item
+    rt = ev[ev["kind"] == RUNTIME]
+    dtoh = ev[(ev["kind"] == MEMCPY) & name_mask(ev["name"], lambda n: n.startswith("Memcpy DtoH"))]
+    item_iv = span(pd.concat([item, lsd]))
+    idle_ns = 0
+    if ctx.breakdown.has_device and "device_any" in ctx.breakdown.signals:
+        busy = ctx.breakdown.signals["device_any"]
+        drain = iv.gaps_until_next(item_iv[1], busy, ctx.windows)
+        lost = iv.union(item_iv, drain)
+        lost = intersect(lost, ctx.windows)
+        idle_ns = iv.total(lost) - overlap_ns(lost, busy)
+    v = {
+        "sync_item_calls_per_step": ctx.per_step(len(reads)),
+        "sync_calls_per_step": ctx.per_step(int(rt["name"].isin(SYNC_CALLS).sum())),
+        "sync_dtoh_copies_per_step": ctx.per_step(len(dtoh)),
+        "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(item_iv)),
+        "sync_item_idle_us_per_step": ctx.per_step_us(max(idle_ns, 0)),
+    }
+    return v, {"sync_sites": sync_sites(ctx.trace, reads, ctx.n_steps)}
+
+
+def _windows_named(ctx: Context, prefix: str) -> pd.DataFrame:
+    ann = ctx.ev[ctx.ev["kind"].isin((ANNOTATION, CPU_OP))]
+    return _named(ann, lambda n: n.startswith(prefix))
+
+
+def _optimizer(ctx: Context) -> dict:
+    opt = _windows_named(ctx, OPTIMIZER_PREFIX)
+    names = opt["name"].astype(str).str.slice(len(OPTIMIZER_PREFIX)).str.split(".").str[0]
+    name = str(names.mode().iloc[0]) if len(names) else ""
+    win = span(opt)
+    inside = ctx.ev[iv.covers(win, ctx.ev["ts"].to_numpy(np.int64))]
+    fused_ops = name_mask(inside["name"], lambda n: "_foreach_" in n or "_fused_" in n) if len(inside) else []
+    kernels = launched_inside(ctx.trace.events, win)
+    return {
+        "optimizer_name": name,
+        "optimizer_fused": bool("fused" in name.lower() or np.any(fused_ops)),
+        "optimizer_us_per_step": ctx.per_step_us(iv.total(win)),
+        "optimizer_kernels_per_step": ctx.per_step(int((kernels["kind"] == KERNEL).sum())),
+    }
+
+
+def _zero_grad(ctx: Context) -> dict:
+    zg = _windows_named(ctx, ZERO_GRAD_PREFIX)
+    win = span(zg)
+    ops = ctx.ev[ctx.ev["kind"] == CPU_OP]
+    fills = ops[ops["name"].isin(FILL_OPS)]
+    fills = fills[iv.covers(win, fills["ts"].to_numpy(np.int64))]
+    if len(fills):  # aten::zero_ calls aten::fill_: count the outermost of the pair once
+        fills = fills[fills["name"] == ("aten::zero_" if (fills["name"] == "aten::zero_").any() else "aten::fill_")]
+    dev = launched_inside(ctx.trace.events, win)
+    memsets = ctx.ev[ctx.ev["kind"] == MEMSET]
+    return {
+        "zero_grad_calls_per_step": ctx.per_step(len(zg)),
+        "zero_grad_us_per_step": ctx.per_step_us(iv.total(win)),
+        "zero_grad_fill_ops_per_step": ctx.per_step(len(fills)),
+        "zero_grad_device_us_per_step": ctx.per_step_us(dev["dur"].sum()),
+        "memsets_per_step": ctx.per_step(len(memsets)),
+        "memset_us_per_step": ctx.per_step_us(memsets["dur"].sum()),
+    }
+
+
+def _comm(ctx: Context) -> dict:
+    kern = ctx.ev[ctx.ev["kind"] == KERNEL]
+    comm = kern[name_mask(kern["name"], is_comm)]
+    comm_ns = ctx.in_steps_ns(span(comm))
+    exposed = int(ctx.breakdown.steps["communication"].sum()) if ctx.breakdown.has_device else 0
+    return {
+        "comm_kernels_per_step": ctx.per_step(len(comm)),
+        "comm_kernel_us_per_step": ctx.per_step_us(comm_ns),
+        "comm_exposed_fraction": round(min(1.0, exposed / comm_ns), 4) if comm_ns else 0.0,
+    }
+
+
+__all__ = ["HOST_FACTS", "host_facts", "copy_calls", "DEVICE_KINDS"]
