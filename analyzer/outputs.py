@@ -34,8 +34,7 @@ def write_outputs(
     `out_dir` writes report.html, summary.md and report.json into that folder (created if needed).
     An existing file, or an existing non-empty `out_dir`, is a UsageError unless `force` is true.
     """
-    targets = _targets(out_dir, html, markdown, json_path)
-    _check(targets, out_dir, force)
+    targets = check_outputs(out_dir=out_dir, html=html, markdown=markdown, json_path=json_path, force=force)
     contents = [(path, _RENDERERS[kind](report)) for kind, path in targets]
     written = []
     for path, text in contents:
@@ -43,6 +42,14 @@ def write_outputs(
         atomic_write_text(path, text)
         written.append(path)
     return written
+
+
+def check_outputs(*, out_dir=None, html=None, markdown=None, json_path=None, force=False) -> list[tuple[str, Path]]:
+    """Raise the UsageError `write_outputs` would raise, before any work (a CLI can call this
+    before a long analysis); return the (kind, path) pairs that would be written."""
+    targets = _targets(out_dir, html, markdown, json_path)
+    _check(targets, out_dir, force)
+    return targets
 
 
 def _targets(out_dir, html, markdown, json_path) -> list[tuple[str, Path]]:

@@ -30,6 +30,7 @@ MAX_SET_INDEX = 200  # rows in the index of a report set
 MAX_SET_DETAILS = 8  # reports of a set shown in full
 
 _W, _H = 900.0, 260.0
+MAX_BAR_WIDTH = 56.0  # SVG units: a few steps give bars, not slabs
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64.0, 12.0, 14.0, 30.0
 
 
@@ -75,7 +76,7 @@ def _unpack(report: dict) -> tuple[list[dict], dict | None]:
     rows = []
     for i, r in enumerate(reports[:MAX_SET_INDEX]):
         t = r.get("trace") or {}
-        rows.append({"path": shorten(str(t.get("path") or "?"), 160), "rank": t.get("rank", ""),
+        rows.append({"path": shorten(str(t.get("path") or "?"), 160), "rank": present.DASH if t.get("rank") is None else t["rank"],
                      "verdict": str(r.get("verdict") or "?"), "verdict_class": _verdict_class(str(r.get("verdict"))),
                      "median": ((r.get("summary") or {}).get("step_time_us") or {}).get("median"),
                      "busy": (r.get("summary") or {}).get("device_busy"),
@@ -196,7 +197,7 @@ def chart(steps: list, median: Any) -> dict:
     ymax, ticks = _axis(max([d for _, d, _ in bars_src] + [number(median) or 0.0, 1.0]))
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     slot = plot_w / max(n, 1)
-    bar_w = max(slot * (0.8 if n <= 100 else 0.9), 0.3)
+    bar_w = min(max(slot * (0.8 if n <= 100 else 0.9), 0.3), MAX_BAR_WIDTH)
     scale = plot_h / ymax
     bars = [_bar(i, name, dur, parts, slot, bar_w, scale) for i, (name, dur, parts) in enumerate(bars_src)]
     compact = n > SEGMENT_TITLES_UP_TO

@@ -8,7 +8,7 @@ import pytest
 
 from perfsleuth import outputs
 from perfsleuth.errors import UsageError
-from perfsleuth.outputs import json_safe, to_json, write_outputs
+from perfsleuth.outputs import check_outputs, json_safe, to_json, write_outputs
 from report_factory import make_report
 
 
@@ -75,6 +75,17 @@ def test_bad_targets_are_usage_errors(tmp_path):
         write_outputs(make_report(), html=tmp_path)
     with pytest.raises(UsageError, match="asked for twice"):
         write_outputs(make_report(), out_dir=tmp_path / "o", html=tmp_path / "o" / "report.html")
+
+
+def test_check_outputs_fails_early_and_writes_nothing(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "report.html").write_text("old")
+    with pytest.raises(UsageError, match="exists and is not empty; use --force to overwrite"):
+        check_outputs(out_dir=tmp_path / "o")
+    assert check_outputs(out_dir=tmp_path / "o", force=True) == [
+        ("html", tmp_path / "o" / "report.html"), ("markdown", tmp_path / "o" / "summary.md"),
+        ("json", tmp_path / "o" / "report.json")]
+    assert listing(tmp_path / "o") == ["report.html"]
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
