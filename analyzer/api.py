@@ -32,8 +32,12 @@ def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
 
 
 def _findings(report: Report, config: Config) -> list:
-    """Rule engine hook (issue 3): findings ordered by estimated saving."""
-    return []
+    """Rule engine hook (issue 3): findings ordered by estimated saving (docs/rules.md)."""
+    from .engine import evaluate, load_catalog
+    from .facts import compute_facts
+
+    rules = load_catalog(config.rule_paths, config.thresholds)
+    return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
 
 
 @dataclass

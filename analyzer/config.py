@@ -21,3 +21,7 @@ class Config:
     # even when no single stall reaches its material share.
     min_kernel_share: float = 0.5
     top_n: int = 15  # rows in the top kernels / top ops tables
+    # Rule engine (docs/rules.md): extra rule files or folders of *.toml, and threshold overrides
+    # keyed RULE.THRESHOLD, e.g. {"num-workers.min_share": 0.05}.
+    rule_paths: tuple = ()
+    thresholds: dict = field(default_factory=dict)
