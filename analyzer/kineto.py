@@ -1,0 +1,252 @@
+"""Decode a Kineto Chrome-trace file into column chunks. The only module that knows the JSON.
+
+Speed and memory (see docs/perf.md): the document is decoded with msgspec in three passes that never
+hold one Python object per event for the whole file at once --
+1. the top level, with `traceEvents` kept as one raw byte slice (no event objects);
+2. that slice split into per-event raw slices (cheap views into the same buffer);
+3. chunks of CHUNK events decoded into typed, GC-untracked Structs that name only the fields the
+   analysis reads, turned into numpy columns with C-level `map(attrgetter)` loops, then dropped.
+Sane traces take the strict (fast) Structs; a chunk that does not fit them (string timestamps, ids
+beyond int64, ...) is decoded again with lenient Structs and sanitised value by value.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from itertools import compress
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+import msgspec
+import numpy as np
+
+from .errors import TraceError
+
+CHUNK = 100_000
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+# --- strict structs: the fast path ---------------------------------------------------------------
+class _Args(msgspec.Struct, gc=False):
+    external_id: int = msgspec.field(default=-1, name="External id")
+    correlation: int = -1
+    bytes: int = -1
+    python_id: int = msgspec.field(default=-1, name="Python id")
+    python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
+    input_type: Optional[list[str]] = msgspec.field(default=None, name="Input type")
+    name: Optional[str] = None  # metadata events: process / thread name
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    ts: float = float("nan")
+    dur: float = 0.0
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+# --- lenient structs: any JSON value accepted, sanitised later --------------------------------------
+class _LaxArgs(msgspec.Struct, gc=False):
+    external_id: Any = msgspec.field(default=None, name="External id")
+    correlation: Any = None
+    bytes: Any = None
+    python_id: Any = msgspec.field(default=None, name="Python id")
+    python_parent_id: Any = msgspec.field(default=None, name="Python parent id")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    name: Any = None
+
+
+class _LaxEvent(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Any = None  # dict or anything
+
+
+class Header(msgspec.Struct):
+    """The top level of the document, with the event list left undecoded."""
+
+    traceEvents: msgspec.Raw = msgspec.Raw(b"null")
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    schemaVersion: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+_HEADER = msgspec.json.Decoder(Header)
+_SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
+_STRICT = msgspec.json.Decoder(list[_Event])
+_LAX = msgspec.json.Decoder(list[_LaxEvent])
+INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
+    if not raw:
+        raise TraceError(path, "empty file")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+        if not raw:
+            raise TraceError(path, "empty file (after gunzip)")
+    return raw
+
+
+def _json_error(path: Path, exc: Exception) -> TraceError:
+    msg = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        return TraceError(path, f"not a PyTorch profiler trace ({msg})")
+    return TraceError(path, f"not valid JSON ({msg})")
+
+
+def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list]:
+    """Top level and the per-event raw slices. A bare JSON list of events is accepted (old traces)."""
+    try:
+        return _split(path, raw)
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise _json_error(path, exc) from None
+    warnings.append("invalid UTF-8 bytes in the trace were replaced with U+FFFD")
+    try:
+        return _split(path, raw.decode("utf-8", errors="replace").encode("utf-8"))
+    except msgspec.DecodeError as exc:
+        raise _json_error(path, exc) from None
+
+
+def _split(path: Path, raw: bytes) -> tuple[Header, list]:
+    first = raw.lstrip()[:1]
+    if first == b"[":
+        return Header(), _SPLIT.decode(raw)
+    if first != b"{":
+        msgspec.json.decode(raw)  # raises the decoder's own message for non-JSON
+        raise TraceError(path, "not a PyTorch profiler trace (the JSON is not an object with 'traceEvents')")
+    header = _HEADER.decode(raw)
+    if bytes(header.traceEvents) == b"null":
+        raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents' list)")
+    try:
+        return header, _SPLIT.decode(header.traceEvents)
+    except msgspec.ValidationError:
+        raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
+
+
+def chunks(path: Path, parts: list) -> Iterator[dict]:
+    """Column dicts, one per CHUNK events (all phases; the caller filters)."""
+    for i in range(0, len(parts), CHUNK):
+        blob = b"[" + b",".join(parts[i:i + CHUNK]) + b"]"
+        try:
+            yield _strict_columns(_STRICT.decode(blob))
+        except (msgspec.ValidationError, OverflowError, TypeError, ValueError):  # not a sane trace
+            try:
+                yield _lax_columns(_LAX.decode(blob))
+            except msgspec.DecodeError as exc:
+                raise _json_error(path, exc) from None
+
+
+def _ints(values, n: int) -> np.ndarray:
+    return np.fromiter(values, dtype=np.int64, count=n)
+
+
+def _ids(values: list) -> np.ndarray:
+    """Optional integer ids (JSON null allowed) -> int64 with -1 for null."""
+    arr = np.array(values, dtype=np.float64)  # None -> nan; ids stay exact below 2**53
+    return np.where(np.isnan(arr), -1, arr).astype(np.int64)
+
+
+def _int_or_string(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """int64 column (-1 for strings) and the mask of the strings."""
+    arr = np.array(values, dtype=object)
+    strings = np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(arr).astype(bool)
+    arr[strings] = -1
+    return arr.astype(np.int64), strings
+
+
+def _strict_columns(evs: list) -> dict:
+    """Columns of the complete ("X") events of one chunk; metadata ("M") events as tuples."""
+    ph = np.array(list(map(attrgetter("ph"), evs)), dtype=object)
+    meta = [(e.pid, e.tid, e.name, e.args.name) for e in compress(evs, ph == "M")]
+    xs = list(compress(evs, ph == "X"))
+    n = len(xs)
+    args = list(map(attrgetter("args"), xs))
+    try:
+        pid, tid = _ints(map(attrgetter("pid"), xs), n), _ints(map(attrgetter("tid"), xs), n)
+        string_pid = np.zeros(n, dtype=bool)
+    except (TypeError, ValueError):  # "Spans"/"Traces" pseudo processes have string pids
+        pid, string_pid = _int_or_string(list(map(attrgetter("pid"), xs)))
+        tid, _ = _int_or_string(list(map(attrgetter("tid"), xs)))
+    return {
+        "cat": list(map(attrgetter("cat"), xs)),
+        "name": list(map(attrgetter("name"), xs)),
+        "pid": pid, "tid": tid, "string_pid": string_pid,
+        "ts": np.fromiter(map(attrgetter("ts"), xs), dtype=np.float64, count=n),
+        "dur": np.fromiter(map(attrgetter("dur"), xs), dtype=np.float64, count=n),
+        "corr": _ints(map(attrgetter("correlation"), args), n),
+        "ext": _ints(map(attrgetter("external_id"), args), n),
+        "bytes": _ints(map(attrgetter("bytes"), args), n),
+        "py_id": _ints(map(attrgetter("python_id"), args), n),
+        "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
+        "input_type": list(map(attrgetter("input_type"), args)),
+        "meta": meta,
+    }
+
+
+def _lax_int(v) -> int:
+    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
+        return v
+    if isinstance(v, str):
+        try:
+            x = int(v, 0)
+            return x if _I64_MIN <= x <= _I64_MAX else -1
+        except ValueError:
+            return -1
+    return -1
+
+
+def _lax_float(v) -> float:
+    return float(v) if type(v) in (int, float) else float("nan")
+
+
+def _lax_str(v) -> str:
+    return v if isinstance(v, str) else "" if v is None else str(v)
+
+
+def _lax_columns(evs: list) -> dict:
+    meta = [(e.pid, e.tid, e.name, e.args.get("name") if isinstance(e.args, dict) else None)
+            for e in evs if e.ph == "M"]
+    xs = [e for e in evs if e.ph == "X"]
+    args = [e.args if isinstance(e.args, dict) else {} for e in xs]
+
+    def arg(key):
+        return np.array([_lax_int(a.get(key)) for a in args], dtype=np.int64)
+
+    pid = [e.pid for e in xs]
+    return {
+        "cat": [_lax_str(e.cat) for e in xs],
+        "name": [_lax_str(e.name) for e in xs],
+        "pid": np.array([_lax_int(p) for p in pid], dtype=np.int64),
+        "tid": np.array([_lax_int(e.tid) for e in xs], dtype=np.int64),
+        "string_pid": np.array([isinstance(p, str) for p in pid], dtype=bool),
+        "ts": np.array([_lax_float(e.ts) for e in xs], dtype=np.float64),
+        "dur": np.array([_lax_float(e.dur) for e in xs], dtype=np.float64),
+        "corr": arg("correlation"), "ext": arg("External id"), "bytes": arg("bytes"),
+        "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
+        "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
+        "meta": meta,
+    }
