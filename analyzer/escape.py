@@ -15,7 +15,7 @@ import re
 # link after any escaping; that is a link, never code.)
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~&])")
 # A list or heading marker where the text starts a line (a bullet item's text, a table cell).
-_LEADING = re.compile(r"^(\s*)(?:([-+=])|(\d+)([.)]))")
+_LEADING = re.compile(r"^(\s*)(?:([-+=])(?=[\s\-=]|$)|(\d+)([.)])(?=\s|$))")
 _AUTOLINK = re.compile(r"(?:(?<=www)\.|:(?=//))", re.IGNORECASE)
 _NEWLINES = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")

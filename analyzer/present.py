@@ -78,10 +78,10 @@ def fmt_value(key: str, value: Any) -> str:
     if v is None:
         return DASH if isinstance(value, float) else str(value)
     key = key.lower()
-    if key.endswith("share") and 0.0 <= v <= 1.0:
+    if key.endswith(("share", "_fraction")) and 0.0 <= v <= 1.0:
         return fmt_pct(v)
-    if key.endswith("_us"):
-        return fmt_us(v)
+    if key.endswith(("_us", "_us_per_step")):
+        return fmt_us(v) + (" per step" if key.endswith("_per_step") else "")
     if key.endswith("bytes") or key.endswith("_bytes_per_step"):
         return fmt_bytes(v)
     if float(v).is_integer():

@@ -142,9 +142,21 @@ def _finding(i: int, f: dict) -> dict:
         "saving_us": number(f.get("estimated_saving_us")),
         "speedup": number(f.get("estimated_speedup")),
         "evidence": [(str(k), present.fmt_value(str(k), v)) for k, v in list(evidence.items())[:30]],
+        "message": present.fix_blocks(shorten(str(f.get("message") or ""), MAX_FIX)),
+        "basis": shorten(str(f.get("saving_basis") or ""), 500),
+        "thresholds": _thresholds(f.get("thresholds")),
+        "docs": shorten(str(f.get("docs") or ""), 200),
         "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),
         "locations": [present.location_text(loc) for loc in locations[:20]],
     }
+
+
+def _thresholds(thresholds: Any) -> str:
+    """`min_share 10%, high_share 30%`: the rule's thresholds, as the evidence table formats values."""
+    if not isinstance(thresholds, dict):
+        return ""
+    items = list(thresholds.items())[:20]
+    return ", ".join(f"{k} {present.fmt_value(str(k), v)}" for k, v in items)
 
 
 def _rows(rows: Any) -> list[dict]:

@@ -19,6 +19,7 @@ MAX_ROWS = 10
 MAX_WARNINGS = 10
 MAX_NAME = 120
 MAX_FIX = 3000
+MAX_MESSAGE = 1000
 MAX_EVIDENCE = 15
 
 
@@ -152,7 +153,11 @@ def _finding(i: int, f: dict) -> str:
     head = (f"**{i}. {md_text(f.get('title') or f.get('rule') or 'Finding', 200)}**  \n"
             f"{md_text(f.get('severity') or 'info', 20)} · {md_text(f.get('category') or '?', 30)} · "
             f"{_impact(f)} · rule {md_code(f.get('rule') or '?', 60)}")
-    body = [_evidence(f), _fix(f), _locations(f)]
+    message = _prose(f.get("message"), MAX_MESSAGE)
+    if message:
+        head = f"{head}\n\n{message}"
+    basis = f"_Estimate: {md_text(f['saving_basis'], 300)}._" if f.get("saving_basis") else ""
+    body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), basis, _locations(f)]
     inner = "\n\n".join(b for b in body if b)
     if not inner:
         return head
@@ -169,8 +174,9 @@ def _evidence(f: dict) -> str:
     return "\n".join(rows)
 
 
-def _fix(f: dict) -> str:
-    blocks = present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX))
+def _prose(text: Any, limit: int) -> str:
+    """Rule text (message, fix) as Markdown: escaped paragraphs with code spans, fenced code kept."""
+    blocks = present.fix_blocks(shorten(str(text or ""), limit))
     out = []
     for b in blocks:
         if b["kind"] == "code":

@@ -45,7 +45,8 @@ def test_md_text_escapes_link_markup_and_autolinks():
 
 
 @pytest.mark.parametrize("text, escaped", [("- x", r"\- x"), ("1. y", r"1\. y"), ("12) z", r"12\) z"),
-                                           ("+ a", r"\+ a"), ("# h", r"\# h"), ("a - b 1. c", "a - b 1. c")])
+                                           ("+ a", r"\+ a"), ("# h", r"\# h"), ("a - b 1. c", "a - b 1. c"),
+                                           ("---", r"\---"), ("14.65 ms", "14.65 ms"), ("-1.5", "-1.5")])
 def test_md_text_defuses_list_and_heading_markers_at_the_start(text, escaped):
     assert md_text(text) == escaped
     html = gfm("- " + md_text(text))

@@ -93,6 +93,17 @@ def test_findings_with_evidence_fix_code_and_locations():
     assert '<pre><code data-lang="python">loader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)</code></pre>' in html
     assert "Start with <code>num_workers</code> equal to the CPU cores per GPU." in html
     assert "<li><code>train.py:57 in train_step</code></li>" in html
+    assert '<tr><th>wait_us_per_step</th><td>346 µs per step</td></tr>' in html
+    assert '<tr><th>exposed_fraction</th><td>50.0%</td></tr>' in html
+
+
+def test_finding_message_estimate_basis_thresholds_and_docs():
+    html = render_html(make_report(findings=1))
+    assert ('<div class="message"><p>The DataLoader takes 17.0% of the step in the main process. '
+            'Record with <code>with_stack=True</code> to see the source lines.</p>') in html
+    assert ('<p class="basis">Estimate: upper bound: the time the device waits for the next batch. '
+            'Thresholds: min_share 5.0%, high_share 20.0%.</p>') in html
+    assert "rule <code>num-workers</code> · details: <code>perfsleuth rules num-workers</code>" in html
 
 
 def test_kernels_ops_metadata_and_warnings_are_shown():

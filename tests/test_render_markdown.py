@@ -87,6 +87,10 @@ def test_findings_fold_their_fix_in_details():
     assert md.count("</details>") == 3 + 2  # findings + kernels + ops
     assert "```python\nloader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)\n```" in md
     assert "- `train.py:57 in train_step`" in md
+    assert ("rule `num-workers`\n\nThe DataLoader takes 17.0% of the step in the main process. "
+            "Record with `with_stack=True` to see the source lines.\n\n<details>") in md
+    assert "_Estimate: upper bound: the time the device waits for the next batch._" in md
+    assert "| `wait_us_per_step` | 346 µs per step |" in md
     html = gfm(md)
     assert html.count("<details>") == 5 and html.count('<pre lang="python">') == 6
 
