@@ -1,0 +1,49 @@
+"""Run one measured task in a fresh interpreter and print {"rss_mb": ...} (peak RSS of this process).
+
+    python benchmarks/_measure.py perfsleuth|hta|decode|gunzip FILE
+"""
+
+import json
+import logging
+import os
+import resource
+import sys
+import tempfile
+
+
+def perfsleuth(path):
+    from perfsleuth.cli import main
+
+    main(["analyze", path], standalone_mode=False)
+
+
+def hta(path):
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    d = tempfile.mkdtemp(prefix="hta_bench_")
+    os.symlink(os.path.abspath(path), os.path.join(d, os.path.basename(path)))
+    ta = TraceAnalysis(trace_dir=d)
+    ta.get_temporal_breakdown(visualize=False)
+
+
+def decode(path):
+    import msgspec
+
+    with open(path, "rb") as fh:
+        msgspec.json.decode(fh.read())
+
+
+def gunzip(path):
+    import gzip
+
+    with open(path, "rb") as fh:
+        gzip.decompress(fh.read())
+
+
+if __name__ == "__main__":
+    mode, path = sys.argv[1], sys.argv[2]
+    sys.stdout = open(os.devnull, "w")  # the CLI's own summary is not part of the measurement output
+    {"perfsleuth": perfsleuth, "hta": hta, "decode": decode, "gunzip": gunzip}[mode](path)
+    sys.stdout = sys.__stdout__
+    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

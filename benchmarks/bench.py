@@ -1,0 +1,121 @@
+"""Large-trace benchmark: perfsleuth vs HTA vs a bare JSON decode, in one run on one machine.
+
+    python benchmarks/bench.py [--source ../shared/traces/v100_df_index_resolver.json.gz]
+                               [--times 2 5 10 20] [--workdir /tmp/perfsleuth-bench] [--write docs/perf.md]
+
+For each replication factor it builds the trace (benchmarks/make_large.py), then runs, each in a
+fresh interpreter: (a) `perfsleuth analyze` end to end, (b) HTA's TraceAnalysis load +
+get_temporal_breakdown, (c) msgspec.json.decode of the same file (the floor), and (a) again on the
+.json.gz with (d) its bare gunzip. Wall time is measured around the child process (interpreter
+start and imports included); peak RSS is the child's own ru_maxrss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from make_large import load, replicate  # noqa: E402
+
+
+def measure(mode: str, path: Path) -> dict:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, str(HERE / "_measure.py"), mode, str(path)],
+                         capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t
+    return {"wall_s": round(wall, 2), **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def build(source: Path, times: int, workdir: Path) -> tuple[Path, Path, int]:
+    import msgspec
+
+    path = workdir / f"{source.name.split('.')[0]}.x{times}.json"
+    gz = path.with_suffix(".json.gz")
+    if not path.exists() or not gz.exists():
+        data = msgspec.json.encode(replicate(load(source), times))
+        path.write_bytes(data)
+        gz.write_bytes(gzip.compress(data, compresslevel=6))
+    n = len(msgspec.json.decode(path.read_bytes(), type=dict)["traceEvents"])
+    return path, gz, n
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = []
+    for mod in ("perfsleuth", "hta", "msgspec", "pandas", "numpy"):
+        try:
+            m = __import__(mod)
+            versions.append(f"{mod} {getattr(m, '__version__', '?')}")
+        except ImportError:
+            versions.append(f"{mod} missing")
+    from importlib.metadata import version
+
+    versions.append(f"traceinsight {version('traceinsight')}")
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}; " + ", ".join(versions))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, default=HERE.parent.parent / "shared/traces/v100_df_index_resolver.json.gz")
+    ap.add_argument("--times", type=int, nargs="+", default=[2, 5, 10, 20])
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/perfsleuth-bench"))
+    ap.add_argument("--write", type=Path, help="write the results table to this Markdown file")
+    ap.add_argument("--no-hta", action="store_true", help="skip HTA (slow) -- ratios a/b are then absent")
+    args = ap.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for k in args.times:
+        path, gz, n = build(args.source, k, args.workdir)
+        row = {"times": k, "events": n, "mb": round(path.stat().st_size / 1e6, 1),
+               "gz_mb": round(gz.stat().st_size / 1e6, 1)}
+        row["a"] = measure("perfsleuth", path)
+        row["c"] = measure("decode", path)
+        row["a_gz"] = measure("perfsleuth", gz)
+        row["d"] = measure("gunzip", gz)
+        row["b"] = None if args.no_hta else measure("hta", path)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    table = render(rows, machine())
+    print(table)
+    if args.write:
+        args.write.write_text(table)
+
+
+def render(rows: list, machine_line: str) -> str:
+    lines = [
+        "| trace | events | file | (a) perfsleuth | (b) HTA | (c) msgspec decode | a/b | a/c | RSS a / file | RSS a / RSS b | (a) on .json.gz | gunzip | a.gz - a |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        a, b, c, agz, d = r["a"], r["b"], r["c"], r["a_gz"], r["d"]
+        bt = f"{b['wall_s']:.1f} s, {b['rss_mb']:.0f} MB" if b else "-"
+        ab = f"{a['wall_s'] / b['wall_s']:.3f}" if b else "-"
+        rr = f"{a['rss_mb'] / b['rss_mb']:.2f}" if b else "-"
+        lines.append(
+            f"| x{r['times']} | {r['events']:,} | {r['mb']} MB ({r['gz_mb']} MB gz) | {a['wall_s']:.1f} s, "
+            f"{a['rss_mb']:.0f} MB | {bt} | {c['wall_s']:.1f} s, {c['rss_mb']:.0f} MB | {ab} | "
+            f"{a['wall_s'] / c['wall_s']:.2f} | {a['rss_mb'] / r['mb']:.2f} | {rr} | {agz['wall_s']:.1f} s | "
+            f"{d['wall_s']:.1f} s | {agz['wall_s'] - a['wall_s']:+.1f} s |")
+    return "\n".join(lines) + f"\n\nMachine: {machine_line}\n"
+
+
+if __name__ == "__main__":
+    main()
