@@ -1,6 +1,7 @@
 """The HTML report: content, escaping, no network, size limits, odd shapes (0/1/500/5000 steps, CPU only)."""
 
 import math
+from html import escape
 import re
 from html.parser import HTMLParser
 
@@ -208,3 +209,18 @@ def test_report_set_renders_an_index_and_each_report_with_unique_ids():
     assert '<a href="#r2-report">runs/rank1.json.gz</a>' in html
     assert "<code>notes.json</code>: not a trace" in html
     assert html.count("<svg") == 2
+
+
+@pytest.mark.parametrize("name", ["sampled_rank0_of128.json.gz", "a100_trace_diff_control.json.gz"])
+def test_real_trace_report(shared_traces, name):
+    """A real trace end to end: the 1.8 MB sampled trace and the 35 MB one both give pages far under 1 MB."""
+    from perfsleuth.api import analyze_path
+
+    report = analyze_path(shared_traces / name).to_dict()
+    html = render_html(report)
+    assert len(html.encode()) < 200_000
+    assert f'<span class="badge c-{report["verdict"].removesuffix("-bound")}">{report["verdict"]}</span>' in html
+    assert bars(html) == [str(i) for i in range(1, len(report["steps"]) + 1)]
+    assert report["findings"]
+    for f in report["findings"]:
+        assert f'<span class="title">{escape(f["title"])}</span>' in html

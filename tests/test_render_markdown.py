@@ -151,3 +151,18 @@ def test_report_set_has_an_overview_and_stays_under_the_limit():
     assert "_… 10 more traces in report.json._" in md
     assert len(md) < MAX_CHARS
     assert re.search(r"_… \d+ more trace summaries in report\.json\._", md)
+
+
+def test_real_trace_summary(shared_traces):
+    from perfsleuth.api import analyze_path
+    from perfsleuth.escape import md_text
+
+    report = analyze_path(shared_traces / "a100_trace_diff_control.json.gz").to_dict()
+    md = render_markdown(report)
+    assert md.startswith("### perfsleuth: `communication-bound` · median step **76.76 ms** · device busy **83.6%**")
+    assert len(md) < 20_000
+    for i, f in enumerate(report["findings"], 1):
+        assert f"**{i}. {md_text(f['title'], 200)}**" in md
+    html = gfm(md)
+    assert html.count("<details>") == len(report["findings"]) + 2
+    assert all(PIE_LINE.match(line) for line in mermaid(md)[1:])
