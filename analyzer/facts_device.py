@@ -107,6 +107,8 @@ def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd
     rt = rt.set_index("corr").reindex(kernels["corr"].to_numpy())
     ops = ev[ev["kind"] == CPU_OP].reset_index(drop=True)
     found = rt["ts"].notna().to_numpy()
+    if ops.empty:
+        return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
     calls = rt[found].reset_index()[["ts", "pid", "tid", "ext"]].astype(np.int64)
     by_ext = ops.reset_index().drop_duplicates("ext").set_index("ext")["index"]
     idx = by_ext.reindex(calls["ext"].to_numpy()).fillna(-1).to_numpy(np.int64)
