@@ -28,6 +28,10 @@ def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
     report.findings = _findings(report, config)
+    if config.hta:
+        from .hta_adapter import hta_analyses
+
+        report.extra.update(hta_analyses(trace, steps))
     return report
 
 

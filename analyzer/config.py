@@ -25,3 +25,6 @@ class Config:
     # keyed RULE.THRESHOLD, e.g. {"num-workers.min_share": 0.05}.
     rule_paths: tuple = ()
     thresholds: dict = field(default_factory=dict)
+    # HolisticTraceAnalysis's kernel / idle-time / launch analyses on the parsed trace (docs/hta.md).
+    # Opt-in: it adds 25-45 % to a run and needs the `hta` extra.
+    hta: bool = False
