@@ -119,9 +119,9 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     A directory (tensorboard_trace_handler output) gives one report per trace file.
     """
     from .api import analyze_path
-    from .gates import check_report, parse_fail_on
+    from .gates import check_report, known_rule_slugs, parse_fail_on
 
-    gates = parse_fail_on(fail_on)
+    gates = parse_fail_on(fail_on, known_rule_slugs() if fail_on else None)
     result = analyze_path(path)
     emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
          force=force)

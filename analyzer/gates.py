@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from .config import Config
 from .diff import REGRESSION
 from .errors import UsageError
 from .verdict import VERDICTS
@@ -35,7 +36,8 @@ class FailOn:
 def parse_fail_on(values: Iterable[str], known_rules: Optional[Iterable[str]] = None) -> FailOn:
     """Comma-separated lists (the option may repeat) of verdict names (`sync-bound`) and rule slugs
     (`item-sync`). A name that looks like a verdict (`*-bound`, or a near miss of one) must be one.
-    Rule slugs are checked against `known_rules` when given; otherwise any `[a-z0-9-]` slug is taken."""
+    Rule slugs are checked against `known_rules` when given (the CLI passes `known_rule_slugs()`);
+    with None any `[a-z0-9-]` slug is taken."""
     known = set(known_rules) if known_rules is not None else None
     verdicts: list = []
     rules: list = []
@@ -55,9 +57,19 @@ def parse_fail_on(values: Iterable[str], known_rules: Optional[Iterable[str]] = 
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 raise UsageError(f"--fail-on: unknown verdict {token!r}{hint}; verdicts: {', '.join(VERDICTS)}")
             if known is not None and token not in known:
-                raise UsageError(f"--fail-on: unknown rule {token!r}")
+                near = difflib.get_close_matches(token, sorted(known), n=1, cutoff=0.75)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise UsageError(f"--fail-on: unknown rule {token!r}{hint}; rules: {', '.join(sorted(known))}")
             _add(rules, token)
     return FailOn(tuple(verdicts), tuple(rules))
+
+
+def known_rule_slugs(config: Optional[Config] = None) -> set:
+    """The slugs of the rule catalogue an analysis with `config` evaluates (built-in plus rule_paths)."""
+    from .engine import load_catalog
+
+    config = config or Config()
+    return {r.slug for r in load_catalog(config.rule_paths, config.thresholds)}
 
 
 def _add(seq: list, item: str) -> None:
