@@ -237,8 +237,8 @@ def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
         with _sys_path_first(os.getcwd()):
             try:
                 spec = importlib.util.find_spec(name)
-            except (ImportError, ValueError) as exc:
-                raise UsageError(f"no module named {name!r} ({exc})") from None
+            except (ImportError, ValueError):
+                spec = None
         if spec is None:
             raise UsageError(f"no module named {name!r}")
         return Target(name, tuple(args), True, Path(spec.origin) if spec.origin else None)
@@ -289,10 +289,11 @@ def _launcher_start() -> Optional[float]:
 
 
 def check_outputs(out_dir: Path, paths: Sequence[Optional[str]], force: bool) -> None:
-    """Refuse before the script runs, not after: an existing non-empty folder or report file needs --force."""
+    """Refuse before the script runs, not after: an existing non-empty folder or report file needs --force.
+    Under torchrun the ranks share the folder and start at different moments: each replaces its own files."""
     if force:
         return
-    if out_dir.is_dir() and any(out_dir.iterdir()) and rank_info()[0] in (None, 0):
+    if out_dir.is_dir() and any(out_dir.iterdir()) and rank_info()[0] is None:
         raise UsageError(f"{out_dir}: exists and is not empty; use --force to overwrite")
     for p in paths:
         if p and Path(p).exists():
@@ -302,7 +303,6 @@ def check_outputs(out_dir: Path, paths: Sequence[Optional[str]], force: bool) ->
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
     rank, _ = rank_info()
-    out_dir.mkdir(parents=True, exist_ok=True)
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path, raise_on_complete=config.stop_after_window)
     ended = "finished"

@@ -1,0 +1,139 @@
+"""`perfsleuth.profile()`: the machinery of `perfsleuth run` around a loop or a step function."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import perfsleuth
+from perfsleuth.profile_api import Profile, ProfiledReport
+from perfsleuth.report import Report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "cpu"))
+import toy  # noqa: E402
+
+SMALL = dict(wait=1, warmup=1, active=3)
+
+
+def model_and_opt(features=32, lr=0.01):
+    torch.manual_seed(0)
+    model = toy.mlp(features, 32, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=lr)
+
+
+def batches(n=20, features=32, delay=0.0):
+    args = toy.parser("t", steps=n, batch_size=8, features=features, delay=delay).parse_args([])
+    return toy.loader(args)
+
+
+def train_step(model, opt, x, y):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def test_with_block_steps_from_the_optimizer_and_ends_after_the_window(tmp_path):
+    model, opt = model_and_opt()
+    done = []
+    with perfsleuth.profile(tmp_path, **SMALL) as prof:
+        for x, y in batches():
+            train_step(model, opt, x, y)
+            done.append(1)
+        done.append("after the loop")  # skipped: the block ends when the window is recorded
+    # boundaries: the first next() (start-up), then one per optimizer step; window = 1 + 1 + 3
+    assert prof.steps == 5 and len(done) == 3
+    rep = prof.report
+    assert isinstance(rep, ProfiledReport) and isinstance(rep, Report)
+    assert [s["name"] for s in rep.to_dict()["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert rep.trace_file == tmp_path / "trace.pt.trace.json.gz" and rep.trace_file.is_file()
+    assert repr(rep) == f"<ProfiledReport {rep.verdict}, 3 steps, trace {rep.trace_file}>"
+    assert str(rep).startswith("perfsleuth ") and f"verdict: {rep.verdict.upper()}" in str(rep)
+
+
+def test_report_renders_in_jupyter_and_saves_the_same_files(tmp_path):
+    model, opt = model_and_opt()
+    with perfsleuth.profile(**SMALL) as prof:
+        for x, y in batches(delay=0.002):
+            train_step(model, opt, x, y)
+    rep = prof.report
+    assert rep.verdict == "dataloader-bound"
+    page = rep._repr_html_()
+    assert "dataloader" in page.lower() and page.lstrip().startswith("<")
+    written = rep.save(tmp_path / "out")
+    assert sorted(p.name for p in written) == ["report.html", "report.json", "summary.md", "trace.pt.trace.json.gz"]
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["verdict"] == "dataloader-bound"
+    assert prof.report is rep  # analysed once
+
+
+def test_wrapped_step_function_counts_calls_and_keeps_working_after_the_window():
+    model, opt = model_and_opt()
+    prof = perfsleuth.profile(**SMALL)
+    step = prof(lambda x, y: train_step(model, opt, x, y))
+    assert step.profile is prof
+    calls = sum(1 for x, y in batches(12) if step(x, y) is None)
+    assert calls == 12  # no early stop for a wrapped function: it just stops being profiled
+    assert prof.steps == 5  # 5 calls made the window; the optimizer hook did not add steps
+    assert len(prof.report.to_dict()["steps"]) == 3
+
+
+def test_manual_steps_turn_the_automatic_boundaries_off():
+    model, opt = model_and_opt()
+    with perfsleuth.profile(wait=0, warmup=1, active=2, manual_steps=True) as prof:
+        for i, (x, y) in enumerate(batches(10)):
+            train_step(model, opt, x, y)
+            train_step(model, opt, x, y)  # two optimizer steps per iteration: prof.step() decides
+            prof.step()
+    assert prof.steps == 3 and i == 2
+
+
+def test_first_manual_step_switches_from_automatic_boundaries():
+    model, opt = model_and_opt()
+    with perfsleuth.profile(wait=1, warmup=1, active=2) as prof:
+        for i, (x, y) in enumerate(batches(10)):
+            train_step(model, opt, x, y)
+            prof.step()
+    # iteration 0: the DataLoader (start-up), the optimizer and prof.step() each counted once;
+    # from then on only prof.step(): 3 + 1 more = the window of 4
+    assert prof.steps == 4 and i == 1
+
+
+def test_only_the_first_optimizer_marks_steps():
+    model_a, opt_a = model_and_opt()
+    model_b, opt_b = model_and_opt()
+    with perfsleuth.profile(wait=0, warmup=0, active=3, stop_after_window=False) as prof:
+        for i in range(3):
+            x = torch.randn(8, 32)
+            train_step(model_a, opt_a, x, torch.zeros(8, dtype=torch.long))
+            train_step(model_b, opt_b, x, torch.zeros(8, dtype=torch.long))
+        after = prof.steps
+    assert after == 3  # a GAN-like loop with two optimizers: one step per iteration
+
+
+def test_eval_loop_without_optimizer_gets_steps_from_the_dataloader():
+    model, _ = model_and_opt()
+    with perfsleuth.profile(**SMALL) as prof, torch.no_grad():
+        for x, _ in batches(10):
+            model(x)
+    assert prof.steps == 5 and len(prof.report.to_dict()["steps"]) == 3
+
+
+def test_errors_say_what_to_do():
+    with pytest.raises(RuntimeError, match="nothing profiled yet"):
+        perfsleuth.profile().report
+    with pytest.raises(RuntimeError, match=r"prof.step\(\) outside"):
+        perfsleuth.profile().step()
+    with pytest.raises(TypeError):
+        perfsleuth.profile(actives=3)
+    with perfsleuth.profile(wait=5) as prof:
+        torch.randn(3).sum()
+    with pytest.raises(RuntimeError, match="no profiled step completed: 0 step"):
+        prof.report
+    with pytest.raises(RuntimeError, match="already been started"):
+        prof.start()
+
+
+def test_profile_is_a_lazy_attribute():
+    assert perfsleuth.profile is perfsleuth.profile_api.profile
+    assert isinstance(perfsleuth.profile(), Profile)

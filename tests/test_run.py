@@ -1,0 +1,237 @@
+"""`perfsleuth run`: real training scripts (fixtures/scripts/cpu) under torch.profiler on the CPU.
+
+Small windows (wait 1, warmup 1, active 3) keep each run to a few seconds. One run goes through a
+real subprocess (`python -m perfsleuth.cli run ...`); the rest use click's CliRunner in-process,
+which runs the same code without paying for a new interpreter and a torch import each time.
+"""
+
+import gzip
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from perfsleuth.cli import main
+from perfsleuth.run import (RunConfig, Target, default_out_dir, format_user_traceback, rank_info,
+                            run_script, trace_name)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
+SMALL = ["--wait", "1", "--warmup", "1", "--active", "3"]
+
+
+def cli(*args, env=None):
+    result = CliRunner().invoke(main, ["run", *args], env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def report_in(folder: Path) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+def rules(report: dict) -> set:
+    return {f["rule"] for f in report["findings"]}
+
+
+def test_dataloader_starved_script_through_the_real_cli(tmp_path):
+    """The user's command line, for real: a subprocess, the default output folder, the script stopped."""
+    proc = subprocess.run([sys.executable, "-m", "perfsleuth.cli", "run", *SMALL,
+                           str(SCRIPTS / "dataloader_starved.py"), "--steps", "30"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [folder] = (tmp_path / "perfsleuth-out").iterdir()
+    assert folder.name.startswith("dataloader_starved-")
+    assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json", "summary.md",
+                                                          "trace.pt.trace.json.gz"]
+    rep = report_in(folder)
+    assert rep["verdict"] == "dataloader-bound"
+    assert rep["summary"]["time_share"]["dataloader"] > 0.5  # 8 samples x 4 ms against a 64-wide MLP
+    assert rep["steps_source"] == "ProfilerStep"
+    assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert rep["trace"]["has_stacks"] is True and rep["trace"]["has_shapes"] is True
+    assert rep["trace"]["device_type"] == "cpu"
+    if rep["findings"]:  # the rule engine is in: the fix for this script is more workers
+        assert "num-workers" in rules(rep)
+    assert "verdict: DATALOADER-BOUND" in proc.stdout
+    assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
+    assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
+    assert "perfsleuth: stopped the script after step 5 (profiled 3 steps)" in proc.stderr
+    with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
+        assert json.load(f)["traceEvents"]
+
+
+def test_compute_bound_mlp_is_kernel_bound(tmp_path):
+    code, out, _ = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "compute_mlp.py"), "--steps", "20")
+    assert code == 0
+    rep = report_in(tmp_path / "o")
+    assert rep["verdict"] == "kernel-bound"
+    assert rep["summary"]["time_share"]["kernel"] > 0.6
+    assert "num-workers" not in rules(rep)
+    assert (tmp_path / "o" / "trace.pt.trace.json.gz").is_file()
+
+
+def test_loop_without_optimizer_gets_steps_from_the_dataloader(tmp_path):
+    code, _, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "eval_loop.py"), "--steps", "20")
+    assert code == 0, err
+    rep = report_in(tmp_path / "o")
+    assert len(rep["steps"]) == 3 and rep["steps_source"] == "ProfilerStep"
+    assert rep["verdict"] == "dataloader-bound"
+
+
+def test_full_runs_the_script_to_its_end_and_passes_arguments_through(tmp_path):
+    code, out, err = cli(*SMALL, "--full", "--no-stack", "-o", str(tmp_path / "o"),
+                         str(SCRIPTS / "compute_mlp.py"), "--steps", "8", "--hidden", "64", "--batch-size", "4")
+    assert code == 0, err
+    assert "done" in out.splitlines()  # the script's own last line: it ran all 8 batches
+    assert "stopped the script" not in err
+    rep = report_in(tmp_path / "o")
+    assert len(rep["steps"]) == 3 and rep["trace"]["has_stacks"] is False
+
+
+def test_exception_before_any_profiled_step(tmp_path):
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--fail-at", "0")
+    assert code == 1
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert 'fails.py", line 13, in <module>' in err and "ValueError: bad batch 0\n" in err
+    assert "perfsleuth/run.py" not in err and "runpy" not in err  # the user's frames only
+    assert ("perfsleuth: the script raised ValueError: bad batch 0 before any profiled step completed "
+            "(1 step(s) seen, profiling starts at step 3)\n") in err
+    assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
+
+
+def test_exception_after_the_window_still_reports(tmp_path):
+    code, out, err = cli(*SMALL, "--full", "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--fail-at", "8")
+    assert code == 1
+    assert "ValueError: bad batch 8" in err
+    assert "perfsleuth: the script raised ValueError: bad batch 8 after the profiled window" in err
+    assert "verdict:" in out and len(report_in(tmp_path / "o")["steps"]) == 3
+
+
+def test_exception_inside_the_window_keeps_what_was_recorded(tmp_path):
+    # batch 3 fails: steps 0 (start-up), 1 (batch 0) and 2 (batch 1, the first active one) completed
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--fail-at", "3")
+    assert code == 1
+    assert "during the profiled window (2 of 3 steps recorded)" in err
+    rep = report_in(tmp_path / "o")
+    assert "the run ended inside the active window: the last step may be cut short" in rep["warnings"]
+
+
+def test_ctrl_c_analyzes_what_was_collected_then_exits_130(tmp_path):
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--interrupt-at", "3")
+    assert code == 130
+    assert "perfsleuth: interrupted: the report covers the 2 profiled step(s) collected" in err
+    assert "verdict:" in out and (tmp_path / "o" / "report.json").is_file()
+
+
+def test_argparse_exits_pass_through(tmp_path):
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--help")
+    assert code == 0 and out.startswith("usage: fails.py [-h]") and err == ""
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"), "--steps", "x")
+    assert code == 2 and "fails.py: error: argument --steps: invalid int value: 'x'" in err
+    assert not (tmp_path / "o").exists()  # nothing written for a run that never started
+
+
+def test_missing_script_is_one_line_and_exit_2(tmp_path):
+    code, out, err = cli(str(tmp_path / "nope.py"), "--lr", "0.1")
+    assert code == 2 and out == ""
+    assert err == f"perfsleuth: error: {tmp_path / 'nope.py'}: no such script\n"
+    code, _, err = cli("-m", "no_such_pkg.train")
+    assert code == 2 and err == "perfsleuth: error: no module named 'no_such_pkg.train'\n"
+
+
+def test_script_without_steps_says_where_steps_come_from(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("print('hello')\n")
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(script))
+    assert code == 1 and out == "hello\n"
+    assert err.startswith("perfsleuth: no report: the script ended before any profiled step completed "
+                          "(0 step(s) seen, profiling starts at step 3). Steps come from optimizer.step()")
+
+
+def test_module_mode_sys_argv_and_sys_path(tmp_path, monkeypatch):
+    pkg = tmp_path / "proj" / "mypkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(textwrap.dedent("""
+        import sys, torch
+        print("argv", sys.argv[1:], sys.argv[0].endswith("train.py"), __name__)
+        model = torch.nn.Linear(4, 2); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(10):
+            opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step()
+    """))
+    monkeypatch.chdir(tmp_path / "proj")
+    code, out, err = cli(*SMALL, "-o", "out", "-m", "mypkg.train", "--lr", "0.1", "-o", "x")
+    assert code == 0, err
+    assert "argv ['--lr', '0.1', '-o', 'x'] True __main__" in out
+    rep = report_in(tmp_path / "proj" / "out")
+    assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+
+
+def test_existing_output_folder_needs_force(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "old.txt").write_text("x")
+    code, _, err = cli("-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"))
+    assert code == 2 and err == f"perfsleuth: error: {tmp_path / 'o'}: exists and is not empty; use --force to overwrite\n"
+
+
+def test_torchrun_ranks_write_their_own_trace_and_rank_0_reports(tmp_path):
+    args = [*SMALL, "--no-stack", "-o", str(tmp_path / "o"), str(SCRIPTS / "compute_mlp.py"), "--steps", "8",
+            "--hidden", "64", "--batch-size", "4"]
+    code, out, err = cli(*args, env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert code == 0 and out == "", err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["rank1.pt.trace.json.gz"]
+    code, out, err = cli(*args, env={"RANK": "0", "WORLD_SIZE": "2"})
+    assert code == 0 and "verdict:" in out
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz", "report.html", "report.json", "summary.md"]
+    assert report_in(tmp_path / "o")["trace"]["path"].endswith("rank0.pt.trace.json.gz")
+
+
+def test_dataloader_workers_are_shut_down_when_the_script_is_stopped(tmp_path):
+    target = Target(str(SCRIPTS / "few_workers.py"), ("--steps", "20", "--persistent", "--delay", "0.001"),
+                    path=SCRIPTS / "few_workers.py")
+    outcome = run_script(target, RunConfig(wait=1, warmup=1, active=3, with_stack=False), tmp_path / "o")
+    assert outcome.exit_code == 0 and outcome.profiled_steps == 3
+    assert outcome.report.verdict in ("dataloader-bound", "kernel-bound", "host-bound")
+    assert multiprocessing.active_children() == []  # persistent workers too
+    assert sys.argv[0] != str(target.path) and str(SCRIPTS) not in sys.path[:1]  # environment restored
+
+
+def test_helpers():
+    assert rank_info({"RANK": "3", "WORLD_SIZE": "8"}) == (3, 8)
+    assert rank_info({"RANK": "3"}) == (None, None) and rank_info({}) == (None, None)
+    assert trace_name(None) == "trace.pt.trace.json.gz" and trace_name(2) == "rank2.pt.trace.json.gz"
+    assert RunConfig().window == 8 and RunConfig(wait=0, warmup=0, active=1).window == 1
+
+
+def test_default_out_dir_is_unique(tmp_path, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    first = default_out_dir("train", root=tmp_path, now=0.0)
+    assert first.parent == tmp_path and first.name.startswith("train-19")
+    first.mkdir()
+    assert default_out_dir("train", root=tmp_path, now=0.0).name == first.name + "-2"
+
+
+def test_user_traceback_drops_perfsleuth_and_runpy_frames(tmp_path):
+    from perfsleuth import run
+
+    script = tmp_path / "boom.py"
+    script.write_text("def f():\n    raise KeyError('k')\n\nf()\n")
+    try:
+        run._execute(Target(str(script), path=script))
+    except KeyError as exc:
+        text = format_user_traceback(exc)
+    here = "\n".join(line for line in text.splitlines() if "test_run.py" not in line and "run._execute(" not in line)
+    assert here == (f'Traceback (most recent call last):\n  File "{script}", line 4, in <module>\n    f()\n'
+                    f'  File "{script}", line 2, in f\n    raise KeyError(\'k\')\nKeyError: \'k\'')
+
+
+def test_analyze_never_imports_torch():
+    code = "import sys, perfsleuth.cli, perfsleuth.run; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
