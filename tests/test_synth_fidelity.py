@@ -41,8 +41,6 @@ def traces() -> dict:
     return {name: fn() for name, fn in SCENARIOS.items()}
 
 
-
-
 @pytest.fixture(scope="session")
 def real(shared_traces) -> dict:
     """What the real traces contain: (ph, cat) pairs, arg keys per category, names, event key sets."""
