@@ -109,8 +109,14 @@ def main(verbose: int) -> None:
 @click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
               help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
                    "sync-bound, or rule slugs such as item-sync). See docs/ci.md.")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Extra rule file or folder of *.toml rules (repeatable). See docs/rules.md.")
+@click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
+              help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
+                   "[tool.perfsleuth] in ./pyproject.toml is read too).")
 @user_errors
-def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=()) -> None:
+def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(),
+            rule_paths=(), sets=()) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
@@ -121,14 +127,40 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     from .api import analyze_path
     from .gates import check_report, known_rule_slugs, parse_fail_on
 
-    gates = parse_fail_on(fail_on, known_rule_slugs() if fail_on else None)
-    result = analyze_path(path)
+    from .config import Config
+    from .engine import rule_settings
+
+    config = Config(**rule_settings(rule_paths, sets))
+    gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
+    result = analyze_path(path, config)
     emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
          force=force)
     exit_on_gate_failures(check_report(result.to_dict(), gates))
 
 
 # Further commands register here (rules, run, diff).
+
+
+@main.command("rules")
+@click.argument("slug", required=False)
+@click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (the generated part of docs/rules.md).")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Include this rule file or folder (repeatable).")
+@user_errors
+def rules_command(slug, markdown, rule_paths) -> None:
+    """List the rule catalog, or print one rule's docs.
+
+    \b
+    Examples:
+      perfsleuth rules
+      perfsleuth rules item-sync
+    """
+    from .engine import load_catalog, rule_settings
+    from .engine_docs import catalog_markdown, find_rule, listing, rule_markdown
+
+    rules = load_catalog(rule_settings(rule_paths)["rule_paths"])
+    click.echo(rule_markdown(find_rule(rules, slug)) if slug else catalog_markdown(rules) if markdown
+               else listing(rules))
 
 
 def exit_on_gate_failures(failures: list) -> None:

@@ -331,3 +331,15 @@ def project_settings(pyproject: Path) -> tuple[list, dict]:
         else:
             thresholds[key] = value
     return [str(pyproject.parent / r) for r in rules], thresholds
+
+
+def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject: Optional[Path] = None) -> dict:
+    """Config fields for the rule engine from `[tool.perfsleuth]` in `pyproject` (default
+    ./pyproject.toml when present), `--rules` paths and `--set` items (which win). The catalog is
+    loaded once here so that a bad rule file or threshold fails before any trace is read."""
+    pyproject = Path("pyproject.toml") if pyproject is None else pyproject
+    paths, thresholds = project_settings(pyproject) if pyproject.is_file() else ([], {})
+    paths += [str(p) for p in rule_paths]
+    thresholds.update(parse_sets(sets))
+    load_catalog(paths, thresholds)
+    return {"rule_paths": tuple(paths), "thresholds": thresholds}
