@@ -30,10 +30,11 @@ HOST_FACTS = {
                                             "(cudaMemcpy, or the next runtime call on the thread is a synchronize)"),
     "h2d_pinned_blocking_bytes_per_step": ("bytes/step", "bytes of those blocking pinned copies"),
     "h2d_pinned_blocking_us_per_step": ("us/step", "host time in those blocking copy calls and the synchronize after them"),
-    "sync_item_calls_per_step": ("count/step", "scalar reads from the device (aten::item / aten::_local_scalar_dense)"),
+    "sync_item_calls_per_step": ("count/step", "reads of device values on the host: aten::item / _local_scalar_dense, "
+                                 "plus blocking device-to-host copies outside them (.cpu(), .numpy(), .tolist())"),
     "sync_calls_per_step": ("count/step", "explicit synchronize runtime calls (cudaStreamSynchronize, ...)"),
-    "sync_dtoh_copies_per_step": ("count/step", "device-to-host copies (each blocks the host unless non_blocking)"),
-    "sync_item_us_per_step": ("us/step", "host time inside aten::item / _local_scalar_dense"),
+    "sync_dtoh_copies_per_step": ("count/step", "device-to-host copy calls (those inside aten::item included)"),
+    "sync_item_us_per_step": ("us/step", "host time inside those reads"),
     "sync_item_idle_us_per_step": ("us/step", "device idle time caused by scalar reads: inside them and in the "
                                    "drain after them until the next device work (an upper bound of the saving)"),
     "optimizer_name": ("text", "optimizer class from the Optimizer.step#NAME.step annotation ('' if none)"),
@@ -88,7 +89,7 @@ def copy_calls(ctx: Context) -> pd.DataFrame:
     rt = rt[iv.covers(ctx.windows, rt["ts"].to_numpy(np.int64))]
     dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)].drop_duplicates("corr")
     dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
-    out = rt[["ts", "end", "dur", "name", "corr", "next_name", "next_end"]].merge(dev, on="corr", how="inner")
+    out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_end"]].merge(dev, on="corr", how="inner")
     parsed = {n: parse_memcpy(n) for n in out["copy"].astype(str).unique()}
     for i, col in enumerate(("direction", "src", "dst")):
         out[col] = out["copy"].astype(str).map(lambda n, i=i: parsed[n][i])
@@ -121,26 +122,32 @@ def _copies(ctx: Context) -> dict:
 
 
 def _syncs(ctx: Context) -> tuple[dict, dict]:
+    """Reads of device values on the host: aten::item / _local_scalar_dense, plus blocking
+    device-to-host copies outside them (`.cpu()`, `.numpy()`, `.tolist()` of larger tensors)."""
     ev = ctx.ev
     ops = ev[ev["kind"].isin((CPU_OP, ANNOTATION))]
     item = ops[ops["name"].isin(("aten::item",))]
     lsd = ops[ops["name"].isin(("aten::_local_scalar_dense",))]
-    reads = lsd if len(lsd) >= len(item) else item
-    rt = ev[ev["kind"] == RUNTIME]
-    dtoh = ev[(ev["kind"] == MEMCPY) & name_mask(ev["name"], lambda n: n.startswith("Memcpy DtoH"))]
+    scalar = lsd if len(lsd) >= len(item) else item
     item_iv = span(pd.concat([item, lsd]))
+    copies = copy_calls(ctx)
+    dtoh = copies[copies["direction"].eq("DtoH")]
+    blocking = dtoh[dtoh["name"].astype(str).isin(BLOCKING_COPY_CALLS) | dtoh["next_name"].isin(SYNC_CALLS)
+                    | dtoh["dst"].eq("Pageable")]
+    tensor_reads = blocking[~iv.covers(item_iv, blocking["ts"].to_numpy(np.int64))]
+    reads = pd.concat([scalar[["ts", "pid", "tid"]], tensor_reads[["ts", "pid", "tid"]]], ignore_index=True)
+    read_iv = iv.union(item_iv, span(tensor_reads))
     idle_ns = 0
     if ctx.breakdown.has_device and "device_any" in ctx.breakdown.signals:
         busy = ctx.breakdown.signals["device_any"]
-        drain = iv.gaps_until_next(item_iv[1], busy, ctx.windows)
-        lost = iv.union(item_iv, drain)
-        lost = intersect(lost, ctx.windows)
+        lost = intersect(iv.union(read_iv, iv.gaps_until_next(read_iv[1], busy, ctx.windows)), ctx.windows)
         idle_ns = iv.total(lost) - overlap_ns(lost, busy)
+    rt = ev[ev["kind"] == RUNTIME]
     v = {
         "sync_item_calls_per_step": ctx.per_step(len(reads)),
         "sync_calls_per_step": ctx.per_step(int(rt["name"].isin(SYNC_CALLS).sum())),
         "sync_dtoh_copies_per_step": ctx.per_step(len(dtoh)),
-        "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(item_iv)),
+        "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(read_iv)),
         "sync_item_idle_us_per_step": ctx.per_step_us(max(idle_ns, 0)),
     }
     return v, {"sync_sites": sync_sites(ctx.trace, reads, ctx.n_steps)}
