@@ -304,11 +304,12 @@ def _axis(raw_max: float) -> tuple[float, list[float]]:
 
 
 def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
+    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9."""
     n = len(bars_src)
     if not n:
         return []
-    every = max(1, math.ceil(n / 8))
-    idx = sorted(set(range(0, n, every)) | {n - 1})
-    if len(idx) > 1 and idx[-1] - idx[-2] < every / 2:
-        idx.pop(-2)
-    return [(f"{_LEFT + (i + 0.5) * slot:.1f}", str(i * group + 1)) for i in idx]
+    steps = n * group
+    every = next(m for m in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
+                 if m * 8 >= steps or m == 10**6)
+    labels = [1] + [k for k in range(every, steps + 1, every) if k - 1 >= every / 2]
+    return [(f"{_LEFT + ((k - 1) // group + 0.5) * slot:.1f}", str(k)) for k in labels if (k - 1) // group < n]
