@@ -284,6 +284,7 @@ def test_names_follow_the_real_patterns(traces, real):
     assert gen["gpu_memcpy"] == {"Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)",
                                  "Memcpy DtoH (Device -> Pageable)"}
     assert gen["gpu_memcpy"] <= real["names"]["gpu_memcpy"]
+    assert gen["gpu_memset"] == {"Memset (Device)"} <= real["names"]["gpu_memset"]
     assert gen["cuda_runtime"] <= real["names"]["cuda_runtime"]
     assert gen["kernel"] - real["names"]["kernel"] <= K.MODELLED
     assert not K.MODELLED & real["names"]["kernel"]  # what we call modelled really is not in the traces
