@@ -50,28 +50,6 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = msgspec.field(default_factory=_Args)
 
 
-# --- lenient structs: any JSON value accepted, sanitised later --------------------------------------
-class _LaxArgs(msgspec.Struct, gc=False):
-    external_id: Any = msgspec.field(default=None, name="External id")
-    correlation: Any = None
-    bytes: Any = None
-    python_id: Any = msgspec.field(default=None, name="Python id")
-    python_parent_id: Any = msgspec.field(default=None, name="Python parent id")
-    input_type: Any = msgspec.field(default=None, name="Input type")
-    name: Any = None
-
-
-class _LaxEvent(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: Any = None  # dict or anything
-
-
 class Header(msgspec.Struct):
     """The top level of the document, with the event list left undecoded."""
 
@@ -86,7 +64,7 @@ class Header(msgspec.Struct):
 _HEADER = msgspec.json.Decoder(Header)
 _SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
 _STRICT = msgspec.json.Decoder(list[_Event])
-_LAX = msgspec.json.Decoder(list[_LaxEvent])
+_LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 
 
@@ -147,17 +125,30 @@ def _split(path: Path, raw: bytes) -> tuple[Header, list]:
         raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
 
 
-def chunks(path: Path, parts: list) -> Iterator[dict]:
-    """Column dicts, one per CHUNK events (all phases; the caller filters)."""
+def chunks(path: Path, parts: list, warnings: list) -> Iterator[dict]:
+    """Column dicts, one per CHUNK events (X events as columns, M events as tuples)."""
     for i in range(0, len(parts), CHUNK):
-        blob = b"[" + b",".join(parts[i:i + CHUNK]) + b"]"
-        try:
-            yield _strict_columns(_STRICT.decode(blob))
-        except (msgspec.ValidationError, OverflowError, TypeError, ValueError):  # not a sane trace
-            try:
-                yield _lax_columns(_LAX.decode(blob))
-            except msgspec.DecodeError as exc:
-                raise _json_error(path, exc) from None
+        yield _decode_chunk(path, b"[" + b",".join(parts[i:i + CHUNK]) + b"]", warnings)
+
+
+def _decode_chunk(path: Path, blob: bytes, warnings: list) -> dict:
+    try:
+        return _strict_columns(_STRICT.decode(blob))
+    except msgspec.ValidationError:
+        pass  # not a sane chunk: lenient decoding below
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise _json_error(path, exc) from None
+        msg = "invalid UTF-8 bytes in the trace were replaced with U+FFFD"
+        if msg not in warnings:
+            warnings.append(msg)
+        blob = blob.decode("utf-8", errors="replace").encode("utf-8")
+    except (OverflowError, TypeError, ValueError):
+        pass
+    try:
+        return _lax_columns(_LAX.decode(blob))
+    except msgspec.DecodeError as exc:
+        raise _json_error(path, exc) from None
 
 
 def _ints(values, n: int) -> np.ndarray:
@@ -220,33 +211,37 @@ def _lax_int(v) -> int:
 
 
 def _lax_float(v) -> float:
-    return float(v) if type(v) in (int, float) else float("nan")
+    return float(v) if type(v) in (int, float) and abs(v) < 1e300 else float("nan")
 
 
 def _lax_str(v) -> str:
     return v if isinstance(v, str) else "" if v is None else str(v)
 
 
-def _lax_columns(evs: list) -> dict:
-    meta = [(e.pid, e.tid, e.name, e.args.get("name") if isinstance(e.args, dict) else None)
-            for e in evs if e.ph == "M"]
-    xs = [e for e in evs if e.ph == "X"]
-    args = [e.args if isinstance(e.args, dict) else {} for e in xs]
+def _lax_columns(items: list) -> dict:
+    """Sanitise value by value: anything that is not an event object is skipped."""
+    evs = [e for e in items if isinstance(e, dict)]
+    meta = [(e.get("pid"), e.get("tid"), e.get("name"),
+             e["args"].get("name") if isinstance(e.get("args"), dict) else None)
+            for e in evs if e.get("ph") == "M"]
+    xs = [e for e in evs if e.get("ph") == "X"]
+    args = [e["args"] if isinstance(e.get("args"), dict) else {} for e in xs]
 
     def arg(key):
         return np.array([_lax_int(a.get(key)) for a in args], dtype=np.int64)
 
-    pid = [e.pid for e in xs]
+    pid = [e.get("pid") for e in xs]
     return {
-        "cat": [_lax_str(e.cat) for e in xs],
-        "name": [_lax_str(e.name) for e in xs],
+        "cat": [_lax_str(e.get("cat")) for e in xs],
+        "name": [_lax_str(e.get("name")) for e in xs],
         "pid": np.array([_lax_int(p) for p in pid], dtype=np.int64),
-        "tid": np.array([_lax_int(e.tid) for e in xs], dtype=np.int64),
+        "tid": np.array([_lax_int(e.get("tid")) for e in xs], dtype=np.int64),
         "string_pid": np.array([isinstance(p, str) for p in pid], dtype=bool),
-        "ts": np.array([_lax_float(e.ts) for e in xs], dtype=np.float64),
-        "dur": np.array([_lax_float(e.dur) for e in xs], dtype=np.float64),
+        "ts": np.array([_lax_float(e.get("ts")) for e in xs], dtype=np.float64),
+        "dur": np.array([_lax_float(e.get("dur")) for e in xs], dtype=np.float64),
         "corr": arg("correlation"), "ext": arg("External id"), "bytes": arg("bytes"),
         "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
         "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
         "meta": meta,
+        "skipped": len(items) - len(evs),
     }

@@ -115,14 +115,19 @@ def load_trace(path: Union[str, os.PathLike]) -> Trace:
     header, parts = kineto.split_document(path, kineto.read_bytes(path), warnings)
     trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=len(parts), warnings=warnings)
     _read_header(trace, header)
-    frames = [_chunk_frame(c, trace) for c in kineto.chunks(path, parts)]
+    frames = [_chunk_frame(c, trace) for c in kineto.chunks(path, parts, warnings)]
     del parts
     trace.events = _assemble(frames, trace)
     if trace.events.empty:
+        if any("not event objects" in w for w in trace.warnings):
+            raise TraceError(path, "not a PyTorch profiler trace (traceEvents holds no event objects)")
         raise TraceError(path, "the trace has no complete events to analyze")
     trace.has_stacks = bool((trace.events["kind"] == PYTHON).any())
     trace.has_shapes = bool((trace.events["in_type"].cat.codes > 0).any())
     trace.device_type = _device_type(trace, header)
+    if trace.devices and trace.device_type == "cpu":
+        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
+                              "(was the profiler's CUDA activity enabled?)")
     return trace
 
 
@@ -174,6 +179,8 @@ def _kinds(cats: list) -> np.ndarray:
 
 def _chunk_frame(c: dict, trace: Trace) -> pd.DataFrame:
     """Complete ("X") events of one chunk, times still in float µs; metadata goes to the Trace."""
+    if c.get("skipped"):
+        trace.warnings.append(f"{c['skipped']} entries of traceEvents that are not event objects were ignored")
     for pid, tid, name, value in c["meta"]:
         if name == "thread_name" and isinstance(value, str):
             trace.thread_names[(pid, tid)] = value
@@ -223,10 +230,10 @@ def _normalise_times(df: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     ts_ns = np.rint((df["ts"].to_numpy() - t0) * 1000.0)
     dur_ns = np.rint(np.where(np.isfinite(df["dur"].to_numpy()) & (df["dur"].to_numpy() > 0),
                               df["dur"].to_numpy(), 0.0) * 1000.0)
-    huge = (ts_ns > 9e18) | (dur_ns > 9e18)
+    huge = (np.abs(ts_ns) > 9e18) | (dur_ns > 9e18)
     if huge.any():
         warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped")
-    df = df.assign(ts=ts_ns.astype(np.int64), dur=dur_ns.astype(np.int64))[~huge]
+    df = df[~huge].assign(ts=ts_ns[~huge].astype(np.int64), dur=dur_ns[~huge].astype(np.int64))
     df["end"] = df["ts"] + df["dur"]
     dup = df.duplicated(subset=["ts", "dur", "kind", "name", "pid", "tid", "corr", "ext"])
     if dup.any():
