@@ -15,7 +15,7 @@ from perfsleuth.outputs import write_outputs
 from report_factory import make_hostile_report, make_report
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1280,900"]
+                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900"]
 
 
 def chromium(javascript: bool = True) -> webdriver.Chrome:
