@@ -309,3 +309,21 @@ def test_committed_trace_equals_the_generator(traces, name):
     assert path.stat().st_size < 300 * 1024
     assert json.loads(gzip.open(path).read()) == traces[name], (
         f"{path} is stale: regenerate with `python -m fixtures.synth fixtures/traces/gpu`")
+
+
+def test_cases_toml_lists_every_gpu_scenario():
+    import tomllib
+
+    cases = tomllib.loads((ROOT / "fixtures" / "cases.toml").read_text())["case"]
+    gpu = {c["name"]: c for c in cases if c["trace"].startswith("fixtures/traces/gpu/")}
+    assert set(gpu) == set(SCENARIOS)
+    verdicts = {n: c["expected_verdict"] for n, c in gpu.items()}
+    assert verdicts == {"sync_bound": "sync-bound", "transfer_bound": "transfer-bound",
+                        "dataloader_bound": "dataloader-bound", "kernel_bound_fp32": "kernel-bound",
+                        "kernel_bound_bf16": "kernel-bound", "host_bound": "host-bound",
+                        "communication_bound": "communication-bound"}
+    for name, case in gpu.items():
+        assert case["trace"] == f"fixtures/traces/gpu/{name}.json.gz" and (ROOT / case["trace"]).is_file()
+        assert not set(case["must_fire"]) & set(case["must_not_fire"])
+    assert gpu["sync_bound"]["source_line"] == S.SYNC_SOURCE_LINE
+    assert "amp" in gpu["kernel_bound_fp32"]["must_fire"] and "amp" in gpu["kernel_bound_bf16"]["must_not_fire"]
