@@ -6,7 +6,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Optional, Union
 
 from .attribution import attribute
 from .config import Config
@@ -58,25 +59,45 @@ class ReportSet:
                 "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
 
 
-def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None) -> Report:
-    return analyze_trace(load_trace(path), config)
+def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> Report:
+    return analyze_trace(load_trace(path, progress), config)
 
 
-def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None) -> Union[Report, ReportSet]:
-    """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report)."""
+def _analyze_member(path: Path, config: Optional[Config]):
+    """One file of a directory, in a worker process: a slim Report, or the problem."""
+    try:
+        return analyze_file(path, config).slim(), None
+    except TraceError as exc:
+        return None, exc.problem
+
+
+def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 jobs: Optional[int] = None) -> Union[Report, ReportSet]:
+    """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
+
+    The files of a directory (one per rank/worker) are analysed in parallel, `jobs` processes at most
+    (default: the CPU count)."""
     p = Path(path)
     if not p.is_dir():
-        return analyze_file(p, config)
+        return analyze_file(p, config, progress)
     files = find_trace_files(p)
     if not files:
         raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
+    jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
+    if jobs == 1:
+        results = [_analyze_member(f, config) for f in files]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_analyze_member, files, [config] * len(files)))
     result = ReportSet(path=str(p))
-    for f in files:
-        try:
-            result.reports.append(analyze_file(f, config))
-        except TraceError as exc:
-            log.warning("skipping %s", exc)
-            result.skipped.append((str(f), exc.problem))
+    for f, (report, problem) in zip(files, results):
+        if report is None:
+            log.warning("skipping %s: %s", f, problem)
+            result.skipped.append((str(f), problem))
+        else:
+            result.reports.append(report)
     if not result.reports:
         first = result.skipped[0]
         raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")

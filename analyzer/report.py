@@ -38,6 +38,13 @@ class Report:
     top_ops: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
 
+    def slim(self) -> "Report":
+        """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
+        between processes."""
+        self.trace.events = self.trace.events.iloc[:0]
+        self.breakdown.signals = {}
+        return self
+
     @property
     def warnings(self) -> list:
         return list(self.trace.warnings) + list(self.steps.warnings)
@@ -66,7 +73,7 @@ class Report:
             "tool": {"name": "perfsleuth", "version": __version__},
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
                       "compute_capability": caps[0] if caps else None, "rank": t.rank,
-                      "world_size": t.world_size, "events": int(len(t.events)),
+                      "world_size": t.world_size, "events": int(t.event_count),
                       "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
             "steps_source": self.steps.source,
             "steps": [

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -78,7 +78,8 @@ class Trace:
     path: str
     events: pd.DataFrame
     t0_us: float = 0.0
-    raw_event_count: int = 0
+    raw_event_count: int = 0  # entries of traceEvents, all phases
+    event_count: int = 0  # complete events analysed (kept when `events` is dropped after analysis)
     devices: list = field(default_factory=list)
     device_type: str = "cpu"  # cuda | rocm | cpu | other
     rank: Optional[int] = None
@@ -104,8 +105,10 @@ def find_trace_files(path: Path) -> list[Path]:
     return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
 
 
-def load_trace(path: Union[str, os.PathLike]) -> Trace:
-    """Parse one trace file (.json or .json.gz; gzip is detected by content)."""
+def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None) -> Trace:
+    """Parse one trace file (.json or .json.gz; gzip is detected by content).
+
+    `progress(done, total)` is called after each chunk of events (for a progress bar)."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
@@ -115,13 +118,18 @@ def load_trace(path: Union[str, os.PathLike]) -> Trace:
     header, parts = kineto.split_document(path, kineto.read_bytes(path), warnings)
     trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=len(parts), warnings=warnings)
     _read_header(trace, header)
-    frames = [_chunk_frame(c, trace) for c in kineto.chunks(path, parts, warnings)]
+    frames = []
+    for c in kineto.chunks(path, parts, warnings):
+        frames.append(_chunk_frame(c, trace))
+        if progress is not None:
+            progress(min(len(frames) * kineto.CHUNK, len(parts)), len(parts))
     del parts
     trace.events = _assemble(frames, trace)
     if trace.events.empty:
         if any("not event objects" in w for w in trace.warnings):
             raise TraceError(path, "not a PyTorch profiler trace (traceEvents holds no event objects)")
         raise TraceError(path, "the trace has no complete events to analyze")
+    trace.event_count = len(trace.events)
     trace.has_stacks = bool((trace.events["kind"] == PYTHON).any())
     trace.has_shapes = bool((trace.events["in_type"].cat.codes > 0).any())
     trace.device_type = _device_type(trace, header)
