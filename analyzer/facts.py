@@ -74,9 +74,10 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
 
 
 def _device_vendor(trace: Trace) -> str:
-    if trace.device_type == "rocm":
+    names = " ".join(d.name.lower() for d in trace.devices)
+    if trace.device_type == "rocm" or any(w in names for w in ("amd", "instinct", "radeon")):
         return "amd"
-    if trace.device_type == "cuda":
+    if trace.device_type == "cuda" or any(w in names for w in ("nvidia", "tesla")):
         return "nvidia"
     return "unknown"
 

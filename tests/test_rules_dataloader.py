@@ -1,0 +1,67 @@
+"""num-workers and dataloader-slow: fire just above min_share, stay silent just below."""
+
+import pytest
+
+from tracebuilder_rules import MULTI_LOADER, SINGLE_LOADER, RuleTraceBuilder, analyze, fired
+
+
+def loader_trace(wait_us: float, loader: str = SINGLE_LOADER, steps: int = 2) -> RuleTraceBuilder:
+    """Steps of 1000 µs: the loader blocks `wait_us` with the device idle, then one kernel fills the rest."""
+    tb = RuleTraceBuilder()
+    for i in range(steps):
+        t0 = i * 1000
+        tb.step(i + 1, t0, 1000)
+        tb.annotation(loader, t0, wait_us)
+        tb.launch("k", host=(t0 + wait_us, 5), device=(t0 + wait_us + 10, 990 - wait_us))
+    return tb
+
+
+@pytest.mark.parametrize("wait_us, fires", [(51, True), (49, False)])
+def test_num_workers_threshold(tmp_path, wait_us, fires):
+    report, facts = analyze(loader_trace(wait_us), tmp_path)
+    assert facts["dataloader_share"] == wait_us / 1000
+    assert facts["dataloader_us_per_step"] == wait_us
+    assert facts["dataloader_single_process"] is True and facts["dataloader_multi_process"] is False
+    assert facts["dataloader_calls_per_step"] == 1.0
+    assert ("num-workers" in fired(report)) is fires
+    assert "dataloader-slow" not in fired(report)
+
+
+def test_num_workers_finding(tmp_path):
+    f = fired(analyze(loader_trace(51), tmp_path)[0])["num-workers"]
+    assert f["severity"] == "medium"
+    assert f["category"] == "dataloader"
+    assert f["estimated_saving_us"] == 51.0
+    assert f["estimated_speedup"] == round(1000 / 949, 3)
+    assert f["evidence"] == {"dataloader_share": 0.051, "dataloader_us_per_step": 51.0,
+                             "dataloader_calls_per_step": 1.0, "step_us": 1000.0}
+    assert "min(8, os.cpu_count())" in f["fix"] and "persistent_workers=True" in f["fix"]
+    assert "prefetch_factor" in f["fix"] and "```python" in f["fix"]
+    assert f["message"].startswith("The device waits 51 µs per step (5.1% of step time) while the training process")
+    assert f["locations"] == []
+
+
+def test_num_workers_high_severity_from_high_share(tmp_path):
+    assert fired(analyze(loader_trace(200), tmp_path)[0])["num-workers"]["severity"] == "high"
+    assert fired(analyze(loader_trace(199), tmp_path, name="b.json")[0])["num-workers"]["severity"] == "medium"
+
+
+@pytest.mark.parametrize("wait_us, fires", [(51, True), (49, False)])
+def test_dataloader_slow_for_multiprocess_loaders(tmp_path, wait_us, fires):
+    report, facts = analyze(loader_trace(wait_us, MULTI_LOADER), tmp_path)
+    assert facts["dataloader_multi_process"] is True and facts["dataloader_single_process"] is False
+    assert ("dataloader-slow" in fired(report)) is fires
+    assert "num-workers" not in fired(report)
+    if fires:
+        f = fired(report)["dataloader-slow"]
+        assert "_MultiProcessingDataLoaderIter" in f["message"]
+        assert "prefetch_factor=4" in f["fix"]
+
+
+def test_no_loader_no_finding(tmp_path):
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("k", host=(0, 5), device=(10, 990))
+    report, facts = analyze(tb, tmp_path)
+    assert facts["dataloader_share"] == 0.0 and facts["dataloader_calls_per_step"] == 0.0
+    assert report["findings"] == []

@@ -1,0 +1,86 @@
+"""item-sync: device idle time caused by host reads, thresholds, source lines from python stacks, CPU-only."""
+
+import pytest
+
+from tracebuilder_rules import DTOH, RuleTraceBuilder, analyze, fired
+
+
+def item_trace(gap_us: float, device: bool = True, stacks: str = "builtin", steps: int = 2,
+               tensor_read: bool = False) -> RuleTraceBuilder:
+    """1000 µs steps: kernel k1 busy [10, 420); `.item()` blocks the host [20, 420) waiting for it;
+    the next kernel only starts `gap_us` after the read returns (the drain)."""
+    tb = RuleTraceBuilder(device=device)
+    for i in range(steps):
+        t0 = i * 1000
+        tb.step(i + 1, t0, 1000)
+        if stacks:
+            top = tb.py("train.py(57): train_step", t0 + 15, 420)
+            if stacks == "builtin":
+                mid = tb.py("torch/_tensor.py(41): wrapped", t0 + 18, 405, parent=top)
+                tb.py("<built-in method item of Tensor object at 0x7f3a>", t0 + 19, 402, parent=mid)
+            else:  # only a finished sibling frame before the read: climb to its enclosing parent
+                tb.py("train.py(50): log_metrics", t0 + 16, 1, parent=top)
+        if device:
+            tb.launch("k1", host=(t0, 5), device=(t0 + 10, 410))
+        tb.op("aten::item", t0 + 20, 400)
+        tb.op("aten::_local_scalar_dense", t0 + 21, 398)
+        if device:
+            tb.launch("k2", host=(t0 + 421, 2), device=(t0 + 420 + gap_us, 100))
+            if tensor_read:
+                tb.copy(DTOH, host=(t0 + 700, 30), device=(t0 + 705, 20), nbytes=4096)
+    return tb
+
+
+@pytest.mark.parametrize("gap_us, fires", [(3, True), (1, False)])
+def test_item_sync_min_share(tmp_path, gap_us, fires):
+    report, facts = analyze(item_trace(gap_us), tmp_path)
+    assert facts["sync_item_calls_per_step"] == 1.0
+    assert facts["sync_item_us_per_step"] == 400.0
+    assert facts["sync_item_idle_us_per_step"] == gap_us
+    assert ("item-sync" in fired(report)) is fires
+
+
+@pytest.mark.parametrize("gap_us, severity", [(19, "low"), (20, "medium"), (99, "medium"), (100, "high")])
+def test_item_sync_severity(tmp_path, gap_us, severity):
+    f = fired(analyze(item_trace(gap_us), tmp_path)[0])["item-sync"]
+    assert f["severity"] == severity
+    assert f["estimated_saving_us"] == gap_us
+
+
+def test_item_sync_finding_has_source_lines(tmp_path):
+    report, facts = analyze(item_trace(50), tmp_path)
+    assert facts.tables["sync_sites"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 2,
+                                           "count_per_step": 1.0}]
+    f = fired(report)["item-sync"]
+    assert f["locations"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 2}]
+    assert "`train.py:57` in `train_step`" in f["message"]
+    assert 'torch.cuda.set_sync_debug_mode("warn")' in f["fix"]
+    assert "loss.detach()" in f["fix"]
+    assert f["category"] == "sync"
+
+
+def test_source_line_from_the_enclosing_frame_without_a_builtin_event(tmp_path):
+    _, facts = analyze(item_trace(50, stacks="enclosing"), tmp_path)
+    assert [(s["file"], s["line"], s["function"]) for s in facts.tables["sync_sites"]] == [
+        ("train.py", 57, "train_step")]
+
+
+def test_without_stacks_the_message_says_how_to_get_them(tmp_path):
+    f = fired(analyze(item_trace(50, stacks=""), tmp_path)[0])["item-sync"]
+    assert f["locations"] == []
+    assert "with_stack=True" in f["message"]
+
+
+def test_blocking_device_to_host_copies_count_as_reads(tmp_path):
+    report, facts = analyze(item_trace(50, tensor_read=True), tmp_path)
+    assert facts["sync_item_calls_per_step"] == 2.0  # .item() and a .cpu() outside it
+    assert facts["sync_dtoh_copies_per_step"] == 1.0
+    assert facts["sync_item_us_per_step"] == 430.0  # [20, 420) and the copy call [700, 730)
+
+
+def test_cpu_only_trace_never_fires(tmp_path):
+    report, facts = analyze(item_trace(50, device=False), tmp_path)
+    assert facts["device_is_gpu"] is False
+    assert facts["sync_item_calls_per_step"] == 1.0
+    assert facts["sync_item_idle_us_per_step"] == 0.0
+    assert "item-sync" not in fired(report)

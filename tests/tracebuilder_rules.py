@@ -1,0 +1,78 @@
+"""Hand-built traces for the rule tests: `tracebuilder.TraceBuilder` plus what rules look at
+(python stacks, cpu ops with input types that launch kernels, memsets, compute capability).
+
+Times are microseconds. `analyze(tb, tmp_path)` returns (report dict, facts) for one built trace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from perfsleuth.api import analyze_file
+from perfsleuth.config import Config
+from perfsleuth.facts import compute_facts
+from tracebuilder import DEVICE_PID, HOST_PID, HOST_TID, STREAM, TraceBuilder
+
+PAGEABLE_HTOD = "Memcpy HtoD (Pageable -> Device)"
+PINNED_HTOD = "Memcpy HtoD (Pinned -> Device)"
+DTOH = "Memcpy DtoH (Device -> Pageable)"
+SINGLE_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+MULTI_LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+class RuleTraceBuilder(TraceBuilder):
+    def __init__(self, device: bool = True, compute: Optional[tuple] = (8, 0), name: str = "NVIDIA A100-SXM4-80GB",
+                 **kw):
+        super().__init__(device=device, **kw)
+        self.compute, self.device_name = compute, name
+        self._py = 1000
+
+    def build(self) -> dict:
+        doc = super().build()
+        if self.device:
+            if self.compute is None:
+                doc["deviceProperties"] = []
+            else:
+                doc["deviceProperties"][0].update(name=self.device_name, computeMajor=self.compute[0],
+                                                  computeMinor=self.compute[1])
+        return doc
+
+    def py(self, name: str, ts: float, dur: float, parent: Optional[int] = None) -> int:
+        """A python_function event; returns its Python id for children."""
+        self._py += 1
+        args = {"Python id": self._py, "Python thread": 0}
+        if parent is not None:
+            args["Python parent id"] = parent
+        self._x("python_function", name, ts, dur, **args)
+        return self._py
+
+    def typed_launch(self, op: str, in_type: list, kernel: str, host: tuple, device: tuple):
+        """A cpu_op with `Input type` whose runtime call (same External id) launches `kernel`."""
+        ev = self.op(op, host[0], host[1], **{"Input type": in_type})
+        corr = self._next_corr()
+        self._x("cuda_runtime", "cudaLaunchKernel", host[0] + 1, max(host[1] - 2, 1),
+                **{"External id": ev["args"]["External id"], "correlation": corr, "cbid": 211})
+        return self.kernel(kernel, device[0], device[1], corr=corr)
+
+    def memset(self, ts: float, dur: float, host: tuple):
+        corr = self._next_corr()
+        self.runtime("cudaMemsetAsync", host[0], host[1], corr=corr)
+        return self._x("gpu_memset", "Memset (Device)", ts, dur, pid=DEVICE_PID, tid=STREAM, device=0,
+                       stream=STREAM, correlation=corr, bytes=1024)
+
+
+def analyze(tb: TraceBuilder, tmp_path: Path, config: Optional[Config] = None, name: str = "t.json.gz"):
+    """(report dict, Facts) for the built trace."""
+    report = analyze_file(tb.write(tmp_path / name), config)
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    return report.to_dict(), facts
+
+
+def fired(report: dict) -> dict:
+    """slug -> finding for every finding in the report."""
+    return {f["rule"]: f for f in report["findings"]}
+
+
+__all__ = ["RuleTraceBuilder", "analyze", "fired", "HOST_PID", "HOST_TID", "PAGEABLE_HTOD", "PINNED_HTOD", "DTOH",
+           "SINGLE_LOADER", "MULTI_LOADER"]
