@@ -114,13 +114,11 @@ class ProfileSession:
         return self
 
     def step(self, source: str, optimizer: Any = None) -> None:
-        if not self._counts(source, optimizer):
+        if not self._counts(source, optimizer) or (self._prof is None and not self.window_done):
             return
+        if self.window_done and self.raise_on_complete:
+            raise _WindowComplete()  # again: the script swallowed the first one
         if self.window_done:
-            if self.raise_on_complete:
-                raise _WindowComplete()
-            return
-        if self._prof is None:
             return
         self.steps += 1
         self._prof.step()
@@ -131,11 +129,9 @@ class ProfileSession:
 
     def _counts(self, source: str, optimizer: Any) -> bool:
         """Does a boundary from `source` count? (precedence: manual > optimizer > dataloader)"""
-        if source == "manual":
+        if source == "manual" or self.source == "manual":
             self.source = "manual"
-            return True
-        if self.source == "manual":
-            return False
+            return source == "manual"
         if source == "optimizer":
             tracked = self._optimizer() if self._optimizer is not None else None
             if tracked is None:
@@ -226,9 +222,6 @@ class RunOutcome:
     rank: Optional[int] = None
     warnings: list = field(default_factory=list)
 
-    @property
-    def trace_exists(self) -> bool:
-        return self.trace_path.is_file()
 
 
 def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
@@ -318,7 +311,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
             ended, outcome.user_traceback = "raised", format_user_traceback(exc)
-            outcome.message = f"the script raised {type(exc).__name__}: {_first_line(exc)}"
+            outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
             session.finish()
             session.shutdown_workers()
@@ -330,8 +323,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
 
 def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -> None:
     """Exit code, the one-line message, and the report when there is something to analyze."""
-    have = o.profiled_steps > 0 and o.trace_exists
-    where = f"; partial trace kept: {o.trace_path}" if o.trace_exists else ""
+    have = o.profiled_steps > 0 and o.trace_path.is_file()
+    where = f"; partial trace kept: {o.trace_path}" if o.trace_path.is_file() else ""
     seen = f"{o.steps} step(s) seen, profiling starts at step {config.wait + config.warmup + 1}"
     if ended == "raised":
         o.exit_code = EXIT_FAILED
@@ -350,16 +343,13 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
         o.message = (f"no report: the script ended before any profiled step completed ({seen}). Steps come "
                      f"from optimizer.step() or DataLoader iterations; lower --wait/--warmup, or use "
                      f"perfsleuth.profile() and prof.step()")
-    elif ended == "finished" and not window_done:
-        o.warnings.append(f"the script ended after {o.steps} steps: the report covers {o.profiled_steps} of "
-                          f"the {config.active} active steps")
     elif ended == "stopped":
-        o.message = (f"stopped the script after step {o.steps} (profiled {o.profiled_steps} steps); "
-                     f"--full runs it to the end")
+        o.message = f"stopped the script after step {o.steps} (profiled {o.profiled_steps}); --full runs it to the end"
+    if not window_done:
+        o.warnings.append(f"the run ended inside the active window ({o.profiled_steps} of {config.active} steps): "
+                          f"the last step is partial")
     if have and o.rank in (None, 0):
-        o.report = analyze(o.trace_path, o.warnings + ([] if window_done or ended == "finished" else
-                                                       ["the run ended inside the active window: the "
-                                                        "last step may be cut short"]))
+        o.report = analyze(o.trace_path, o.warnings)
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):
@@ -419,7 +409,3 @@ def _ours(filename: str) -> bool:
     name = os.path.abspath(filename) if not filename.startswith("<") else filename
     return name in (_HERE, _RUNPY) or filename == "<frozen runpy>"
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "(no message)"

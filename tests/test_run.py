@@ -60,7 +60,7 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     assert "verdict: DATALOADER-BOUND" in proc.stdout
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
-    assert "perfsleuth: stopped the script after step 5 (profiled 3 steps)" in proc.stderr
+    assert "perfsleuth: stopped the script after step 5 (profiled 3); --full runs it to the end" in proc.stderr
     with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
         assert json.load(f)["traceEvents"]
 
@@ -118,7 +118,7 @@ def test_exception_inside_the_window_keeps_what_was_recorded(tmp_path):
     assert code == 1
     assert "during the profiled window (2 of 3 steps recorded)" in err
     rep = report_in(tmp_path / "o")
-    assert "the run ended inside the active window: the last step may be cut short" in rep["warnings"]
+    assert "the run ended inside the active window (2 of 3 steps): the last step is partial" in rep["warnings"]
 
 
 def test_ctrl_c_analyzes_what_was_collected_then_exits_130(tmp_path):
@@ -176,7 +176,8 @@ def test_existing_output_folder_needs_force(tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "old.txt").write_text("x")
     code, _, err = cli("-o", str(tmp_path / "o"), str(SCRIPTS / "fails.py"))
-    assert code == 2 and err == f"perfsleuth: error: {tmp_path / 'o'}: exists and is not empty; use --force to overwrite\n"
+    assert code == 2
+    assert err == f"perfsleuth: error: {tmp_path / 'o'}: exists and is not empty; use --force to overwrite\n"
 
 
 def test_torchrun_ranks_write_their_own_trace_and_rank_0_reports(tmp_path):
@@ -195,11 +196,12 @@ def test_torchrun_ranks_write_their_own_trace_and_rank_0_reports(tmp_path):
 def test_dataloader_workers_are_shut_down_when_the_script_is_stopped(tmp_path):
     target = Target(str(SCRIPTS / "few_workers.py"), ("--steps", "20", "--persistent", "--delay", "0.001"),
                     path=SCRIPTS / "few_workers.py")
+    argv, path = list(sys.argv), list(sys.path)
     outcome = run_script(target, RunConfig(wait=1, warmup=1, active=3, with_stack=False), tmp_path / "o")
     assert outcome.exit_code == 0 and outcome.profiled_steps == 3
     assert outcome.report.verdict in ("dataloader-bound", "kernel-bound", "host-bound")
     assert multiprocessing.active_children() == []  # persistent workers too
-    assert sys.argv[0] != str(target.path) and str(SCRIPTS) not in sys.path[:1]  # environment restored
+    assert sys.argv == argv and sys.path == path  # the script's sys.argv and sys.path[0] are undone
 
 
 def test_helpers():
