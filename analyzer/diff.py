@@ -84,11 +84,11 @@ def _read_report_json(p: Path) -> Optional[dict]:
                          "report with one report")
     if schema != SCHEMA:
         raise UsageError(f"{p}: schema {schema!r} is not {SCHEMA!r}")
-    check_report(data, p)
+    validate_report(data, p)
     return data
 
 
-def check_report(report: dict, where: object = "report") -> None:
+def validate_report(report: dict, where: object = "report") -> None:
     """The keys diff reads: steps with numeric durations, a verdict. Raises TraceError."""
     steps = report.get("steps")
     if not isinstance(steps, list) or not steps:
@@ -119,8 +119,8 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
     list is taken as complete only when it is shorter than Config.top_n.
     """
     config = config or DiffConfig()
-    check_report(base, "base report")
-    check_report(head, "head report")
+    validate_report(base, "base report")
+    validate_report(head, "head report")
     step = step_change(_durations(base), _durations(head), config)
     kernels = _named_changes(base, head, "top_kernels", config, full_lists)
     ops = _named_changes(base, head, "top_ops", config, full_lists)

@@ -268,6 +268,18 @@ def test_real_pair_numbers(real_diff):
     assert (transfer["base_share"], transfer["head_share"], transfer["call"]) == (0.0416, 0.1295, "regression")
 
 
+def test_real_pair_findings_match_each_analysis(real_diff, shared_traces):
+    from perfsleuth.api import analyze_path
+
+    base, head = ({f["rule"] for f in analyze_path(shared_traces / name).to_dict()["findings"]}
+                  for name in (CONTROL, TEST))
+    f = real_diff["findings"]
+    assert {x["rule"] for x in f["appeared"]} == head - base
+    assert {x["rule"] for x in f["gone"]} == base - head
+    assert {x["rule"] for x in f["kept"]} == base & head
+    assert base != head  # the pair differs in findings too
+
+
 def test_real_pair_cli(shared_traces, tmp_path):
     md, js = tmp_path / "diff.md", tmp_path / "diff.json"
     r = CliRunner().invoke(main, ["diff", str(shared_traces / CONTROL), str(shared_traces / TEST),
