@@ -1,0 +1,114 @@
+"""The rule catalog on the real traces in ../shared/traces: which rules fire, with which severity,
+and the facts behind them."""
+
+import functools
+
+import pytest
+
+from perfsleuth.api import analyze_file
+from perfsleuth.facts import compute_facts
+
+EXPECTED = {
+    "a100_alexnet_small.json.gz": {"pin-memory": "low"},
+    "a100_cuda_event_sync.json.gz": {"item-sync": "medium"},
+    "a100_nccl_2ranks.json.gz": {"cuda-graphs": "high", "amp": "medium", "channels-last": "low"},
+    "a100_rank0_of16_nccl.json.gz": {"item-sync": "high", "exposed-communication": "medium", "step-outliers": "low",
+                                     "amp": "medium", "pin-memory": "low"},
+    "a100_trace_diff_control.json.gz": {"exposed-communication": "medium", "amp": "medium", "item-sync": "low"},
+    "a100_triton_example.json.gz": {},
+    "b200_eager_inference.json.gz": {"cuda-graphs": "high", "item-sync": "low", "pin-memory": "low"},
+    "cpu_only_tiny.pt.trace.json.gz": {"exposed-communication": "high"},
+    "cpu_rank_non_gpu.json.gz": {},
+    "h100_qwen0.5b_inference.json.gz": {"item-sync": "low"},
+    "mi250_rocm_minitoy.json.gz": {},
+    "mi300_resnet_act_checkpoint.json.gz": {"exposed-communication": "high", "step-outliers": "low",
+                                            "channels-last": "medium"},
+    "sampled_rank0_of128.json.gz": {"exposed-communication": "medium", "pin-memory": "low"},
+    "v100_df_index_resolver.json.gz": {"cuda-graphs": "medium", "exposed-communication": "medium", "amp": "medium",
+                                       "zero-grad": "medium", "fused-optimizer": "medium"},
+    "v100_ns_resolution.pt.trace.json.gz": {"amp": "high", "cudnn-benchmark": "low"},
+    "v100_trace_diff_test.json.gz": {"amp": "medium", "item-sync": "low"},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _analyzed(path):
+    report = analyze_file(path)
+    return report.to_dict(), compute_facts(report.trace, report.steps, report.breakdown)
+
+
+@pytest.fixture
+def real(shared_traces):
+    return lambda name: _analyzed(str(shared_traces / name))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_rules_fired_on_real_traces(real, name):
+    report, _ = real(name)
+    assert {f["rule"]: f["severity"] for f in report["findings"]} == EXPECTED[name]
+    savings = [f["estimated_saving_us"] for f in report["findings"]]
+    assert savings == sorted(savings, reverse=True)
+    for f in report["findings"]:
+        assert f["estimated_speedup"] >= 1.0 and f["fix"] and f["message"] and f["evidence"]
+
+
+def test_every_real_trace_is_listed(shared_traces):
+    assert sorted(p.name for p in shared_traces.glob("*.gz")) == sorted(EXPECTED)
+
+
+def test_hundreds_of_item_calls_make_a100_rank0_sync_bound(real):
+    report, facts = real("a100_rank0_of16_nccl.json.gz")
+    assert report["verdict"] == "sync-bound"
+    assert facts["sync_item_calls_per_step"] == 195.0  # 189 aten::item + 6 blocking DtoH copies per step
+    assert facts["sync_item_idle_us_per_step"] == 100364.4
+    f = next(f for f in report["findings"] if f["rule"] == "item-sync")
+    assert f["estimated_saving_us"] == 100364.4 and f["locations"] == []
+    assert "with_stack=True" in f["message"]
+
+
+def test_item_source_lines_from_python_stacks(real):
+    report, facts = real("h100_qwen0.5b_inference.json.gz")
+    assert facts.tables["sync_sites"] == [{"file": "transformers/modeling_attn_mask_utils.py", "line": 243,
+                                           "function": "_ignore_causal_mask_sdpa", "count": 1, "count_per_step": 1.0}]
+    f = report["findings"][0]
+    assert f["locations"] == [{"file": "transformers/modeling_attn_mask_utils.py", "line": 243,
+                               "function": "_ignore_causal_mask_sdpa", "count": 1}]
+    _, b200 = real("b200_eager_inference.json.gz")
+    assert {(s["file"], s["line"], s["function"]) for s in b200.tables["sync_sites"]} == {
+        ("vllm/v1/attention/backends/utils.py", 879, "split_decodes_and_prefills"),
+        ("vllm/v1/attention/backends/flashinfer.py", 664, "build")}
+
+
+def test_cpu_only_traces_with_item_calls_do_not_fire_item_sync(real):
+    report, facts = real("cpu_rank_non_gpu.json.gz")
+    assert facts["sync_item_calls_per_step"] == 5.0 and facts["device_is_gpu"] is False
+    assert report["findings"] == []
+
+
+def test_gemm_dtypes_on_real_traces(real):
+    _, control = real("a100_trace_diff_control.json.gz")
+    assert control["gemm_dtype_from_inputs"] == 1.0  # old trace: joined by time to the enclosing cpu_op
+    assert control["gemm_fp32_share"] == 1.0 and control["gemm_tf32_share"] == 0.8079
+    _, qwen = real("h100_qwen0.5b_inference.json.gz")
+    assert qwen["gemm_reduced_share"] == 0.9997 and qwen["gemm_fp32_share"] == 0.0003
+    _, mi300 = real("mi300_resnet_act_checkpoint.json.gz")
+    assert mi300["gemm_fp32_share"] == 0.0 and mi300["device_vendor"] == "amd"
+    _, v100 = real("v100_ns_resolution.pt.trace.json.gz")
+    assert v100["gemm_dtype_from_inputs"] == 0.0 and v100["gemm_fp32_share"] == 0.9989  # kernel names only
+
+
+def test_pageable_copies_and_zero_grad_on_real_traces(real):
+    _, alexnet = real("a100_alexnet_small.json.gz")
+    assert alexnet["h2d_pageable_copies_per_step"] == 16.0
+    assert alexnet["h2d_pageable_bytes_per_step"] == 244403360.0
+    _, sampled = real("sampled_rank0_of128.json.gz")
+    assert sampled["h2d_pageable_copies_per_step"] == 8.0 and sampled["h2d_pageable_bytes_per_copy"] == 1026.0
+    _, v100 = real("v100_df_index_resolver.json.gz")
+    assert v100["zero_grad_fill_ops_per_step"] == 404.0 and v100["optimizer_kernels_per_step"] == 404.0
+    assert v100["optimizer_fused"] is False
+
+
+def test_dataloader_kind_on_real_traces(real):
+    _, control = real("a100_trace_diff_control.json.gz")
+    assert control["dataloader_multi_process"] is True and control["dataloader_single_process"] is False
+    assert control["dataloader_calls_per_step"] == 1.0 and control["dataloader_share"] == 0.0009
