@@ -348,6 +348,8 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
     if not window_done:
         o.warnings.append(f"the run ended inside the active window ({o.profiled_steps} of {config.active} steps): "
                           f"the last step is partial")
+    if o.rank not in (None, 0) and o.exit_code == 0:
+        o.message = None  # rank 0 speaks for a healthy run
     if have and o.rank in (None, 0):
         o.report = analyze(o.trace_path, o.warnings)
 
