@@ -135,7 +135,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "findings": _findings(base, head),
         "kernels": kernels,
         "ops": ops,
-        "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"]),
+        "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
     }
 
 
@@ -158,12 +158,13 @@ def spread(values: np.ndarray) -> dict:
             "min": _r(values.min()), "max": _r(values.max())}
 
 
-def noise_band(base: np.ndarray, head: np.ndarray, config: DiffConfig) -> float:
-    """The largest median change (µs) that the step-to-step spread explains."""
+def noise_band(base: np.ndarray, head: np.ndarray, config: DiffConfig, floor_of: Optional[float] = None) -> float:
+    """The largest median change (µs) that the step-to-step spread explains: noise_k pooled robust
+    sigmas, at least noise_floor of `floor_of` (default: the base median)."""
     sigmas = [MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v))))
               for v in (base, head) if v.size >= config.min_spread_steps]
     spread_band = config.noise_k * math.sqrt(sum(s * s for s in sigmas))
-    return max(spread_band, config.noise_floor * float(np.median(base)))
+    return max(spread_band, config.noise_floor * (float(np.median(base)) if floor_of is None else floor_of))
 
 
 def classify(change_us: float, band_us: float) -> str:
@@ -202,9 +203,7 @@ def _categories(base: dict, head: dict, base_median: float, config: DiffConfig) 
     for c in CATEGORIES:
         b, h = _category_values(base, c), _category_values(head, c)
         change = float(np.median(h) - np.median(b))
-        sigmas = [MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v))))
-                  for v in (b, h) if v.size >= config.min_spread_steps]
-        band = max(config.noise_k * math.sqrt(sum(s * s for s in sigmas)), config.noise_floor * base_median)
+        band = noise_band(b, h, config, floor_of=base_median)
         bs, hs = _share(base, c), _share(head, c)
         out.append({"category": c, "base_share": bs, "head_share": hs, "share_change": round(hs - bs, 4),
                     "base_us_per_step": _r(np.median(b)), "head_us_per_step": _r(np.median(h)),
@@ -259,11 +258,11 @@ def _named_changes(base: dict, head: dict, key: str, config: DiffConfig, full_li
             "slower": slower[: config.top_changes], "faster": faster[: config.top_changes]}
 
 
-def _warnings(base: dict, head: dict, step: dict, unmatched: int) -> list:
+def _warnings(base: dict, head: dict, step: dict, unmatched: int, config: DiffConfig) -> list:
     out = []
     if not step["spread_known"]:
-        out.append("fewer than 3 steps on a side: the step-to-step spread is unknown, so only the "
-                   f"{DiffConfig().noise_floor:.0%} noise floor separates a change from noise")
+        out.append(f"fewer than {config.min_spread_steps} steps on a side: the step-to-step spread is unknown "
+                   f"there, so the noise band may be as small as the {config.noise_floor:.0%} floor")
     for label, rep in (("base", base), ("head", head)):
         if rep.get("steps_source") == "whole-trace":
             out.append(f"{label}: no step annotations; the whole trace is one step")
