@@ -55,8 +55,7 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
     assert rep["trace"]["has_stacks"] is True and rep["trace"]["has_shapes"] is True
     assert rep["trace"]["device_type"] == "cpu"
-    if rep["findings"]:  # the rule engine is in: the fix for this script is more workers
-        assert "num-workers" in rules(rep)
+    assert "num-workers" in rules(rep)  # the fix for this script: DataLoader workers
     assert "verdict: DATALOADER-BOUND" in proc.stdout
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
@@ -71,8 +70,31 @@ def test_compute_bound_mlp_is_kernel_bound(tmp_path):
     rep = report_in(tmp_path / "o")
     assert rep["verdict"] == "kernel-bound"
     assert rep["summary"]["time_share"]["kernel"] > 0.6
-    assert "num-workers" not in rules(rep)
+    assert not {f["rule"] for f in rep["findings"] if f["category"] in ("dataloader", "sync")}
     assert (tmp_path / "o" / "trace.pt.trace.json.gz").is_file()
+
+
+def test_recorded_cpu_traces_keep_their_verdicts():
+    """fixtures/traces/cpu (recorded by record.py with `perfsleuth run`): the verdict each case is built for."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from record import CASES, TRACES
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    from perfsleuth.api import analyze_path
+
+    found = {}
+    for name, (_, _, expected, _) in CASES.items():
+        path = TRACES / f"{name}.pt.trace.json.gz"
+        assert path.stat().st_size < 300_000
+        rep = analyze_path(path).to_dict()
+        found[name] = (rep["verdict"], sorted(f["rule"] for f in rep["findings"] if f["category"] != "other"))
+        assert rep["verdict"] == expected and len(rep["steps"]) == 5 and rep["trace"]["has_stacks"]
+    assert found == {"dataloader_starved": ("dataloader-bound", ["num-workers"]),
+                     "few_workers": ("dataloader-bound", ["dataloader-slow"]),
+                     "compute_mlp": ("kernel-bound", []),
+                     "item_every_step": ("kernel-bound", []),  # .item() on CPU: nothing to blame
+                     "eval_loop": ("dataloader-bound", ["num-workers"])}
 
 
 def test_loop_without_optimizer_gets_steps_from_the_dataloader(tmp_path):
@@ -80,7 +102,7 @@ def test_loop_without_optimizer_gets_steps_from_the_dataloader(tmp_path):
     assert code == 0, err
     rep = report_in(tmp_path / "o")
     assert len(rep["steps"]) == 3 and rep["steps_source"] == "ProfilerStep"
-    assert rep["verdict"] == "dataloader-bound"
+    assert rep["verdict"] == "dataloader-bound" and "num-workers" in rules(rep)
 
 
 def test_full_runs_the_script_to_its_end_and_passes_arguments_through(tmp_path):
