@@ -193,13 +193,16 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     Step time (median over steps, with a noise call), verdict, category shares, findings,
     and the kernels and ops that got slower or faster. See docs/ci.md.
     """
+    from .config import Config
     from .diff import diff_paths
     from .diff_render import check_diff_outputs, render_diff_terminal, write_diff_outputs
+    from .engine import rule_settings
     from .gates import check_regression, parse_threshold
 
     threshold = None if regression is None else parse_threshold(regression)
     check_diff_outputs(json_path, markdown_path, force)
-    result = diff_paths(base, head)
+    analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
+    result = diff_paths(base, head, analysis=analysis)
     click.echo(render_diff_terminal(result))
     for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
         click.echo(f"wrote {p}")

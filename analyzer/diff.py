@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
@@ -45,9 +45,11 @@ class DiffConfig:
 # ---------------------------------------------------------------- inputs
 
 
-def load_side(path: Union[str, os.PathLike], config: Optional[DiffConfig] = None) -> tuple[dict, bool]:
+def load_side(path: Union[str, os.PathLike], config: Optional[DiffConfig] = None,
+              analysis: Optional[Config] = None) -> tuple[dict, bool]:
     """(report@1 dict, whether its kernel/op lists are complete) from a trace file, a directory
-    holding one trace, or a report.json. A trace is analysed here, listing every kernel and op."""
+    holding one trace, or a report.json. A trace is analysed here with `analysis` (rule paths and
+    thresholds, as `analyze` would), listing every kernel and op."""
     config = config or DiffConfig()
     p = Path(path)
     if not p.exists():
@@ -58,7 +60,7 @@ def load_side(path: Union[str, os.PathLike], config: Optional[DiffConfig] = None
             return report, False
     from .api import analyze_path
 
-    result = analyze_path(p, Config(top_n=config.analysis_top_n)).to_dict()
+    result = analyze_path(p, replace(analysis or Config(), top_n=config.analysis_top_n)).to_dict()
     if result.get("schema") == SET_SCHEMA:
         raise UsageError(f"{p}: holds {len(result['reports'])} traces; diff compares one trace with one trace "
                          "(give the trace file of one rank)")
@@ -105,9 +107,9 @@ def validate_report(report: dict, where: object = "report") -> None:
 
 
 def diff_paths(base: Union[str, os.PathLike], head: Union[str, os.PathLike],
-               config: Optional[DiffConfig] = None) -> dict:
+               config: Optional[DiffConfig] = None, analysis: Optional[Config] = None) -> dict:
     config = config or DiffConfig()
-    (b, b_full), (h, h_full) = load_side(base, config), load_side(head, config)
+    (b, b_full), (h, h_full) = load_side(base, config, analysis), load_side(head, config, analysis)
     return diff_reports(b, h, config, full_lists=(b_full, h_full))
 
 

@@ -412,3 +412,16 @@ def test_same_file_twice_is_refused(tmp_path):
     out = str(tmp_path / "x")
     r = CliRunner().invoke(main, ["diff", b, h, "--markdown", out, "--json", out])
     assert r.exit_code == 2 and "asked for twice" in r.stderr
+
+
+def test_diff_analyses_traces_with_the_project_rule_settings(shared_traces, tmp_path, monkeypatch):
+    # [tool.perfsleuth] in ./pyproject.toml applies to diff as to analyze
+    monkeypatch.chdir(tmp_path)
+    args = ["diff", str(shared_traces / CONTROL), str(shared_traces / TEST), "--json"]
+    assert CliRunner().invoke(main, args + ["a.json"], catch_exceptions=False).exit_code == 0
+    gone = [f["rule"] for f in json.loads((tmp_path / "a.json").read_text())["findings"]["gone"]]
+    assert gone == ["exposed-communication"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.perfsleuth]\nthresholds = {"exposed-communication.min_share" = 0.99}\n')
+    assert CliRunner().invoke(main, args + ["b.json"], catch_exceptions=False).exit_code == 0
+    assert json.loads((tmp_path / "b.json").read_text())["findings"]["gone"] == []
