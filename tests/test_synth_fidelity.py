@@ -152,6 +152,21 @@ def test_steps_timestamps_and_determinism(traces, name):
     assert SCENARIOS[name]() == t
 
 
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_gpu_user_annotations_span_the_work_of_their_host_annotation(traces, name):
+    t = traces[name]
+    rt, dev = by_corr(t)
+    host = {e["args"]["External id"]: e for e in complete(t, ("user_annotation",))}
+    gpu = complete(t, ("gpu_user_annotation",))
+    for g in gpu:
+        h = host[g["args"]["External id"]]
+        work = [d for c, d in dev.items() if d["tid"] == g["tid"] and ns(h["ts"]) <= ns(rt[c]["ts"]) <= end(h)]
+        assert g["name"] == h["name"] and g["pid"] == 0 and work
+        assert (ns(g["ts"]), end(g)) == (min(ns(d["ts"]) for d in work), max(end(d) for d in work))
+    steps = {g["name"] for g in gpu if g["tid"] == 7 and g["name"].startswith("ProfilerStep#")}
+    assert len(steps) == S.STEPS
+
+
 # --- the intended bottleneck dominates ---------------------------------------------------------------
 def _window(t: dict) -> tuple[int, int]:
     steps = [e for e in complete(t, ("user_annotation",)) if e["name"].startswith("ProfilerStep#")]
