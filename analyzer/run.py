@@ -109,8 +109,8 @@ class ProfileSession:
         self._prof = profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
                              schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
                              on_trace_ready=self._on_trace_ready)
-        self._install_hooks()
         self._prof.start()
+        self._install_hooks()
         return self
 
     def step(self, source: str, optimizer: Any = None) -> None:
@@ -165,13 +165,16 @@ class ProfileSession:
     def _on_trace_ready(self, prof) -> None:
         self.window_done = self.steps >= self.config.window
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.trace_path.with_name(self.trace_path.name + ".tmp.json")
+        tmp = self.trace_path.with_name(f".{self.trace_path.name}.tmp.json")
+        part = self.trace_path.with_name(f".{self.trace_path.name}.part")
         try:
             prof.export_chrome_trace(str(tmp))
-            with open(tmp, "rb") as src, gzip.open(self.trace_path, "wb", compresslevel=6) as dst:
+            with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(part, self.trace_path)  # a reader never sees half a trace
         finally:
             tmp.unlink(missing_ok=True)
+            part.unlink(missing_ok=True)
         self.trace_written = True
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
@@ -300,8 +303,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     session = ProfileSession(config, outcome.trace_path, raise_on_complete=config.stop_after_window)
     ended = "finished"
     with _script_environment(target):
+        session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
-            session.start()
             _execute(target)
         except _WindowComplete:
             ended = "stopped"
