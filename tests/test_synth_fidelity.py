@@ -84,8 +84,8 @@ def end(e: dict) -> int:
 def test_device_work_starts_after_its_launch(traces, name):
     rt, dev = by_corr(traces[name])
     assert dev and set(dev) <= set(rt)
-    late = [c for c, d in dev.items() if ns(d["ts"]) < ns(rt[c]["ts"]) + 1000]
-    assert late == []  # at least 1 µs of launch latency, always
+    early = [c for c, d in dev.items() if ns(d["ts"]) < ns(rt[c]["ts"]) + 7000]
+    assert early == []  # 7 µs launch latency at least (real traces: 7-10 µs median on an idle stream)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -114,12 +114,13 @@ def test_synchronize_lasts_until_the_queue_drains(traces, name):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_pageable_copies_block_the_host(traces, name):
     rt, dev = by_corr(traces[name])
-    pageable = {c: d for c, d in dev.items() if "Pageable" in d["name"]}
+    pageable = {c: d for c, d in dev.items() if "Pageable" in d["name"] and d["args"]["bytes"] > 64 * 1024
+                or "-> Pageable" in d["name"]}
     for c, d in pageable.items():
         assert rt[c]["name"] == "cudaMemcpyAsync" and end(rt[c]) >= end(d)
         earlier = [o for o in dev.values() if o["tid"] == d["tid"] and ns(o["ts"]) < ns(d["ts"])]
         assert all(end(o) <= ns(d["ts"]) for o in earlier)  # the stream drained before the copy
-    counts = {"sync_bound": 4 * S.STEPS, "transfer_bound": 2 * S.STEPS}
+    counts = {"sync_bound": 4 * S.STEPS, "transfer_bound": S.STEPS}  # transfer_bound's 10 kB labels: staged
     assert len(pageable) == counts.get(name, 0)
 
 
