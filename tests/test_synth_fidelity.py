@@ -343,3 +343,14 @@ def test_cases_toml_lists_every_gpu_scenario():
         assert not set(case["must_fire"]) & set(case["must_not_fire"])
     assert gpu["sync_bound"]["source_line"] == S.SYNC_SOURCE_LINE
     assert "amp" in gpu["kernel_bound_fp32"]["must_fire"] and "amp" in gpu["kernel_bound_bf16"]["must_not_fire"]
+
+
+def test_cli_writes_reproducible_files(tmp_path, traces):
+    from fixtures.synth.__main__ import main
+
+    assert main([str(tmp_path / "a"), "host_bound", "sync_bound"]) == 0
+    assert main([str(tmp_path / "b"), "host_bound"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["host_bound.json.gz", "sync_bound.json.gz"]
+    first, second = (tmp_path / "a" / "host_bound.json.gz"), (tmp_path / "b" / "host_bound.json.gz")
+    assert first.read_bytes() == second.read_bytes()
+    assert json.loads(gzip.open(first).read()) == traces["host_bound"]
