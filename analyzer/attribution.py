@@ -63,6 +63,15 @@ def device_signals(ev: pd.DataFrame) -> dict:
     }
 
 
+def _device_reads(items: pd.DataFrame, syncs: pd.DataFrame, copies: pd.DataFrame) -> pd.DataFrame:
+    """`aten::item` / `_local_scalar_dense` calls that reached the device (a sync or a copy call inside
+    them). An `.item()` on a CPU tensor -- optimizers read their step counters that way -- costs nothing."""
+    starts = np.sort(np.concatenate([syncs["ts"].to_numpy(), copies["ts"].to_numpy()]))
+    ts, end = items["ts"].to_numpy(), items["end"].to_numpy()
+    inside = np.searchsorted(starts, end, side="left") - np.searchsorted(starts, ts, side="left")
+    return items[inside > 0]
+
+
 def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
     host = ev[~ev["kind"].isin(DEVICE_KINDS + (DEVICE_SYNC,))]  # device-side sync markers are not host work
     ann = host[host["kind"].isin((ANNOTATION, CPU_OP))]
@@ -77,8 +86,9 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
         to_host = blocking["direction"].eq("DtoH")
         rt = host[host["kind"] == RUNTIME]
         out["host_transfer"] = _iv(blocking[~to_host])
-        out["host_sync"] = iv.union(_iv(rt[rt["name"].isin(SYNC_CALLS)]),
-                                    _iv(ann[ann["name"].isin(ITEM_OPS)]), _iv(blocking[to_host]))
+        syncs = rt[rt["name"].isin(SYNC_CALLS)]
+        out["host_sync"] = iv.union(_iv(syncs), _iv(_device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies)),
+                                    _iv(blocking[to_host]))
     else:
         ops = host[host["kind"] == CPU_OP]
         comm = name_mask(ops["name"], is_comm)
