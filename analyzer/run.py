@@ -47,6 +47,7 @@ EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 DEFAULT_ROOT = "perfsleuth-out"
 _HERE = os.path.abspath(__file__)
 _RUNPY = os.path.abspath(runpy.__file__)
+OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the script's stack
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,9 @@ class ProfileSession:
             session.step("dataloader")
             return original(it)
 
+        # Named like a built-in frame in traces and tracebacks: source-line attribution (which skips
+        # `<...>` frames) then points at the user's loop, not at this wrapper.
+        __next__.__code__ = __next__.__code__.replace(co_filename=OWN_FRAME)
         base.__next__ = __next__
         self._undo.append(lambda: setattr(base, "__next__", original))
 
@@ -412,5 +416,5 @@ def format_user_traceback(exc: BaseException) -> str:
 
 def _ours(filename: str) -> bool:
     name = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return name in (_HERE, _RUNPY) or filename == "<frozen runpy>"
+    return name in (_HERE, _RUNPY) or filename in ("<frozen runpy>", OWN_FRAME)
 

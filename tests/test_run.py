@@ -90,6 +90,12 @@ def test_recorded_cpu_traces_keep_their_verdicts():
         rep = analyze_path(path).to_dict()
         found[name] = (rep["verdict"], sorted(f["rule"] for f in rep["findings"] if f["category"] != "other"))
         assert rep["verdict"] == expected and len(rep["steps"]) == 5 and rep["trace"]["has_stacks"]
+        with gzip.open(path, "rt") as f:
+            frames = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "python_function"}
+        # perfsleuth's DataLoader hook sits between the user's loop and torch's __next__: it shows as a
+        # `<...>` frame, which source-line attribution skips, never as a file of ours
+        assert "<perfsleuth>" in {n.split("(")[0] for n in frames}
+        assert not [n for n in frames if n.endswith("): __next__") and ("analyzer/" in n or "perfsleuth/" in n)]
     assert found == {"dataloader_starved": ("dataloader-bound", ["num-workers"]),
                      "few_workers": ("dataloader-bound", ["dataloader-slow"]),
                      "compute_mlp": ("kernel-bound", []),
@@ -124,6 +130,30 @@ def test_exception_before_any_profiled_step(tmp_path):
     assert ("perfsleuth: the script raised ValueError: bad batch 0 before any profiled step completed "
             "(1 step(s) seen, profiling starts at step 3)\n") in err
     assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
+
+
+def test_error_in_the_dataset_shows_the_users_traceback_without_the_step_hook(tmp_path):
+    script = tmp_path / "bad_data.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class Samples(Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                if i == 4:
+                    raise IndexError("corrupt sample 4")
+                return torch.randn(4)
+        model = torch.nn.Linear(4, 2)
+        for x in DataLoader(Samples(), batch_size=4):
+            model(x).sum().backward()
+    """))
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(script))
+    assert code == 1 and out == ""
+    frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
+    assert frames[0] == f'File "{script}", line 12, in <module>' and frames[-1] == f'File "{script}", line 9, in __getitem__'
+    assert all("torch/utils/data" in f for f in frames[1:-1])  # torch's frames stay: they are the user's stack
+    assert "perfsleuth" not in "".join(frames) and err.count("IndexError: corrupt sample 4\n") == 1
 
 
 def test_exception_after_the_window_still_reports(tmp_path):
