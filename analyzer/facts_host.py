@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .facts_common import Context, intersect, launched_inside, overlap_ns, span
+from .facts_common import Context, innermost_enclosing, intersect, launched_inside, overlap_ns, span
 from .locations import sync_sites
 from .names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, name_mask, parse_memcpy
 from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, RUNTIME
@@ -30,8 +30,9 @@ HOST_FACTS = {
                                             "(cudaMemcpy, or the next runtime call on the thread is a synchronize)"),
     "h2d_pinned_blocking_bytes_per_step": ("bytes/step", "bytes of those blocking pinned copies"),
     "h2d_pinned_blocking_us_per_step": ("us/step", "host time in those blocking copy calls and the synchronize after them"),
-    "sync_item_calls_per_step": ("count/step", "reads of device values on the host: aten::item / _local_scalar_dense, "
-                                 "plus blocking device-to-host copies outside them (.cpu(), .numpy(), .tolist())"),
+    "sync_item_calls_per_step": ("count/step", "reads of device values on the host: aten::item / _local_scalar_dense "
+                                 "that copy from the device (not .item() of CPU tensors), plus blocking "
+                                 "device-to-host copies outside them (.cpu(), .numpy(), .tolist())"),
     "sync_calls_per_step": ("count/step", "explicit synchronize runtime calls (cudaStreamSynchronize, ...)"),
     "sync_dtoh_copies_per_step": ("count/step", "device-to-host copy calls (those inside aten::item included)"),
     "sync_item_us_per_step": ("us/step", "host time inside those reads"),
@@ -121,13 +122,23 @@ def _copies(ctx: Context) -> dict:
     }
 
 
+def _device_reads(ev: pd.DataFrame, op: str) -> pd.DataFrame:
+    """The `op` events that read the device: a copy or synchronize runtime call runs inside them on
+    the same thread. `.item()` on a CPU tensor (optimizer step counters, CPU metrics) reads nothing."""
+    ops = ev[(ev["kind"] == CPU_OP) & (ev["name"] == op)].reset_index(drop=True)
+    if ops.empty:
+        return ops
+    rt = ev[ev["kind"] == RUNTIME]
+    rt = rt[rt["name"].isin(SYNC_CALLS) | name_mask(rt["name"], lambda n: "memcpy" in n.lower())]
+    hit = innermost_enclosing(rt, ops, max_back=4)
+    return ops.iloc[np.unique(hit[hit >= 0])]
+
+
 def _syncs(ctx: Context) -> tuple[dict, dict]:
     """Reads of device values on the host: aten::item / _local_scalar_dense, plus blocking
     device-to-host copies outside them (`.cpu()`, `.numpy()`, `.tolist()` of larger tensors)."""
     ev = ctx.ev
-    ops = ev[ev["kind"].isin((CPU_OP, ANNOTATION))]
-    item = ops[ops["name"].isin(("aten::item",))]
-    lsd = ops[ops["name"].isin(("aten::_local_scalar_dense",))]
+    item, lsd = _device_reads(ev, "aten::item"), _device_reads(ev, "aten::_local_scalar_dense")
     scalar = lsd if len(lsd) >= len(item) else item
     item_iv = span(pd.concat([item, lsd]))
     copies = copy_calls(ctx)

@@ -6,9 +6,10 @@ from tracebuilder_rules import DTOH, RuleTraceBuilder, analyze, fired
 
 
 def item_trace(gap_us: float, device: bool = True, stacks: str = "builtin", steps: int = 2,
-               tensor_read: bool = False) -> RuleTraceBuilder:
-    """1000 µs steps: kernel k1 busy [10, 420); `.item()` blocks the host [20, 420) waiting for it;
-    the next kernel only starts `gap_us` after the read returns (the drain)."""
+               tensor_read: bool = False, device_read: bool = True) -> RuleTraceBuilder:
+    """1000 µs steps: kernel k1 busy [10, 419) and the 4-byte copy [419, 420); `.item()` blocks the
+    host [20, 420) waiting for them; the next kernel only starts `gap_us` after the read returns (the
+    drain). `device_read=False`: `.item()` of a CPU tensor (no copy, no synchronize inside)."""
     tb = RuleTraceBuilder(device=device)
     for i in range(steps):
         t0 = i * 1000
@@ -21,9 +22,12 @@ def item_trace(gap_us: float, device: bool = True, stacks: str = "builtin", step
             else:  # only a finished sibling frame before the read: climb to its enclosing parent
                 tb.py("train.py(50): log_metrics", t0 + 16, 1, parent=top)
         if device:
-            tb.launch("k1", host=(t0, 5), device=(t0 + 10, 410))
+            tb.launch("k1", host=(t0, 5), device=(t0 + 10, 409))
         tb.op("aten::item", t0 + 20, 400)
         tb.op("aten::_local_scalar_dense", t0 + 21, 398)
+        if device and device_read:  # copy 4 bytes back [419, 420) and wait for it
+            tb.copy(DTOH, host=(t0 + 22, 3), device=(t0 + 419, 1), nbytes=4)
+            tb.runtime("cudaStreamSynchronize", t0 + 26, 393)
         if device:
             tb.launch("k2", host=(t0 + 421, 2), device=(t0 + 420 + gap_us, 100))
             if tensor_read:
@@ -74,13 +78,20 @@ def test_without_stacks_the_message_says_how_to_get_them(tmp_path):
 def test_blocking_device_to_host_copies_count_as_reads(tmp_path):
     report, facts = analyze(item_trace(50, tensor_read=True), tmp_path)
     assert facts["sync_item_calls_per_step"] == 2.0  # .item() and a .cpu() outside it
-    assert facts["sync_dtoh_copies_per_step"] == 1.0
+    assert facts["sync_dtoh_copies_per_step"] == 2.0  # the item's 4 bytes and the tensor
     assert facts["sync_item_us_per_step"] == 430.0  # [20, 420) and the copy call [700, 730)
+
+
+def test_item_of_a_cpu_tensor_reads_nothing_from_the_device(tmp_path):
+    """E.g. AdamW's step counters: aten::item with no copy or synchronize inside."""
+    report, facts = analyze(item_trace(50, device_read=False), tmp_path)
+    assert facts["sync_item_calls_per_step"] == 0.0 and facts["sync_item_idle_us_per_step"] == 0.0
+    assert "item-sync" not in fired(report)
 
 
 def test_cpu_only_trace_never_fires(tmp_path):
     report, facts = analyze(item_trace(50, device=False), tmp_path)
     assert facts["device_is_gpu"] is False
-    assert facts["sync_item_calls_per_step"] == 1.0
+    assert facts["sync_item_calls_per_step"] == 0.0  # nothing to read from
     assert facts["sync_item_idle_us_per_step"] == 0.0
     assert "item-sync" not in fired(report)
