@@ -151,7 +151,8 @@ def test_error_in_the_dataset_shows_the_users_traceback_without_the_step_hook(tm
     code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(script))
     assert code == 1 and out == ""
     frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
-    assert frames[0] == f'File "{script}", line 12, in <module>' and frames[-1] == f'File "{script}", line 9, in __getitem__'
+    assert frames[0] == f'File "{script}", line 12, in <module>'
+    assert frames[-1] == f'File "{script}", line 9, in __getitem__'
     assert all("torch/utils/data" in f for f in frames[1:-1])  # torch's frames stay: they are the user's stack
     assert "perfsleuth" not in "".join(frames) and err.count("IndexError: corrupt sample 4\n") == 1
 
