@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 from pathlib import Path
@@ -70,22 +69,36 @@ def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=
 
 
 def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, force) -> list:
+    from .outputs import write_outputs
+
     if not any((out_dir, json_path, html_path, markdown_path)):
         return []
-    try:
-        from .outputs import write_outputs
-    except ImportError:  # renderers not built yet: JSON only
-        write_outputs = None
-    if write_outputs is None:
-        if html_path or markdown_path or out_dir:
-            raise UsageError("HTML/Markdown reports are not available in this build")
-        path = Path(json_path)
-        if path.exists() and not force:
-            raise UsageError(f"{path} exists; use --force to overwrite")
-        path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        return [path]
     return write_outputs(data, out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path,
                          force=force)
+
+
+def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
+    """Refuse to overwrite before minutes of analysis, not after."""
+    from .outputs import check_outputs
+
+    check_outputs(out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path, force=force)
+
+
+class ProgressBar:
+    """A progress bar on stderr for long loads, only when stderr is a terminal."""
+
+    def __init__(self, label: str, min_events: int = 500_000):
+        self.label, self.min_events, self.bar = label, min_events, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if total < self.min_events or not sys.stderr.isatty():
+                return
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.bar.pos)
+        if done >= total:
+            self.bar.__exit__(None, None, None)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,8 +127,11 @@ def main(verbose: int) -> None:
 @click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
               help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
                    "[tool.perfsleuth] in ./pyproject.toml is read too).")
+@click.option("--hta/--no-hta", default=False, show_default=True,
+              help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
+                   "to the JSON (needs perfsleuth[hta]; docs/hta.md).")
 @user_errors
-def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(),
+def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), hta=False,
             rule_paths=(), sets=()) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
@@ -125,14 +141,15 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     A directory (tensorboard_trace_handler output) gives one report per trace file.
     """
     from .api import analyze_path
-    from .gates import check_report, known_rule_slugs, parse_fail_on
-
     from .config import Config
     from .engine import rule_settings
+    from .gates import check_report, known_rule_slugs, parse_fail_on
 
-    config = Config(**rule_settings(rule_paths, sets))
+    config = Config(hta=hta, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
-    result = analyze_path(path, config)
+    check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+                  force=force)
+    result = analyze_path(path, config, progress=ProgressBar(f"reading {path.name}"))
     emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
          force=force)
     exit_on_gate_failures(check_report(result.to_dict(), gates))
@@ -253,7 +270,6 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
     if outcome.message:
         click.echo(f"perfsleuth: {outcome.message}", err=True)
     sys.exit(outcome.exit_code)
-
 
 
 if __name__ == "__main__":  # pragma: no cover
