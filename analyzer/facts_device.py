@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .facts_common import Context, innermost_enclosing
-from .names import is_comm, is_memory_kernel, name_mask
+from .names import is_comm, is_memory_kernel
 from .trace import CPU_OP, KERNEL, RUNTIME
 
 _GEMM = re.compile(r"(?<!fb)gemm|gemv|xmma|hmma|imma|nvjet|cublas|Cijk_|matmul|_mm_|bmm", re.IGNORECASE)

@@ -9,7 +9,7 @@ from . import intervals as iv
 from .facts_common import Context, innermost_enclosing, intersect, launched_inside, overlap_ns, span
 from .locations import sync_sites
 from .names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, name_mask, parse_memcpy
-from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, RUNTIME
+from .trace import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
@@ -216,5 +216,3 @@ def _comm(ctx: Context) -> dict:
         "comm_exposed_fraction": round(min(1.0, exposed / comm_ns), 4) if comm_ns else 0.0,
     }
 
-
-__all__ = ["HOST_FACTS", "host_facts", "copy_calls", "DEVICE_KINDS"]
