@@ -1,24 +1,17 @@
 """`perfsleuth run`: profile an unmodified training script under torch.profiler, then analyze the trace.
 
 The only module that imports torch, and only inside functions: `perfsleuth analyze` never needs it.
+docs/run.md is the user's guide. Step boundaries come from hooks, in order of precedence (a higher
+source, once seen, switches the lower ones off): manual (`prof.step()`, the Python API); optimizer
+(a global post-hook on `Optimizer.step`; only the first optimizer that steps counts); dataloader
+(until an optimizer step is seen, each `next()` on a DataLoader iterator starts a step).
 
-Step boundaries without changing the script, in order of precedence (a higher source, once seen,
-switches the lower ones off, so no iteration is counted twice):
-1. manual: `prof.step()` or a wrapped step function (the Python API, `perfsleuth.profile()`);
-2. optimizer: a global post-hook on every optimizer's `step()`. Only the first optimizer that steps
-   counts (a GAN's second optimizer does not double the steps); gradient accumulation gives one
-   step per optimizer step;
-3. dataloader: until an optimizer step is seen, every `next()` on a DataLoader iterator starts a
-   step, so evaluation and inference loops have steps too.
-A script with none of these (no optimizer, no DataLoader) has no steps: use the Python API there.
-
-Stopping early. When the active window completes, the step hook raises `_WindowComplete`, a private
-`BaseException` subclass, and the runner catches it. Why that is safe: `except Exception` in the
-script does not catch it, so it unwinds the script like Ctrl-C would, and `finally` blocks and `with`
-statements in the script still run on the way out. The runner then drops the traceback (the frames
-that hold DataLoader iterators), shuts down the worker processes of every multi-process iterator it
-saw (persistent workers included) and collects garbage. A script that swallows it (a bare
-`except:`) gets it again at its next step.
+Stopping early: when the window completes, the step hook raises `_WindowComplete`, a private
+`BaseException` subclass that the runner catches. It is safe because `except Exception` in the
+script does not catch it (it unwinds like Ctrl-C, running the script's `finally` blocks and `with`
+exits); the runner then drops the traceback (the frames holding DataLoader iterators), shuts down the
+workers of every multi-process iterator it saw (persistent ones included) and collects garbage. A
+script that swallows it (bare `except:`) gets it again at its next step.
 """
 
 from __future__ import annotations
@@ -62,9 +55,9 @@ class RunConfig:
     stop_after_window: bool = True  # stop the script once the active window is recorded
 
     def __post_init__(self):
-        for name in ("wait", "warmup", "active"):
-            if getattr(self, name) < (1 if name == "active" else 0):
-                raise UsageError(f"--{name} must be at least {1 if name == 'active' else 0}")
+        for name, least in (("wait", 0), ("warmup", 0), ("active", 1)):
+            if getattr(self, name) < least:
+                raise UsageError(f"--{name} must be at least {least}")
 
     @property
     def window(self) -> int:
@@ -228,7 +221,6 @@ class RunOutcome:
     profiled_steps: int = 0
     rank: Optional[int] = None
     warnings: list = field(default_factory=list)
-
 
 
 def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import perfsleuth
+from perfsleuth.errors import UsageError
 from perfsleuth.profile_api import Profile, ProfiledReport
 from perfsleuth.report import Report
 
@@ -126,6 +127,8 @@ def test_errors_say_what_to_do():
         perfsleuth.profile().step()
     with pytest.raises(TypeError):
         perfsleuth.profile(actives=3)
+    with pytest.raises(UsageError, match="^--active must be at least 1$"):
+        perfsleuth.profile(active=0)
     with perfsleuth.profile(wait=5) as prof:
         torch.randn(3).sum()
     with pytest.raises(RuntimeError, match="no profiled step completed: 0 step"):
