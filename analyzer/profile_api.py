@@ -101,7 +101,7 @@ class Profile:
     def start(self, raise_on_complete: Optional[bool] = None) -> "Profile":
         if self._session is not None:
             raise RuntimeError("this perfsleuth.profile() has already been started; make a new one")
-        folder = self.out_dir or Path(tempfile.mkdtemp(prefix="perfsleuth-"))
+        folder = (self.out_dir or Path(tempfile.mkdtemp(prefix="perfsleuth-"))).absolute()
         stop = self.config.stop_after_window if raise_on_complete is None else raise_on_complete
         self._session = ProfileSession(self.config, folder / trace_name(rank_info()[0]), raise_on_complete=stop)
         if self.manual_steps:

@@ -296,7 +296,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
-    session = ProfileSession(config, outcome.trace_path, raise_on_complete=config.stop_after_window)
+    session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     ended = "finished"
     with _script_environment(target):
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
@@ -370,15 +370,17 @@ def _execute(target: Target) -> None:
 
 @contextlib.contextmanager
 def _script_environment(target: Target):
-    """sys.argv as the script expects it; its folder (the working directory for -m) first on sys.path."""
-    saved_argv = sys.argv
+    """sys.argv as the script expects it; its folder (the working directory for -m) first on sys.path;
+    sys.argv, sys.path and the working directory restored afterwards."""
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
     sys.argv = [str(target.path) if target.path else target.name, *target.args]
-    first = os.getcwd() if target.module else os.path.dirname(os.path.abspath(target.path))
+    first = saved_cwd if target.module else os.path.dirname(os.path.abspath(target.path))
     try:
         with _sys_path_first(first):
             yield
     finally:
         sys.argv = saved_argv
+        os.chdir(saved_cwd)  # a script that changed directory: the reports still go where asked
 
 
 @contextlib.contextmanager

@@ -211,17 +211,21 @@ def test_module_mode_sys_argv_and_sys_path(tmp_path, monkeypatch):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(textwrap.dedent("""
-        import sys, torch
+        import os, sys, torch
         print("argv", sys.argv[1:], sys.argv[0].endswith("train.py"), __name__)
+        os.chdir(os.path.join("..", "elsewhere"))  # the output folder is still relative to where we started
         model = torch.nn.Linear(4, 2); opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(10):
             opt.zero_grad(); model(torch.randn(8, 4)).sum().backward(); opt.step()
     """))
+    (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "proj")
     code, out, err = cli(*SMALL, "-o", "out", "-m", "mypkg.train", "--lr", "0.1", "-o", "x")
     assert code == 0, err
     assert "argv ['--lr', '0.1', '-o', 'x'] True __main__" in out
     rep = report_in(tmp_path / "proj" / "out")
+    assert (tmp_path / "proj" / "out" / "trace.pt.trace.json.gz").is_file() and os.getcwd() == str(tmp_path / "proj")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
     assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
 
 
