@@ -55,11 +55,14 @@ class ProfiledReport(Report):
         return render_terminal(self.to_dict())
 
     def _repr_html_(self) -> str:
+        """The HTML report in an iframe: its page-wide styles (`:root`, `body`) stay out of the notebook."""
         try:
             from .render_html import render_html
         except ImportError:
             return _html_table(self.to_dict())
-        return render_html(self.to_dict())
+        page = html.escape(render_html(self.to_dict()), quote=True)
+        return (f'<iframe srcdoc="{page}" title="perfsleuth report" '
+                f'style="width:100%;height:640px;border:0"></iframe>')
 
     def save(self, out_dir, force: bool = False) -> list:
         """Write report.html, summary.md, report.json and the trace into `out_dir`; return the paths."""

@@ -61,7 +61,8 @@ def test_report_renders_in_jupyter_and_saves_the_same_files(tmp_path):
     rep = prof.report
     assert rep.verdict == "dataloader-bound"
     page = rep._repr_html_()
-    assert "dataloader" in page.lower() and page.lstrip().startswith("<")
+    assert page.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and page.endswith("</iframe>")
+    assert "dataloader-bound" in page and page.count('"') == 6  # the report's own quotes are escaped
     written = rep.save(tmp_path / "out")
     assert sorted(p.name for p in written) == ["report.html", "report.json", "summary.md", "trace.pt.trace.json.gz"]
     assert json.loads((tmp_path / "out" / "report.json").read_text())["verdict"] == "dataloader-bound"
