@@ -32,7 +32,7 @@ SEVERITIES = ("low", "medium", "high")
 DOC_SECTIONS = ("what", "why", "example", "use_instead", "thresholds", "references")
 DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Example",
               "use_instead": "Use instead", "thresholds": "Thresholds", "references": "References"}
-TABLES = ("sync_sites", "gemm_dtypes", "kernel_families")  # evidence tables rules may name
+TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families")  # evidence tables rules may name
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,

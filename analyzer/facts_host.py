@@ -38,6 +38,9 @@ HOST_FACTS = {
     "sync_item_us_per_step": ("us/step", "host time inside those reads"),
     "sync_item_idle_us_per_step": ("us/step", "device idle time caused by scalar reads: inside them and in the "
                                    "drain after them until the next device work (an upper bound of the saving)"),
+    "sync_explicit_calls_per_step": ("count/step", "synchronize calls made by the step's code (torch.cuda.synchronize(), "
+                                     "event/stream synchronize) outside reads and copies, inside the step's host window"),
+    "sync_explicit_idle_us_per_step": ("us/step", "device idle time inside those calls and in the drain after them"),
     "optimizer_name": ("text", "optimizer class from the Optimizer.step#NAME.step annotation ('' if none)"),
     "optimizer_fused": ("bool", "the optimizer step is fused or foreach (Fused* class, _fused_/_foreach_ ops)"),
     "optimizer_us_per_step": ("us/step", "host time inside Optimizer.step annotations"),
@@ -143,25 +146,48 @@ def _syncs(ctx: Context) -> tuple[dict, dict]:
     item_iv = span(pd.concat([item, lsd]))
     copies = copy_calls(ctx)
     dtoh = copies[copies["direction"].eq("DtoH")]
-    blocking = dtoh[dtoh["name"].astype(str).isin(BLOCKING_COPY_CALLS) | dtoh["next_name"].isin(SYNC_CALLS)
-                    | dtoh["dst"].eq("Pageable")]
+    then_sync = dtoh["next_name"].isin(SYNC_CALLS)
+    blocking = dtoh[dtoh["name"].astype(str).isin(BLOCKING_COPY_CALLS) | then_sync | dtoh["dst"].eq("Pageable")]
     tensor_reads = blocking[~iv.covers(item_iv, blocking["ts"].to_numpy(np.int64))]
+    waited_until = np.where(tensor_reads["next_name"].isin(SYNC_CALLS), tensor_reads["next_end"].fillna(
+        tensor_reads["end"]), tensor_reads["end"]).astype(np.int64)
     reads = pd.concat([scalar[["ts", "pid", "tid"]], tensor_reads[["ts", "pid", "tid"]]], ignore_index=True)
-    read_iv = iv.union(item_iv, span(tensor_reads))
-    idle_ns = 0
-    if ctx.breakdown.has_device and "device_any" in ctx.breakdown.signals:
-        busy = ctx.breakdown.signals["device_any"]
-        lost = intersect(iv.union(read_iv, iv.gaps_until_next(read_iv[1], busy, ctx.windows)), ctx.windows)
-        idle_ns = iv.total(lost) - overlap_ns(lost, busy)
-    rt = ev[ev["kind"] == RUNTIME]
+    read_iv = iv.union(item_iv, iv.merge(tensor_reads["ts"].to_numpy(np.int64), waited_until))
+    explicit = _explicit_syncs(ctx, read_iv)
     v = {
         "sync_item_calls_per_step": ctx.per_step(len(reads)),
-        "sync_calls_per_step": ctx.per_step(int(rt["name"].isin(SYNC_CALLS).sum())),
+        "sync_calls_per_step": ctx.per_step(int(ev[ev["kind"] == RUNTIME]["name"].isin(SYNC_CALLS).sum())),
         "sync_dtoh_copies_per_step": ctx.per_step(len(dtoh)),
         "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(read_iv)),
-        "sync_item_idle_us_per_step": ctx.per_step_us(max(idle_ns, 0)),
+        "sync_item_idle_us_per_step": ctx.per_step_us(_idle_ns(ctx, read_iv)),
+        "sync_explicit_calls_per_step": ctx.per_step(len(explicit)),
+        "sync_explicit_idle_us_per_step": ctx.per_step_us(_idle_ns(ctx, span(explicit))),
     }
-    return v, {"sync_sites": sync_sites(ctx.trace, reads, ctx.n_steps)}
+    return v, {"sync_sites": sync_sites(ctx.trace, reads, ctx.n_steps),
+               "explicit_sync_sites": sync_sites(ctx.trace, explicit, ctx.n_steps)}
+
+
+def _idle_ns(ctx: Context, waits: iv.Intervals) -> int:
+    """Device idle time inside host waits and in the drain after each until new device work starts."""
+    if not ctx.breakdown.has_device or "device_any" not in ctx.breakdown.signals:
+        return 0
+    busy = ctx.breakdown.signals["device_any"]
+    lost = intersect(iv.union(waits, iv.gaps_until_next(waits[1], busy, ctx.windows)), ctx.windows)
+    return max(iv.total(lost) - overlap_ns(lost, busy), 0)
+
+
+def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
+    """Synchronize calls the step's own code makes (torch.cuda.synchronize(), event/stream
+    .synchronize()): inside a step's host window, not part of a read, not right after a copy call.
+    Outside the host windows they are the profiler's own (start/stop) and are left out."""
+    ev = ctx.trace.events
+    rt = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
+    prev = rt.groupby(["pid", "tid"], sort=False)["name"].shift(1).astype(object).fillna("")
+    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~prev.str.lower().str.contains("memcpy")]
+    fr = ctx.steps.frame
+    host = iv.merge(fr["host_start"].to_numpy(np.int64), fr["host_end"].to_numpy(np.int64))
+    ts = syncs["ts"].to_numpy(np.int64)
+    return syncs[iv.covers(host, ts) & iv.covers(ctx.windows, ts) & ~iv.covers(read_iv, ts)]
 
 
 def _windows_named(ctx: Context, prefix: str) -> pd.DataFrame:

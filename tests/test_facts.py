@@ -30,7 +30,7 @@ def test_compute_facts_gives_exactly_the_registry(tmp_path):
     tb.launch("k", host=(0, 5), device=(10, 500))
     _, facts = analyze(tb, tmp_path)
     assert set(facts.values) == set(FACTS)
-    assert set(facts.tables) == {"sync_sites", "gemm_dtypes", "kernel_families"}
+    assert set(facts.tables) == {"sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families"}
 
 
 def test_core_facts_exact(tmp_path):

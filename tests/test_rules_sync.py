@@ -95,3 +95,60 @@ def test_cpu_only_trace_never_fires(tmp_path):
     assert facts["sync_item_calls_per_step"] == 0.0  # nothing to read from
     assert facts["sync_item_idle_us_per_step"] == 0.0
     assert "item-sync" not in fired(report)
+
+
+def explicit_sync_trace(gap_us: float, api: str = "cudaDeviceSynchronize", profiler_stop: bool = False):
+    """1000 µs steps: k1 busy [10, 400); the step calls `api` [100, 400) and launches k2 `gap_us` after it.
+    After the last step's host window the profiler synchronizes (ignored)."""
+    tb = RuleTraceBuilder()
+    for i in range(2):
+        t0 = i * 1000
+        tb.step(i + 1, t0, 1000)
+        top = tb.py("bench.py(12): timed_step", t0 + 50, 400)
+        tb.launch("k1", host=(t0, 5), device=(t0 + 10, 390))
+        tb.runtime(api, t0 + 100, 300)
+        tb.launch("k2", host=(t0 + 401, 2), device=(t0 + 400 + gap_us, 100))
+        assert top
+    if profiler_stop:
+        tb.launch("tail", host=(1990, 5), device=(1995, 100))  # the last step's device work ends at 2095
+        tb.runtime("cudaDeviceSynchronize", 2001, 94)  # outside the host window
+    return tb
+
+
+@pytest.mark.parametrize("gap_us, fires", [(10, True), (9, False)])
+def test_explicit_sync_min_share(tmp_path, gap_us, fires):
+    report, facts = analyze(explicit_sync_trace(gap_us), tmp_path)
+    assert facts["sync_explicit_calls_per_step"] == 1.0
+    assert facts["sync_explicit_idle_us_per_step"] == gap_us
+    assert facts["sync_item_calls_per_step"] == 0.0
+    assert ("explicit-sync" in fired(report)) is fires
+    assert "item-sync" not in fired(report)
+    if fires:
+        f = fired(report)["explicit-sync"]
+        assert f["locations"] == [{"file": "bench.py", "line": 12, "function": "timed_step", "count": 2}]
+        assert "torch.cuda.Event(enable_timing=True)" in f["fix"]
+
+
+def test_the_profilers_own_synchronize_is_ignored(tmp_path):
+    _, facts = analyze(explicit_sync_trace(50, profiler_stop=True), tmp_path)
+    assert facts["steps"] == 2 and facts["step_max_us"] == 1095.0  # the sync sits in the last step's window
+    assert facts["sync_explicit_calls_per_step"] == 1.0 and facts["sync_calls_per_step"] == 1.5
+
+
+@pytest.mark.parametrize("api", ["cudaStreamSynchronize", "cudaEventSynchronize", "hipDeviceSynchronize"])
+def test_explicit_sync_apis(tmp_path, api):
+    _, facts = analyze(explicit_sync_trace(50, api=api), tmp_path)
+    assert facts["sync_explicit_calls_per_step"] == 1.0
+
+
+def test_sync_after_a_copy_belongs_to_the_copy_rules(tmp_path):
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("k1", host=(0, 5), device=(10, 390))
+    tb.copy("Memcpy HtoD (Pinned -> Device)", host=(90, 5), device=(400, 10))
+    tb.runtime("cudaStreamSynchronize", 96, 315)
+    tb.launch("k2", host=(412, 2), device=(500, 100))
+    report, facts = analyze(tb, tmp_path)
+    assert facts["sync_explicit_calls_per_step"] == 0.0
+    assert facts["h2d_pinned_blocking_copies_per_step"] == 1.0
+    assert "non-blocking" in fired(report) and "explicit-sync" not in fired(report)
