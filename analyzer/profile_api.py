@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from .errors import UsageError
 from .report import Report
 from .run import ProfileSession, RunConfig, _WindowComplete, analyze, rank_info, trace_name
 
@@ -56,30 +57,27 @@ class ProfiledReport(Report):
 
     def _repr_html_(self) -> str:
         """The HTML report in an iframe: its page-wide styles (`:root`, `body`) stay out of the notebook."""
-        try:
-            from .render_html import render_html
-        except ImportError:
-            return _html_table(self.to_dict())
+        from .render_html import render_html
+
         page = html.escape(render_html(self.to_dict()), quote=True)
         return (f'<iframe srcdoc="{page}" title="perfsleuth report" '
                 f'style="width:100%;height:640px;border:0"></iframe>')
 
     def save(self, out_dir, force: bool = False) -> list:
-        """Write report.html, summary.md, report.json and the trace into `out_dir`; return the paths."""
+        """Write report.html, summary.md, report.json and the trace into `out_dir` (which may already hold
+        the trace); an existing file is replaced only with `force`. Returns the paths written."""
         from .outputs import write_outputs
 
         out = Path(out_dir)
-        written = write_outputs(self.to_dict(), out_dir=out, force=force)
-        if self.trace_file is not None and self.trace_file.resolve() != (out / self.trace_file.name).resolve():
-            written.append(Path(shutil.copy2(self.trace_file, out / self.trace_file.name)))
+        trace = out / self.trace_file.name
+        copy = not (trace.exists() and trace.resolve() == self.trace_file.resolve())
+        if copy and trace.exists() and not force:
+            raise UsageError(f"{trace}: exists; use force=True to overwrite")
+        written = write_outputs(self.to_dict(), html=out / "report.html", markdown=out / "summary.md",
+                                json_path=out / "report.json", force=force)
+        if copy:
+            written.append(Path(shutil.copy2(self.trace_file, trace)))
         return written
-
-
-def _html_table(report: dict) -> str:
-    rows = "".join(f"<tr><td>{html.escape(c)}</td><td>{s:.1%}</td></tr>"
-                   for c, s in report["summary"]["time_share"].items())
-    return (f"<p><b>verdict: {html.escape(report['verdict'])}</b> — {html.escape(report['verdict_reason'])}</p>"
-            f"<table><tr><th>category</th><th>share</th></tr>{rows}</table>")
 
 
 class Profile:

@@ -108,11 +108,13 @@ class ProfileSession:
         return self
 
     def step(self, source: str, optimizer: Any = None) -> None:
-        if not self._counts(source, optimizer) or (self._prof is None and not self.window_done):
+        if not self._counts(source, optimizer):
             return
-        if self.window_done and self.raise_on_complete:
-            raise _WindowComplete()  # again: the script swallowed the first one
         if self.window_done:
+            if self.raise_on_complete:
+                raise _WindowComplete()  # again: the script swallowed the first one
+            return
+        if self._prof is None:  # stopped early (Ctrl-C, the end of a `with` block)
             return
         self.steps += 1
         self._prof.step()

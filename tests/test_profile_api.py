@@ -51,6 +51,10 @@ def test_with_block_steps_from_the_optimizer_and_ends_after_the_window(tmp_path)
     assert rep.trace_file == tmp_path / "trace.pt.trace.json.gz" and rep.trace_file.is_file()
     assert repr(rep) == f"<ProfiledReport {rep.verdict}, 3 steps, trace {rep.trace_file}>"
     assert str(rep).startswith("perfsleuth ") and f"verdict: {rep.verdict.upper()}" in str(rep)
+    written = rep.save(tmp_path)  # the folder that already holds the trace
+    assert sorted(p.name for p in written) == ["report.html", "report.json", "summary.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.json", "summary.md",
+                                                           "trace.pt.trace.json.gz"]
 
 
 def test_report_renders_in_jupyter_and_saves_the_same_files(tmp_path):
@@ -66,6 +70,9 @@ def test_report_renders_in_jupyter_and_saves_the_same_files(tmp_path):
     written = rep.save(tmp_path / "out")
     assert sorted(p.name for p in written) == ["report.html", "report.json", "summary.md", "trace.pt.trace.json.gz"]
     assert json.loads((tmp_path / "out" / "report.json").read_text())["verdict"] == "dataloader-bound"
+    with pytest.raises(UsageError, match="trace.pt.trace.json.gz: exists; use force=True to overwrite"):
+        rep.save(tmp_path / "out")
+    assert len(rep.save(tmp_path / "out", force=True)) == 4
     assert prof.report is rep  # analysed once
 
 
