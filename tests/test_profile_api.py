@@ -111,7 +111,7 @@ def test_first_manual_step_switches_from_automatic_boundaries():
 def test_only_the_first_optimizer_marks_steps():
     model_a, opt_a = model_and_opt()
     model_b, opt_b = model_and_opt()
-    with perfsleuth.profile(wait=0, warmup=0, active=3, stop_after_window=False) as prof:
+    with perfsleuth.profile(wait=0, warmup=1, active=2, stop_after_window=False) as prof:
         for i in range(3):
             x = torch.randn(8, 32)
             train_step(model_a, opt_a, x, torch.zeros(8, dtype=torch.long))
