@@ -94,9 +94,10 @@ def copy_calls(ctx: Context) -> pd.DataFrame:
     dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)].drop_duplicates("corr")
     dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
     out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_end"]].merge(dev, on="corr", how="inner")
-    parsed = {n: parse_memcpy(n) for n in out["copy"].astype(str).unique()}
+    names = out["copy"].astype(str)
+    parsed = {n: parse_memcpy(n) for n in names.unique()}  # once per distinct copy name
     for i, col in enumerate(("direction", "src", "dst")):
-        out[col] = out["copy"].astype(str).map(lambda n, i=i: parsed[n][i])
+        out[col] = names.map({n: p[i] for n, p in parsed.items()})
     out["bytes"] = out["bytes"].clip(lower=0)
     return out
 
