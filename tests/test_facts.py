@@ -144,3 +144,16 @@ def test_innermost_enclosing_and_last_started():
     points = pd.DataFrame({"ts": [20, 13, 60, 35, 5, 200], "pid": [1, 1, 1, 1, 2, 3], "tid": [1, 1, 1, 1, 2, 3]})
     assert innermost_enclosing(points, spans).tolist() == [1, 2, 0, 3, 4, -1]
     assert last_started(points, spans).tolist() == [2, 2, 3, 3, 4, -1]
+
+
+def test_fact_values_are_plain_json_types(shared_traces):
+    import json
+
+    from perfsleuth.api import analyze_file
+    from perfsleuth.facts import compute_facts
+
+    report = analyze_file(shared_traces / "h100_qwen0.5b_inference.json.gz")
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    for name, value in facts.values.items():
+        assert type(value) in (int, float, bool, str), (name, type(value))
+    json.dumps({"values": facts.values, "tables": facts.tables}, allow_nan=False)
