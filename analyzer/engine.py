@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import logging
+import math
 import re
 import tomllib
 from dataclasses import dataclass, replace
@@ -262,8 +263,7 @@ def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     severity = next((s for s, fn in c["severity_when"] if _call(rule, f"severity_when.{s}", fn, names)),
                     rule.severity)
     step_us = float(facts.values.get("step_us") or 0.0)
-    saving = _call(rule, "saving_us", c["saving_us"], names)
-    saving = min(max(float(saving or 0.0), 0.0), step_us)
+    saving = _as_us(rule, _call(rule, "saving_us", c["saving_us"], names), step_us)
     speedup = step_us / (step_us - saving) if step_us > saving else None
     return {
         "rule": rule.slug, "title": rule.title, "category": rule.category, "severity": severity,
@@ -277,6 +277,18 @@ def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
         "locations": _locations(rule, facts),
         "docs": f"perfsleuth rules {rule.slug}",
     }
+
+
+def _as_us(rule: Rule, value: Any, step_us: float) -> float:
+    """A saving in [0, step]: anything that is not a finite number counts as 0 (with a warning)."""
+    try:
+        us = float(value or 0.0)
+    except (TypeError, ValueError):
+        us = math.nan
+    if not math.isfinite(us):
+        log.warning("rule %s: saving_us is not a finite number (%r); counted as 0", rule.slug, value)
+        return 0.0
+    return min(max(us, 0.0), step_us)
 
 
 def _render(rule: Rule, what: str, names: dict) -> str:

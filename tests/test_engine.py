@@ -157,6 +157,13 @@ def test_saving_is_capped_at_the_step():
     assert f["estimated_saving_us"] == 1000.0 and f["estimated_speedup"] is None
 
 
+@pytest.mark.parametrize("expr", ["'lots'", "step_us * (0 - 1)", "none", "[1, 2]"])
+def test_odd_savings_count_as_zero_or_are_clamped(expr):
+    (rule,) = load_text(RULE.replace("host_us_per_step / 2", expr))
+    (f,) = evaluate([rule], Facts(values={**{k: 0 for k in FACTS}, "kernels_per_step": 5, "step_us": 1000.0}))
+    assert f["estimated_saving_us"] == 0.0 and f["estimated_speedup"] == 1.0
+
+
 def test_overrides():
     rules = load_catalog(overrides={"num-workers.min_share": 0.2, "item-sync.min_calls_per_step": 3})
     by = {r.slug: r for r in rules}
