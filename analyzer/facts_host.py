@@ -14,6 +14,7 @@ from .trace import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
 FILL_OPS = frozenset({"aten::zero_", "aten::fill_"})
+SYNC_AFTER_COPY_NS = 50_000  # a synchronize this soon after a copy call (nothing in between) belongs to it
 
 HOST_FACTS = {
     "dataloader_single_process": ("bool", "DataLoader events come from _SingleProcessDataLoaderIter (num_workers=0)"),
@@ -27,7 +28,8 @@ HOST_FACTS = {
     "h2d_pageable_host_us_per_step": ("us/step", "host time blocked in the runtime calls of pageable host-to-device copies"),
     "h2d_pinned_copies_per_step": ("count/step", "host-to-device copies from pinned memory"),
     "h2d_pinned_blocking_copies_per_step": ("count/step", "pinned host-to-device copies issued as blocking copies "
-                                            "(cudaMemcpy, or the next runtime call on the thread is a synchronize)"),
+                                            "(cudaMemcpy, or the next runtime call on the thread is a synchronize "
+                                            "starting within 50 µs)"),
     "h2d_pinned_blocking_bytes_per_step": ("bytes/step", "bytes of those blocking pinned copies"),
     "h2d_pinned_blocking_us_per_step": ("us/step", "host time in those blocking copy calls and the synchronize after them"),
     "sync_item_calls_per_step": ("count/step", "reads of device values on the host: aten::item / _local_scalar_dense "
@@ -88,12 +90,18 @@ def copy_calls(ctx: Context) -> pd.DataFrame:
     ev = ctx.trace.events
     rt_all = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
     nxt = rt_all.groupby(["pid", "tid"], sort=False)["name"].shift(-1)
-    rt_all = rt_all.assign(next_name=nxt.astype(object), next_end=rt_all.groupby(["pid", "tid"], sort=False)["end"].shift(-1))
+    by_thread = rt_all.groupby(["pid", "tid"], sort=False)
+    rt_all = rt_all.assign(next_name=nxt.astype(object), next_ts=by_thread["ts"].shift(-1),
+                           next_end=by_thread["end"].shift(-1))
     rt = rt_all[name_mask(rt_all["name"], lambda n: "memcpy" in n.lower())]
     rt = rt[iv.covers(ctx.windows, rt["ts"].to_numpy(np.int64))]
     dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)].drop_duplicates("corr")
     dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
-    out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_end"]].merge(dev, on="corr", how="inner")
+    out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_ts", "next_end"]].merge(
+        dev, on="corr", how="inner")
+    # `.to(device)` / `.item()` without non_blocking: the copy call is followed at once by a synchronize
+    out["then_sync"] = out["next_name"].isin(SYNC_CALLS) & ((out["next_ts"] - out["end"]) <= SYNC_AFTER_COPY_NS)
+    out["waited_until"] = np.where(out["then_sync"], out["next_end"].fillna(out["end"]), out["end"]).astype(np.int64)
     names = out["copy"].astype(str)
     parsed = {n: parse_memcpy(n) for n in names.unique()}  # once per distinct copy name
     for i, col in enumerate(("direction", "src", "dst")):
@@ -107,10 +115,7 @@ def _copies(ctx: Context) -> dict:
     h2d = c[c["direction"].eq("HtoD")]
     pageable = h2d[h2d["src"].eq("Pageable")]
     pinned = h2d[h2d["src"].eq("Pinned")]
-    sync_next = pinned["next_name"].isin(SYNC_CALLS)
-    blocking = pinned[pinned["name"].astype(str).isin(BLOCKING_COPY_CALLS) | sync_next]
-    blocked_end = np.where(blocking["next_name"].isin(SYNC_CALLS), blocking["next_end"].fillna(blocking["end"]),
-                           blocking["end"]).astype(np.int64)
+    blocking = pinned[pinned["name"].astype(str).isin(BLOCKING_COPY_CALLS) | pinned["then_sync"]]
     n_pageable = len(pageable)
     return {
         "h2d_pageable_copies_per_step": ctx.per_step(n_pageable),
@@ -122,7 +127,7 @@ def _copies(ctx: Context) -> dict:
         "h2d_pinned_blocking_copies_per_step": ctx.per_step(len(blocking)),
         "h2d_pinned_blocking_bytes_per_step": ctx.per_step(blocking["bytes"].sum()),
         "h2d_pinned_blocking_us_per_step": ctx.per_step_us(
-            iv.total(iv.merge(blocking["ts"].to_numpy(np.int64), blocked_end))),
+            iv.total(iv.merge(blocking["ts"].to_numpy(np.int64), blocking["waited_until"].to_numpy(np.int64)))),
     }
 
 
@@ -147,11 +152,9 @@ def _syncs(ctx: Context) -> tuple[dict, dict]:
     item_iv = span(pd.concat([item, lsd]))
     copies = copy_calls(ctx)
     dtoh = copies[copies["direction"].eq("DtoH")]
-    then_sync = dtoh["next_name"].isin(SYNC_CALLS)
-    blocking = dtoh[dtoh["name"].astype(str).isin(BLOCKING_COPY_CALLS) | then_sync | dtoh["dst"].eq("Pageable")]
+    blocking = dtoh[dtoh["name"].astype(str).isin(BLOCKING_COPY_CALLS) | dtoh["then_sync"] | dtoh["dst"].eq("Pageable")]
     tensor_reads = blocking[~iv.covers(item_iv, blocking["ts"].to_numpy(np.int64))]
-    waited_until = np.where(tensor_reads["next_name"].isin(SYNC_CALLS), tensor_reads["next_end"].fillna(
-        tensor_reads["end"]), tensor_reads["end"]).astype(np.int64)
+    waited_until = tensor_reads["waited_until"].to_numpy(np.int64)
     reads = pd.concat([scalar[["ts", "pid", "tid"]], tensor_reads[["ts", "pid", "tid"]]], ignore_index=True)
     read_iv = iv.union(item_iv, iv.merge(tensor_reads["ts"].to_numpy(np.int64), waited_until))
     explicit = _explicit_syncs(ctx, read_iv)

@@ -90,3 +90,13 @@ def test_non_blocking_min_copies_per_step(tmp_path, steps_with_copy, fires):
     report, _ = analyze(copy_trace(PINNED_HTOD, after="cudaStreamSynchronize", steps_with_copy=steps_with_copy),
                         tmp_path)
     assert ("non-blocking" in fired(report)) is fires
+
+
+def test_a_synchronize_long_after_the_copy_is_not_the_copys(tmp_path):
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("k", host=(0, 5), device=(10, 490))
+    tb.copy(PINNED_HTOD, host=(600, 10), device=(610, 5))
+    tb.runtime("cudaStreamSynchronize", 661, 20)  # 51 µs after the copy call ended
+    _, facts = analyze(tb, tmp_path)
+    assert facts["h2d_pinned_copies_per_step"] == 1.0 and facts["h2d_pinned_blocking_copies_per_step"] == 0.0
