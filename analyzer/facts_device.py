@@ -110,7 +110,8 @@ def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
     calls = rt[found].reset_index()[["ts", "pid", "tid", "ext"]].astype(np.int64)
-    by_ext = ops.reset_index().drop_duplicates("ext").set_index("ext")["index"]
+    with_ext = ops.reset_index()
+    by_ext = with_ext[with_ext["ext"] >= 0].drop_duplicates("ext").set_index("ext")["index"]
     idx = by_ext.reindex(calls["ext"].to_numpy()).fillna(-1).to_numpy(np.int64)
     c = np.clip(idx, 0, None)
     ok = (idx >= 0) & (ops["ts"].to_numpy()[c] <= calls["ts"].to_numpy()) & (
