@@ -72,6 +72,15 @@ def _device_reads(items: pd.DataFrame, syncs: pd.DataFrame, copies: pd.DataFrame
     return items[inside > 0]
 
 
+def _in_step_code(df: pd.DataFrame, steps: Steps) -> pd.DataFrame:
+    """With ProfilerStep windows: only calls the step's own code made (they start inside a step's host
+    window). The profiler's own synchronize at start/stop falls outside and is not the user's stall."""
+    if steps.source != "ProfilerStep" or df.empty:
+        return df
+    hs, he = steps.frame["host_start"].to_numpy(), steps.frame["host_end"].to_numpy()
+    return df[iv.covers(iv.merge(hs, he), df["ts"].to_numpy())]
+
+
 def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
     host = ev[~ev["kind"].isin(DEVICE_KINDS + (DEVICE_SYNC,))]  # device-side sync markers are not host work
     ann = host[host["kind"].isin((ANNOTATION, CPU_OP))]
@@ -85,10 +94,11 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
         blocking = copies[copies["blocking"]]
         to_host = blocking["direction"].eq("DtoH")
         rt = host[host["kind"] == RUNTIME]
-        out["host_transfer"] = _iv(blocking[~to_host])
-        syncs = rt[rt["name"].isin(SYNC_CALLS)]
-        out["host_sync"] = iv.union(_iv(syncs), _iv(_device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies)),
-                                    _iv(blocking[to_host]))
+        out["host_transfer"] = _iv(_in_step_code(blocking[~to_host], steps))
+        syncs = _in_step_code(rt[rt["name"].isin(SYNC_CALLS)], steps)
+        reads = _device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies)
+        out["host_sync"] = iv.union(_iv(syncs), _iv(_in_step_code(reads, steps)),
+                                    _iv(_in_step_code(blocking[to_host], steps)))
     else:
         ops = host[host["kind"] == CPU_OP]
         comm = name_mask(ops["name"], is_comm)

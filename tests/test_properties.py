@@ -78,8 +78,10 @@ BLOCKING = {"cudaStreamSynchronize", "cudaMemcpyAsync", "aten::item"}
 
 def insert_idle_fetch(tb: TraceBuilder, t: int, d: int) -> bool:
     """Make the host wait `d` µs for the DataLoader at time `t` while the device idles: everything
-    after `t` moves by `d`, spans across `t` grow by `d`. False when the device (or a blocking call)
-    is busy across `t`, because then the wait would not be idle."""
+    after `t` moves by `d`, spans across `t` grow by `d`. False when `t` is outside the recorded run, or
+    the device (or a blocking call) is busy across `t`, because then the wait would not be idle."""
+    if not min(e["ts"] for e in tb.events) <= t <= max(e["ts"] + e["dur"] for e in tb.events):
+        return False
     for e in tb.events:
         across = e["ts"] < t < e["ts"] + e["dur"]
         if across and (e["pid"] == 0 or e["name"] in BLOCKING):
