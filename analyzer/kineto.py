@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -39,8 +38,9 @@ class _Args(msgspec.Struct, gc=False):
     name: Optional[str] = None  # metadata events: process / thread name
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event: the only kind the analysis times."""
+
     cat: str = ""
     name: str = ""
     pid: Union[int, str] = -1
@@ -48,6 +48,23 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = float("nan")
     dur: float = 0.0
     args: _Args = msgspec.field(default_factory=_Args)
+
+
+class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+def _skipped_phase(ph: str) -> type:
+    """Other Chrome-trace phases (flows, instants, counters, ...): the decoder skips their content."""
+    return msgspec.defstruct(f"_Phase_{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+
+
+# Tagged by "ph": msgspec picks the struct from the phase and skips what the analysis never reads.
+# A phase not listed here sends its chunk to the lenient path below.
+_EVENT = Union[(_Complete, _Meta) + tuple(_skipped_phase(p) for p in "BEiICbnestfPNODVvRc")]
 
 
 class Header(msgspec.Struct):
@@ -63,7 +80,7 @@ class Header(msgspec.Struct):
 
 _HEADER = msgspec.json.Decoder(Header)
 _SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
-_STRICT = msgspec.json.Decoder(list[_Event])
+_STRICT = msgspec.json.Decoder(list[_EVENT])
 _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 
@@ -163,17 +180,14 @@ def _ids(values: list) -> np.ndarray:
 
 def _int_or_string(values: list) -> tuple[np.ndarray, np.ndarray]:
     """int64 column (-1 for strings) and the mask of the strings."""
-    arr = np.array(values, dtype=object)
-    strings = np.frompyfunc(lambda v: isinstance(v, str), 1, 1)(arr).astype(bool)
-    arr[strings] = -1
-    return arr.astype(np.int64), strings
+    strings = np.array([type(v) is str for v in values], dtype=bool)
+    return np.array([-1 if type(v) is str else v for v in values], dtype=np.int64), strings
 
 
 def _strict_columns(evs: list) -> dict:
     """Columns of the complete ("X") events of one chunk; metadata ("M") events as tuples."""
-    ph = np.array(list(map(attrgetter("ph"), evs)), dtype=object)
-    meta = [(e.pid, e.tid, e.name, e.args.name) for e in compress(evs, ph == "M")]
-    xs = list(compress(evs, ph == "X"))
+    meta = [(e.pid, e.tid, e.name, e.args.name) for e in evs if type(e) is _Meta]
+    xs = [e for e in evs if type(e) is _Complete]
     n = len(xs)
     args = list(map(attrgetter("args"), xs))
     try:
