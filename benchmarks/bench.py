@@ -27,9 +27,9 @@ sys.path.insert(0, str(HERE))
 from make_large import load, replicate  # noqa: E402
 
 
-def measure(mode: str, path: Path) -> dict:
+def measure(mode: str, path: Path, python: str = sys.executable) -> dict:
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, str(HERE / "_measure.py"), mode, str(path)],
+    out = subprocess.run([python, str(HERE / "_measure.py"), mode, str(path)],
                          capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t
     return {"wall_s": round(wall, 2), **json.loads(out.stdout.strip().splitlines()[-1])}
@@ -79,6 +79,9 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/perfsleuth-bench"))
     ap.add_argument("--write", type=Path, help="write the results table to this Markdown file")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (slow) -- ratios a/b are then absent")
+    ap.add_argument("--hta-python", action="append", default=[], metavar="PYTHON",
+                    help="also time HTA with this interpreter (a venv with another HTA release, e.g. "
+                         "holistictraceanalysis 0.5.0); repeatable")
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -91,15 +94,16 @@ def main() -> None:
         row["a_gz"] = measure("perfsleuth", gz)
         row["d"] = measure("gunzip", gz)
         row["b"] = None if args.no_hta else measure("hta", path)
+        row["b_other"] = [dict(measure("hta", path, py), python=py) for py in args.hta_python]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    table = render(rows, machine())
+    table = render(rows, machine(), args.hta_python)
     print(table)
     if args.write:
         args.write.write_text(table)
 
 
-def render(rows: list, machine_line: str) -> str:
+def render(rows: list, machine_line: str, other_htas: list = ()) -> str:
     lines = [
         "| trace | events | file | (a) perfsleuth | (b) HTA | (c) msgspec decode | a/b | a/c | RSS a / file | RSS a / RSS b | (a) on .json.gz | gunzip | a.gz - a |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -114,7 +118,22 @@ def render(rows: list, machine_line: str) -> str:
             f"{a['rss_mb']:.0f} MB | {bt} | {c['wall_s']:.1f} s, {c['rss_mb']:.0f} MB | {ab} | "
             f"{a['wall_s'] / c['wall_s']:.2f} | {a['rss_mb'] / r['mb']:.2f} | {rr} | {agz['wall_s']:.1f} s | "
             f"{d['wall_s']:.1f} s | {agz['wall_s'] - a['wall_s']:+.1f} s |")
+    for i, py in enumerate(other_htas):
+        lines += ["", f"HTA run with `{py}` ({hta_version(py)}), same files, same run:", "",
+                  "| trace | (b') HTA | a/b' | RSS a / RSS b' |", "|---|---|---|---|"]
+        for r in rows:
+            b2 = r["b_other"][i]
+            lines.append(f"| x{r['times']} | {b2['wall_s']:.1f} s, {b2['rss_mb']:.0f} MB | "
+                         f"{r['a']['wall_s'] / b2['wall_s']:.3f} | {r['a']['rss_mb'] / b2['rss_mb']:.2f} |")
     return "\n".join(lines) + f"\n\nMachine: {machine_line}\n"
+
+
+def hta_version(python: str) -> str:
+    code = ("from importlib.metadata import version as v\n"
+            "for d in ('traceinsight', 'holistictraceanalysis'):\n"
+            "    try: print(d, v(d)); break\n"
+            "    except Exception: pass")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
 if __name__ == "__main__":
