@@ -49,6 +49,8 @@ def render_terminal(report: dict) -> str:
         share = s["time_share"][c]
         mean_us = sum(st["time_us"][c] for st in steps) / len(steps) if steps else 0.0
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
+    if t["device_type"] == "cpu":
+        lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     lines += ["", f"verdict: {report['verdict'].upper()}", f"  {report.get('verdict_reason', '')}"]
     findings = report.get("findings") or []
     if findings:
