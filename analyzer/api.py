@@ -60,8 +60,9 @@ class ReportSet:
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> Report:
-    return analyze_trace(load_trace(path, progress), config)
+                 progress: Optional[Callable[[int, int], None]] = None, jobs: int = 1) -> Report:
+    """One trace file; `jobs` > 1 decodes a large file's chunks in that many forked processes."""
+    return analyze_trace(load_trace(path, progress, jobs), config)
 
 
 def _analyze_member(path: Path, config: Optional[Config]):
@@ -77,11 +78,12 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  jobs: Optional[int] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
-    The files of a directory (one per rank/worker) are analysed in parallel, `jobs` processes at most
-    (default: the CPU count)."""
+    `jobs` worker processes at most (default: the CPU count) analyse the files of a directory (one per
+    rank/worker) in parallel, or decode the chunks of one large file in parallel. Pass jobs=1 from a
+    process that must not fork (e.g. one that runs torch)."""
     p = Path(path)
     if not p.is_dir():
-        return analyze_file(p, config, progress)
+        return analyze_file(p, config, progress, jobs or os.cpu_count() or 1)
     files = find_trace_files(p)
     if not files:
         raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")

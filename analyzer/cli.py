@@ -127,11 +127,13 @@ def main(verbose: int) -> None:
 @click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
               help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
                    "[tool.perfsleuth] in ./pyproject.toml is read too).")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
+              help="Worker processes for large traces and directories of traces [default: the CPU count].")
 @click.option("--hta/--no-hta", default=False, show_default=True,
               help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
                    "to the JSON (needs perfsleuth[hta]; docs/hta.md).")
 @user_errors
-def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), hta=False,
+def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
             rule_paths=(), sets=()) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
@@ -149,7 +151,7 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)
-    result = analyze_path(path, config, progress=ProgressBar(f"reading {path.name}"))
+    result = analyze_path(path, config, progress=ProgressBar(f"reading {path.name}"), jobs=jobs)
     emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
          force=force)
     exit_on_gate_failures(check_report(result.to_dict(), gates))

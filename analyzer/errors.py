@@ -9,6 +9,9 @@ class TraceError(Exception):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # picklable, so a worker process can raise it
+        return (TraceError, (self.path, self.problem))
+
 
 class UsageError(Exception):
     """A bad option or argument, reported as one line with exit code 2."""

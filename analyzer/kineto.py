@@ -13,10 +13,11 @@ beyond int64, ...) is decoded again with lenient Structs and sanitised value by 
 from __future__ import annotations
 
 import gzip
+import multiprocessing as mp
 import zlib
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import msgspec
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 from .errors import TraceError
 
 CHUNK = 100_000
+MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -85,6 +87,10 @@ _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipp
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 
 
+def _identity(columns: dict) -> dict:
+    return columns
+
+
 def read_bytes(path: Path) -> bytes:
     try:
         with open(path, "rb") as fh:
@@ -142,10 +148,41 @@ def _split(path: Path, raw: bytes) -> tuple[Header, list]:
         raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
 
 
-def chunks(path: Path, parts: list, warnings: list) -> Iterator[dict]:
-    """Column dicts, one per CHUNK events (X events as columns, M events as tuples)."""
-    for i in range(0, len(parts), CHUNK):
-        yield _decode_chunk(path, b"[" + b",".join(parts[i:i + CHUNK]) + b"]", warnings)
+def chunks(path: Path, parts: list, warnings: list, transform: Callable = _identity, jobs: int = 1) -> Iterator:
+    """`transform(columns)` for each chunk of CHUNK events, in order. Columns: X events as arrays and
+    lists, M events as tuples. With jobs > 1 (and fork available, and enough chunks) the chunks are
+    decoded and transformed in forked workers that share the raw buffer copy-on-write."""
+    starts = range(0, len(parts), CHUNK)
+    if jobs > 1 and len(starts) >= MIN_PARALLEL_CHUNKS and "fork" in mp.get_all_start_methods():
+        yield from _parallel_chunks(path, parts, warnings, transform, jobs, starts)
+        return
+    for i in starts:
+        yield transform(_decode_chunk(path, _blob(parts, i), warnings))
+
+
+def _blob(parts: list, i: int) -> bytes:
+    return b"[" + b",".join(parts[i:i + CHUNK]) + b"]"
+
+
+_SHARED: tuple = ()  # (path, parts, transform) for forked workers: inherited, never pickled
+
+
+def _worker(i: int) -> tuple:
+    path, parts, transform = _SHARED
+    warnings: list = []
+    return transform(_decode_chunk(path, _blob(parts, i), warnings)), warnings
+
+
+def _parallel_chunks(path, parts, warnings, transform, jobs, starts) -> Iterator:
+    global _SHARED
+    _SHARED = (path, parts, transform)
+    try:
+        with mp.get_context("fork").Pool(min(jobs, len(starts))) as pool:
+            for out, new in pool.imap(_worker, starts):
+                warnings.extend(w for w in new if w not in warnings)
+                yield out
+    finally:
+        _SHARED = ()
 
 
 def _decode_chunk(path: Path, blob: bytes, warnings: list) -> dict:

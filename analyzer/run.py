@@ -358,7 +358,7 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):
     from .api import analyze_path
 
-    report = analyze_path(trace_path)
+    report = analyze_path(trace_path, jobs=1)  # no fork from a process running torch
     report.steps.warnings.extend(warnings)
     return report
 

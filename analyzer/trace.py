@@ -105,10 +105,12 @@ def find_trace_files(path: Path) -> list[Path]:
     return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
 
 
-def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None) -> Trace:
+def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None,
+               jobs: int = 1) -> Trace:
     """Parse one trace file (.json or .json.gz; gzip is detected by content).
 
-    `progress(done, total)` is called after each chunk of events (for a progress bar)."""
+    `progress(done, total)` is called after each chunk of events (for a progress bar). `jobs` > 1
+    decodes the chunks of a large trace in that many forked worker processes."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
@@ -119,8 +121,8 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=len(parts), warnings=warnings)
     _read_header(trace, header)
     frames = []
-    for c in kineto.chunks(path, parts, warnings):
-        frames.append(_chunk_frame(c, trace))
+    for out in kineto.chunks(path, parts, warnings, _chunk_frame, jobs):
+        frames.append(_take_chunk(out, trace))
         if progress is not None:
             progress(min(len(frames) * kineto.CHUNK, len(parts)), len(parts))
     del parts
@@ -185,13 +187,9 @@ def _kinds(cats: list) -> np.ndarray:
     return table[codes] if len(table) else np.empty(0, np.int8)
 
 
-def _chunk_frame(c: dict, trace: Trace) -> pd.DataFrame:
-    """Complete ("X") events of one chunk, times still in float µs; metadata goes to the Trace."""
-    if c.get("skipped"):
-        trace.warnings.append(f"{c['skipped']} entries of traceEvents that are not event objects were ignored")
-    for pid, tid, name, value in c["meta"]:
-        if name == "thread_name" and isinstance(value, str):
-            trace.thread_names[(pid, tid)] = value
+def _chunk_frame(c: dict) -> tuple:
+    """(complete events of one chunk with times still in float µs, metadata tuples, skipped count).
+    Pure: it may run in a worker process."""
     # Spans/Traces pseudo-processes (string pids) are the profiler's own bookkeeping, not work.
     keep = ~c["string_pid"]
     cols = {k: c[k][keep] for k in ("ts", "dur") + kineto.INT_COLUMNS}
@@ -203,7 +201,17 @@ def _chunk_frame(c: dict, trace: Trace) -> pd.DataFrame:
     cols["kind"] = kind[keep]
     cols["name"] = pd.Categorical(names[keep])
     cols["in_type"] = pd.Categorical(in_type[keep])
-    return pd.DataFrame(cols)
+    return pd.DataFrame(cols), c["meta"], c.get("skipped", 0)
+
+
+def _take_chunk(out: tuple, trace: Trace) -> pd.DataFrame:
+    frame, meta, skipped = out
+    if skipped:
+        trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
+    for pid, tid, name, value in meta:
+        if name == "thread_name" and isinstance(value, str):
+            trace.thread_names[(pid, tid)] = value
+    return frame
 
 
 def _assemble(frames: list, trace: Trace) -> pd.DataFrame:

@@ -7,7 +7,8 @@ For each replication factor it builds the trace (benchmarks/make_large.py), then
 fresh interpreter: (a) `perfsleuth analyze` end to end, (b) HTA's TraceAnalysis load +
 get_temporal_breakdown, (c) msgspec.json.decode of the same file (the floor), and (a) again on the
 .json.gz with (d) its bare gunzip. Wall time is measured around the child process (interpreter
-start and imports included); peak RSS is the child's own ru_maxrss.
+start and imports included); memory is the larger of the child's own peak RSS (VmHWM) and the sampled
+peak PSS of its process tree (perfsleuth decodes large files in forked workers).
 """
 
 from __future__ import annotations
@@ -28,11 +29,42 @@ from make_large import load, replicate  # noqa: E402
 
 
 def measure(mode: str, path: Path, python: str = sys.executable) -> dict:
+    """Wall time, the child's own peak RSS, and the peak PSS of its whole process tree (sampled every
+    20 ms: counts worker processes, and shares pages they share with the parent fairly)."""
     t = time.perf_counter()
-    out = subprocess.run([python, str(HERE / "_measure.py"), mode, str(path)],
-                         capture_output=True, text=True, check=True)
+    proc = subprocess.Popen([python, str(HERE / "_measure.py"), mode, str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_pss_kb(proc.pid))
+        time.sleep(0.02)
     wall = time.perf_counter() - t
-    return {"wall_s": round(wall, 2), **json.loads(out.stdout.strip().splitlines()[-1])}
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"{mode} {path} failed:\n{err[-2000:]}")
+    rss = json.loads(out.strip().splitlines()[-1])["rss_mb"]
+    return {"wall_s": round(wall, 2), "rss_mb": round(max(rss, peak / 1024), 1), "main_rss_mb": round(rss, 1)}
+
+
+def tree_pss_kb(root: int) -> int:
+    kids: dict = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    kids.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("Pss:")), 0)
+        except OSError:
+            pass
+    return total
 
 
 def build(source: Path, times: int, workdir: Path) -> tuple[Path, Path, int]:

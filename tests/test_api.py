@@ -25,3 +25,30 @@ def test_progress_is_reported_per_chunk(shared_traces):
     assert calls[-1][0] == calls[-1][1] == 216092
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert len(calls) == 3  # 100k events per chunk
+
+
+def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
+    from perfsleuth import kineto
+    from perfsleuth.trace import load_trace
+
+    monkeypatch.setattr(kineto, "CHUNK", 20_000)  # 11 chunks of the 216k-event trace
+    path = shared_traces / "v100_df_index_resolver.json.gz"
+    seq, par = load_trace(path, jobs=1), load_trace(path, jobs=2)
+    assert len(par.events) == len(seq.events) == 123378
+    assert par.events.equals(seq.events)
+    assert par.thread_names == seq.thread_names and par.warnings == seq.warnings
+
+
+def test_worker_warnings_reach_the_report(tmp_path, monkeypatch):
+    from perfsleuth import kineto
+    from perfsleuth.trace import load_trace
+
+    monkeypatch.setattr(kineto, "CHUNK", 2)  # 5 chunks, decoded by 2 workers
+    good = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
+    bad = b'{"ph": "X", "cat": "cpu_op", "name": "aten::\xff", "ts": 5, "dur": 1, "pid": 1, "tid": 1}'
+    path = tmp_path / "utf8.json"
+    path.write_bytes(b'{"traceEvents": [' + b",".join([good] * 7 + [bad, good, good]) + b"]}")
+    trace = load_trace(path, jobs=2)
+    assert trace.warnings == ["invalid UTF-8 bytes in the trace were replaced with U+FFFD",
+                              "8 duplicate events were ignored"]  # the 9 identical aten::mm events
+    assert sorted(trace.events["name"].astype(str).unique()) == ["aten::mm", "aten::\ufffd"]
