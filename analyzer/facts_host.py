@@ -186,8 +186,9 @@ def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
     Outside the host windows they are the profiler's own (start/stop) and are left out."""
     ev = ctx.trace.events
     rt = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
-    prev = rt.groupby(["pid", "tid"], sort=False)["name"].shift(1).astype(object).fillna("")
-    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~prev.str.lower().str.contains("memcpy")]
+    is_copy = pd.Series(name_mask(rt["name"], lambda n: "memcpy" in n.lower()), index=rt.index)
+    after_copy = is_copy.groupby([rt["pid"], rt["tid"]], sort=False).shift(1, fill_value=False).astype(bool)
+    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~after_copy]
     fr = ctx.steps.frame
     host = iv.merge(fr["host_start"].to_numpy(np.int64), fr["host_end"].to_numpy(np.int64))
     ts = syncs["ts"].to_numpy(np.int64)
