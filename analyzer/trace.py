@@ -229,6 +229,23 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     return _normalise_times(df, trace)
 
 
+_IDENTITY = ("ts", "dur", "kind", "name", "pid", "tid", "corr", "ext")
+
+
+def _duplicates(df: pd.DataFrame) -> np.ndarray:
+    """Rows that repeat an earlier event exactly. A one-column hash of the identity finds the few
+    candidates cheaply; only those get the exact multi-column comparison."""
+    h = np.zeros(len(df), dtype=np.uint64)
+    for i, col in enumerate(_IDENTITY):
+        v = df[col].cat.codes.to_numpy() if col == "name" else df[col].to_numpy()
+        h = h * np.uint64(0x100000001B3) ^ (v.astype(np.int64).view(np.uint64) + np.uint64(i))
+    cand = pd.Series(h).duplicated(keep=False).to_numpy()
+    dup = np.zeros(len(df), dtype=bool)
+    if cand.any():
+        dup[np.flatnonzero(cand)] = df[cand].duplicated(subset=list(_IDENTITY)).to_numpy()
+    return dup
+
+
 def _normalise_times(df: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     warnings = trace.warnings
     ts, dur = df["ts"].to_numpy(), df["dur"].to_numpy()
@@ -251,7 +268,7 @@ def _normalise_times(df: pd.DataFrame, trace: Trace) -> pd.DataFrame:
         warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped")
     df = df[~huge].assign(ts=ts_ns[~huge].astype(np.int64), dur=dur_ns[~huge].astype(np.int64))
     df["end"] = df["ts"] + df["dur"]
-    dup = df.duplicated(subset=["ts", "dur", "kind", "name", "pid", "tid", "corr", "ext"])
+    dup = _duplicates(df)
     if dup.any():
         warnings.append(f"{int(dup.sum())} duplicate events were ignored")
         df = df[~dup]
