@@ -70,9 +70,9 @@ _EVENT = Union[(_Complete, _Meta) + tuple(_skipped_phase(p) for p in "BEiICbnest
 
 
 class Header(msgspec.Struct):
-    """The top level of the document, with the event list left undecoded."""
+    """The top level of the document; each event is left undecoded (a raw slice of the buffer)."""
 
-    traceEvents: msgspec.Raw = msgspec.Raw(b"null")
+    traceEvents: Optional[list[msgspec.Raw]] = None
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
@@ -133,19 +133,22 @@ def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list
 
 
 def _split(path: Path, raw: bytes) -> tuple[Header, list]:
-    first = raw.lstrip()[:1]
+    first = raw[:64].lstrip()[:1]
     if first == b"[":
         return Header(), _SPLIT.decode(raw)
     if first != b"{":
         msgspec.json.decode(raw)  # raises the decoder's own message for non-JSON
         raise TraceError(path, "not a PyTorch profiler trace (the JSON is not an object with 'traceEvents')")
-    header = _HEADER.decode(raw)
-    if bytes(header.traceEvents) == b"null":
-        raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents' list)")
     try:
-        return header, _SPLIT.decode(header.traceEvents)
-    except msgspec.ValidationError:
-        raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
+        header = _HEADER.decode(raw)  # one pass: top level + the slice of every event
+    except msgspec.ValidationError as exc:
+        if "traceEvents" in str(exc):
+            raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
+        raise
+    if header.traceEvents is None:
+        raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents' list)")
+    parts, header.traceEvents = header.traceEvents, None
+    return header, parts
 
 
 def chunks(path: Path, parts: list, warnings: list, transform: Callable = _identity, jobs: int = 1) -> Iterator:
