@@ -34,7 +34,7 @@ EXPECTED = {
 
 # Verdicts the trace itself justifies (see docs/attribution.md, "The real traces").
 VERDICTS = {
-    "a100_rank0_of16_nccl.json.gz": "sync-bound",  # ~190 aten::item per step, each a device sync
+    "a100_rank0_of16_nccl.json.gz": "sync-bound",  # 6 blocking device-to-host reads per step idle the device
     "v100_ns_resolution.pt.trace.json.gz": "kernel-bound",  # device busy 98 % of each step
     "h100_qwen0.5b_inference.json.gz": "kernel-bound",  # device busy 92 %
     "a100_alexnet_small.json.gz": "host-bound",  # 43 s of CPU-only work before 0.1 s of GPU work
