@@ -7,8 +7,8 @@ For each replication factor it builds the trace (benchmarks/make_large.py), then
 fresh interpreter: (a) `perfsleuth analyze` end to end, (b) HTA's TraceAnalysis load +
 get_temporal_breakdown, (c) msgspec.json.decode of the same file (the floor), and (a) again on the
 .json.gz with (d) its bare gunzip. Wall time is measured around the child process (interpreter
-start and imports included); memory is the larger of the child's own peak RSS (VmHWM) and the sampled
-peak PSS of its process tree (perfsleuth decodes large files in forked workers).
+start and imports included); memory is the child's own peak RSS (VmHWM), and for perfsleuth the larger
+of that and the sampled peak PSS of its process tree (it decodes large files in forked workers).
 """
 
 from __future__ import annotations
@@ -29,15 +29,18 @@ from make_large import load, replicate  # noqa: E402
 
 
 def measure(mode: str, path: Path, python: str = sys.executable) -> dict:
-    """Wall time, the child's own peak RSS, and the peak PSS of its whole process tree (sampled every
-    50 ms: counts worker processes, and shares pages they share with the parent fairly)."""
+    """Wall time and peak memory. Memory: the child's own peak RSS (VmHWM); for perfsleuth, which
+    decodes large files in forked workers, the larger of that and the peak PSS of its process tree,
+    sampled every 200 ms (reading smaps walks page tables and takes locks the measured process needs,
+    so sampling any faster slows down what it measures)."""
     t = time.perf_counter()
     proc = subprocess.Popen([python, str(HERE / "_measure.py"), mode, str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, tree_pss_kb(proc.pid))
-        time.sleep(0.05)
+        if mode == "perfsleuth":
+            peak = max(peak, tree_pss_kb(proc.pid))
+        time.sleep(0.2)
     wall = time.perf_counter() - t
     out, err = proc.communicate()
     if proc.returncode:
