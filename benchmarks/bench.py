@@ -20,6 +20,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,13 +37,21 @@ def measure(mode: str, path: Path, python: str = sys.executable) -> dict:
     t = time.perf_counter()
     proc = subprocess.Popen([python, str(HERE / "_measure.py"), mode, str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        if mode == "perfsleuth":
-            peak = max(peak, tree_pss_kb(proc.pid))
-        time.sleep(0.2)
+    peaks = [0]
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peaks.append(tree_pss_kb(proc.pid))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if mode == "perfsleuth":
+        sampler.start()
+    out, err = proc.communicate()  # wall time ends exactly when the child does
     wall = time.perf_counter() - t
-    out, err = proc.communicate()
+    if sampler.is_alive():
+        sampler.join()
+    peak = max(peaks)
     if proc.returncode:
         raise SystemExit(f"{mode} {path} failed:\n{err[-2000:]}")
     rss = json.loads(out.strip().splitlines()[-1])["rss_mb"]
