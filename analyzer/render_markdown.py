@@ -192,21 +192,22 @@ def _locations(f: dict) -> str:
 
 
 def _table_kernels(report: dict) -> str:
-    rows = [r for r in report.get("top_kernels") or [] if isinstance(r, dict)]
-    lines = ["| # | Kernel | Count | Total | Share |", "|--:|:--|--:|--:|--:|"]
-    for i, r in enumerate(rows[:MAX_ROWS], 1):
-        lines.append(f"| {i} | {md_cell(r.get('name'), MAX_NAME, code=True)} | {present.fmt_count(r.get('count'))} "
-                     f"| {fmt_us(r.get('total_us'))} | {fmt_pct(r.get('share'))} |")
-    return _folded("Top kernels", lines, len(rows))
+    return _name_table(report.get("top_kernels"), "Top kernels", "Kernel", "Share",
+                       lambda r: fmt_pct(r.get("share")))
 
 
 def _table_ops(report: dict) -> str:
-    rows = [r for r in report.get("top_ops") or [] if isinstance(r, dict)]
-    lines = ["| # | Op | Count | Total | Mean |", "|--:|:--|--:|--:|--:|"]
+    return _name_table(report.get("top_ops"), "Top ops", "Op", "Mean", lambda r: fmt_us(r.get("mean_us")))
+
+
+def _name_table(rows, title: str, what: str, last: str, last_cell) -> str:
+    """A folded table of named rows (kernels, ops): #, name, count, total, and one more column."""
+    rows = [r for r in rows or [] if isinstance(r, dict)]
+    lines = [f"| # | {what} | Count | Total | {last} |", "|--:|:--|--:|--:|--:|"]
     for i, r in enumerate(rows[:MAX_ROWS], 1):
         lines.append(f"| {i} | {md_cell(r.get('name'), MAX_NAME, code=True)} | {present.fmt_count(r.get('count'))} "
-                     f"| {fmt_us(r.get('total_us'))} | {fmt_us(r.get('mean_us'))} |")
-    return _folded("Top ops", lines, len(rows))
+                     f"| {fmt_us(r.get('total_us'))} | {last_cell(r)} |")
+    return _folded(title, lines, len(rows))
 
 
 def _folded(title: str, lines: list[str], total: int) -> str:
