@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from .config import CATEGORIES
 from .names import (BLOCKING_COPY_CALLS, ITEM_OPS, SYNC_CALLS, is_comm, is_dataloader, is_memory_kernel,
                     name_mask, parse_memcpy)
 from .steps import STEP_RE, Steps
 from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, KERNEL, MEMCPY, MEMSET, RUNTIME, Trace
 
-CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
 
 
 @dataclass

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The report@1 categories, in their JSON order (docs/schema.md): defined here once, for the analysis,
+# the renderers and diff alike. This module imports nothing heavy, so the renderers stay light.
+CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
 STALL_CATEGORIES = ("dataloader", "sync", "transfer", "host", "communication")
 
 

@@ -20,13 +20,12 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .config import Config
+from .config import CATEGORIES, Config
 from .errors import TraceError, UsageError
 from .report import SCHEMA, SET_SCHEMA
 from .version import __version__
 
 DIFF_SCHEMA = "perfsleuth/diff@1"
-CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 

@@ -10,7 +10,8 @@ import math
 import re
 from typing import Any
 
-CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
+from .config import CATEGORIES
+
 CATEGORY_LABELS = {
     "dataloader": "DataLoader",
     "kernel": "Kernels",
