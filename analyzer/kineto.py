@@ -12,20 +12,29 @@ beyond int64, ...) is decoded again with lenient Structs and sanitised value by 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import mmap
 import multiprocessing as mp
+import os
+import stat
 import zlib
+from functools import partial
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import msgspec
 import numpy as np
 
+from . import byteranges
 from .errors import TraceError
 
-CHUNK = 100_000
+CHUNK = 100_000  # events per task on the sequential path (and per progress step)
+PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
 MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
+MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
@@ -91,10 +100,19 @@ def _identity(columns: dict) -> dict:
     return columns
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path):
+    """The document's bytes: a read-only memory map of a large plain file (pages are read on demand,
+    by whichever worker decodes them), the file's bytes otherwise, gunzipped when gzip."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            magic = fh.read(2)
+            info = os.fstat(fh.fileno())
+            if magic != b"\x1f\x8b" and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
+                try:
+                    return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    pass  # no mmap here (some file systems): read it
+            raw = magic + fh.read()
     except IsADirectoryError:
         raise TraceError(path, "is a directory") from None
     except OSError as exc:
@@ -127,7 +145,7 @@ def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list
             raise _json_error(path, exc) from None
     warnings.append("invalid UTF-8 bytes in the trace were replaced with U+FFFD")
     try:
-        return _split(path, raw.decode("utf-8", errors="replace").encode("utf-8"))
+        return _split(path, bytes(raw).decode("utf-8", errors="replace").encode("utf-8"))
     except msgspec.DecodeError as exc:
         raise _json_error(path, exc) from None
 
@@ -151,41 +169,102 @@ def _split(path: Path, raw: bytes) -> tuple[Header, list]:
     return header, parts
 
 
-def chunks(path: Path, parts: list, warnings: list, transform: Callable = _identity, jobs: int = 1) -> Iterator:
-    """`transform(columns)` for each chunk of CHUNK events, in order. Columns: X events as arrays and
-    lists, M events as tuples. With jobs > 1 (and fork available, and enough chunks) the chunks are
-    decoded and transformed in forked workers that share the raw buffer copy-on-write."""
-    starts = range(0, len(parts), CHUNK)
-    if jobs > 1 and len(starts) >= MIN_PARALLEL_CHUNKS and "fork" in mp.get_all_start_methods():
-        yield from _parallel_chunks(path, parts, warnings, transform, jobs, starts)
-        return
-    for i in starts:
-        yield transform(_decode_chunk(path, _blob(parts, i), warnings))
+def decode_events(path: Path, buf, warnings: list, transform: Callable = _identity, jobs: int = 1,
+                  progress: Optional[Callable[[int, int], None]] = None) -> tuple[Header, list, int]:
+    """The header, `transform(columns)` of each chunk of events in document order, and the number of
+    entries in traceEvents. Columns: X events as arrays and lists, M events as tuples.
 
-
-def _blob(parts: list, i: int) -> bytes:
-    return b"[" + b",".join(parts[i:i + CHUNK]) + b"]"
-
-
-_SHARED: tuple = ()  # (path, parts, transform) for forked workers: inherited, never pickled
-
-
-def _worker(i: int) -> tuple:
-    path, parts, transform = _SHARED
-    warnings: list = []
-    return transform(_decode_chunk(path, _blob(parts, i), warnings)), warnings
-
-
-def _parallel_chunks(path, parts, warnings, transform, jobs, starts) -> Iterator:
-    global _SHARED
-    _SHARED = (path, parts, transform)
-    try:
-        with mp.get_context("fork").Pool(min(jobs, len(starts))) as pool:
-            for out, new in pool.imap(_worker, starts):
+    With jobs > 1 a large document is cut into byte ranges (byteranges.py) that forked workers decode
+    straight from the shared buffer. Anything unusual about it takes the sequential split into chunks
+    of CHUNK events, decoded in workers too when there are enough of them. `progress(done, total)`
+    counts bytes on the first path and events on the second: only the ratio means anything."""
+    parallel = jobs > 1 and "fork" in mp.get_all_start_methods()
+    if parallel and len(buf) >= byteranges.MIN_BYTES:
+        planned = byteranges.plan(buf, _HEADER)
+        if planned is not None:
+            header, ranges = planned
+            done = _run(path, partial(_range_blobs, buf, ranges), range(len(ranges)), transform, jobs, progress,
+                        [end for _, end in ranges], fallible=True)
+            if done is not None:
+                outs, entries, new = done
                 warnings.extend(w for w in new if w not in warnings)
-                yield out
+                return header, outs, entries
+    header, parts = split_document(path, buf, warnings)
+    starts = range(0, len(parts), CHUNK)
+    done_at = [min(i + CHUNK, len(parts)) for i in starts]
+    outs, entries, new = _run(path, partial(_parts_blobs, parts), starts, transform,
+                              jobs if parallel and len(starts) >= MIN_PARALLEL_CHUNKS else 1, progress, done_at)
+    warnings.extend(w for w in new if w not in warnings)
+    return header, outs, len(parts)
+
+
+def _parts_blobs(parts: list, i: int):
+    """Chunk i of the sequential path as JSON array documents of PIECE events each."""
+    stop = min(i + CHUNK, len(parts))
+    return (b"[" + b",".join(parts[j:min(j + PIECE, stop)]) + b"]" for j in range(i, stop, PIECE))
+
+
+def _range_blobs(buf, ranges: list, i: int):
+    return byteranges.pieces(buf, *ranges[i])
+
+
+_SHARED: tuple = ()  # (path, blobs_of, transform, fallible) for forked workers: inherited, never pickled
+
+
+def _task(i: int) -> Optional[tuple]:
+    """(transform(columns), entries, warnings) of task i; None when a fallible task's bytes are not JSON."""
+    path, blobs_of, transform, fallible = _SHARED
+    warnings: list = []
+    try:
+        columns = _merge([_decode_chunk(path, blob, warnings) for blob in blobs_of(i)])
+    except TraceError:
+        if fallible:
+            return None
+        raise
+    return transform(columns), columns["entries"], warnings
+
+
+def _run(path, blobs_of, tasks: range, transform, jobs: int, progress, done_at: list, fallible: bool = False):
+    """All tasks in order, in a pool of forked workers when jobs > 1: (outputs, entries, warnings), or
+    None as soon as a fallible task fails."""
+    global _SHARED
+    _SHARED = (path, blobs_of, transform, fallible)
+    outs, entries, warnings = [], 0, []
+    try:
+        with contextlib.ExitStack() as stack:
+            if jobs > 1:
+                pool = stack.enter_context(mp.get_context("fork").Pool(min(jobs, len(tasks))))
+                results = pool.imap(_task, tasks)
+            else:
+                results = map(_task, tasks)
+            for k, result in enumerate(results):
+                if result is None:
+                    return None
+                out, n, new = result
+                outs.append(out)
+                entries += n
+                warnings.extend(w for w in new if w not in warnings)
+                if progress is not None:
+                    progress(done_at[k], done_at[-1])
     finally:
         _SHARED = ()
+    return outs, entries, warnings
+
+
+def _merge(pieces: list) -> dict:
+    """The columns of consecutive pieces as one chunk's."""
+    if len(pieces) == 1:
+        return pieces[0]
+    out: dict = {}
+    for key in dict.fromkeys(k for p in pieces for k in p):
+        first = next(p[key] for p in pieces if key in p)
+        if isinstance(first, np.ndarray):
+            out[key] = np.concatenate([p[key] for p in pieces])
+        elif isinstance(first, list):
+            out[key] = list(chain.from_iterable(p[key] for p in pieces))
+        else:  # counts: entries, skipped
+            out[key] = sum(p.get(key, 0) for p in pieces)
+    return out
 
 
 def _decode_chunk(path: Path, blob: bytes, warnings: list) -> dict:
@@ -249,6 +328,7 @@ def _strict_columns(evs: list) -> dict:
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
         "input_type": list(map(attrgetter("input_type"), args)),
         "meta": meta,
+        "entries": len(evs),
     }
 
 
@@ -298,4 +378,5 @@ def _lax_columns(items: list) -> dict:
         "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
         "meta": meta,
         "skipped": len(items) - len(evs),
+        "entries": len(items),
     }

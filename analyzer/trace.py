@@ -109,23 +109,21 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
                jobs: int = 1) -> Trace:
     """Parse one trace file (.json or .json.gz; gzip is detected by content).
 
-    `progress(done, total)` is called after each chunk of events (for a progress bar). `jobs` > 1
-    decodes the chunks of a large trace in that many forked worker processes."""
+    `progress(done, total)` is called after each chunk of events (for a progress bar; only the ratio
+    means anything). `jobs` > 1 decodes the chunks of a large trace in that many forked processes."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "no such file or directory")
     if path.is_dir():
         raise TraceError(path, "is a directory (use analyze_path for directories)")
     warnings: list[str] = []
-    header, parts = kineto.split_document(path, kineto.read_bytes(path), warnings)
-    trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=len(parts), warnings=warnings)
+    buf = kineto.read_bytes(path)
+    header, outs, entries = kineto.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
+    del buf  # unmap the document before the columns are assembled: a lower peak
+    trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
-    frames = []
-    for out in kineto.chunks(path, parts, warnings, _chunk_frame, jobs):
-        frames.append(_take_chunk(out, trace))
-        if progress is not None:
-            progress(min(len(frames) * kineto.CHUNK, len(parts)), len(parts))
-    del parts
+    frames = [_take_chunk(out, trace) for out in outs]
+    del outs
     trace.events = _assemble(frames, trace)
     if trace.events.empty:
         if any("not event objects" in w for w in trace.warnings):
@@ -187,12 +185,17 @@ def _kinds(cats: list) -> np.ndarray:
     return table[codes] if len(table) else np.empty(0, np.int8)
 
 
+_FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
+_NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
+_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "end")  # the frame's columns
+
+
 def _chunk_frame(c: dict) -> tuple:
-    """(complete events of one chunk with times still in float µs, metadata tuples, skipped count).
-    Pure: it may run in a worker process."""
+    """(columns of the complete events of one chunk, times still in float µs; metadata tuples; count
+    of skipped entries). Pure: it may run in a worker process."""
     # Spans/Traces pseudo-processes (string pids) are the profiler's own bookkeeping, not work.
     keep = ~c["string_pid"]
-    cols = {k: c[k][keep] for k in ("ts", "dur") + kineto.INT_COLUMNS}
+    cols = {k: c[k][keep] for k in _FLOAT_COLUMNS + kineto.INT_COLUMNS}
     kind = _kinds(c["cat"])
     names = np.array(c["name"], dtype=object)
     in_type = np.full(len(names), "", dtype=object)
@@ -201,54 +204,69 @@ def _chunk_frame(c: dict) -> tuple:
     cols["kind"] = kind[keep]
     cols["name"] = pd.Categorical(names[keep])
     cols["in_type"] = pd.Categorical(in_type[keep])
-    return pd.DataFrame(cols), c["meta"], c.get("skipped", 0)
+    return cols, c["meta"], c.get("skipped", 0)
 
 
-def _take_chunk(out: tuple, trace: Trace) -> pd.DataFrame:
-    frame, meta, skipped = out
+def _take_chunk(out: tuple, trace: Trace) -> dict:
+    cols, meta, skipped = out
     if skipped:
         trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
     for pid, tid, name, value in meta:
         if name == "thread_name" and isinstance(value, str):
             trace.thread_names[(pid, tid)] = value
-    return frame
+    return cols
 
 
 def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
+    """One frame from the chunks' columns: times to int ns from the earliest event, sorted by start,
+    without events that have no timestamp, absurd times, or that repeat an earlier event exactly.
+    Works on numpy columns and builds the DataFrame once (pandas row filters copy every column)."""
+    frames = [f for f in frames if len(f["ts"])]
     if not frames:
         return _empty_frame()
+    cols = {k: np.concatenate([f[k] for f in frames]) for k in _NUMERIC}
     names = union_categoricals([f["name"] for f in frames])
     in_types = union_categoricals([f["in_type"] for f in frames])
-    df = pd.concat([f.drop(columns=["name", "in_type"]) for f in frames], ignore_index=True)
-    df["name"], df["in_type"] = names, in_types
-    if "" not in df["in_type"].cat.categories:
-        df["in_type"] = df["in_type"].cat.add_categories([""])
-    df["in_type"] = df["in_type"].cat.reorder_categories(
-        [""] + [x for x in df["in_type"].cat.categories if x != ""])
-    return _normalise_times(df, trace)
+    if "" not in in_types.categories:
+        in_types = in_types.add_categories([""])
+    cols["name"] = names
+    cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
+    rows = _normalise_times(cols, trace)
+    if rows is None:
+        return _empty_frame()
+    cols = {k: v.take(rows) for k, v in cols.items()}
+    dup = _duplicates(cols)
+    if dup.any():
+        trace.warnings.append(f"{int(dup.sum())} duplicate events were ignored")
+        cols = {k: v[~dup] for k, v in cols.items()}
+    cols["end"] = cols["ts"] + cols["dur"]
+    return pd.DataFrame({k: cols[k] for k in _ORDER}, copy=False)  # no consolidating copy
 
 
 _IDENTITY = ("ts", "dur", "kind", "name", "pid", "tid", "corr", "ext")
 
 
-def _duplicates(df: pd.DataFrame) -> np.ndarray:
-    """Rows that repeat an earlier event exactly. A one-column hash of the identity finds the few
-    candidates cheaply; only those get the exact multi-column comparison."""
-    h = np.zeros(len(df), dtype=np.uint64)
-    for i, col in enumerate(_IDENTITY):
-        v = df[col].cat.codes.to_numpy() if col == "name" else df[col].to_numpy()
-        h = h * np.uint64(0x100000001B3) ^ (v.astype(np.int64).view(np.uint64) + np.uint64(i))
-    cand = pd.Series(h).duplicated(keep=False).to_numpy()
-    dup = np.zeros(len(df), dtype=bool)
+def _duplicates(cols: dict) -> np.ndarray:
+    """Rows (sorted by start) that repeat an earlier event exactly. A repeat starts when the event it
+    repeats does, so only rows that share their start with a neighbour get the exact comparison."""
+    ts = cols["ts"]
+    same = ts[1:] == ts[:-1]
+    cand = np.zeros(len(ts), dtype=bool)
+    cand[1:] |= same
+    cand[:-1] |= same
+    dup = np.zeros(len(ts), dtype=bool)
     if cand.any():
-        dup[np.flatnonzero(cand)] = df[cand].duplicated(subset=list(_IDENTITY)).to_numpy()
+        idx = np.flatnonzero(cand)
+        sub = pd.DataFrame({c: cols[c].codes[idx] if c == "name" else cols[c][idx] for c in _IDENTITY})
+        dup[idx] = sub.duplicated().to_numpy()
     return dup
 
 
-def _normalise_times(df: pd.DataFrame, trace: Trace) -> pd.DataFrame:
+def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
+    """Turn ts/dur into int64 ns from the earliest event (in place) and return the rows to keep, in
+    start order; None when no event has a usable timestamp."""
     warnings = trace.warnings
-    ts, dur = df["ts"].to_numpy(), df["dur"].to_numpy()
+    ts, dur = cols["ts"], cols["dur"]
     bad_ts = ~np.isfinite(ts)
     if bad_ts.any():
         warnings.append(f"{int(bad_ts.sum())} events without a numeric timestamp were dropped")
@@ -256,25 +274,21 @@ def _normalise_times(df: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     if bad_dur.any():
         warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
                         "were counted as zero-length")
-    df = df[~bad_ts]
-    if df.empty:
-        return _empty_frame()
-    t0 = float(df["ts"].min())
-    ts_ns = np.rint((df["ts"].to_numpy() - t0) * 1000.0)
-    dur_ns = np.rint(np.where(np.isfinite(df["dur"].to_numpy()) & (df["dur"].to_numpy() > 0),
-                              df["dur"].to_numpy(), 0.0) * 1000.0)
-    huge = (np.abs(ts_ns) > 9e18) | (dur_ns > 9e18)
+    if bad_ts.all():
+        return None
+    t0 = float(ts[~bad_ts].min())
+    with np.errstate(invalid="ignore"):
+        ts_ns = np.rint((ts - t0) * 1000.0)
+        dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
+        huge = ((np.abs(ts_ns) > 9e18) | (dur_ns > 9e18)) & ~bad_ts
     if huge.any():
         warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped")
-    df = df[~huge].assign(ts=ts_ns[~huge].astype(np.int64), dur=dur_ns[~huge].astype(np.int64))
-    df["end"] = df["ts"] + df["dur"]
-    dup = _duplicates(df)
-    if dup.any():
-        warnings.append(f"{int(dup.sum())} duplicate events were ignored")
-        df = df[~dup]
+    keep = ~(bad_ts | huge)
+    cols["ts"] = np.where(keep, ts_ns, 0).astype(np.int64)
+    cols["dur"] = np.where(keep, dur_ns, 0).astype(np.int64)
     trace.t0_us = t0
-    order = np.argsort(df["ts"].to_numpy(), kind="stable")
-    return df.iloc[order].reset_index(drop=True)
+    rows = np.flatnonzero(keep)
+    return rows[np.argsort(cols["ts"][rows], kind="stable")]
 
 
 _HIP = re.compile(r"^hip[A-Z]")

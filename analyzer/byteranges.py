@@ -1,0 +1,82 @@
+"""Cut the `traceEvents` array of a large trace into byte ranges without decoding it.
+
+Splitting a 2M-event document into one raw slice per event (kineto.split_document) is a sequential
+pass that costs as much as reading the file, and every chunk must then be joined back together. Here
+a regex finds the array and cuts it between two events (`}` `,` `{`, any whitespace), so the forked
+workers start at once and each decodes only its own bytes, straight from the page cache.
+
+The cuts are guesses that decoding proves:
+- the header, i.e. the document with the array emptied, must decode with `traceEvents == []`, which
+  pins the array's true start and end;
+- every range must then decode as a list of complete JSON values. The first range starts at the
+  array's true start, and a range that decodes ends at a true boundary between elements (a cut inside
+  a string or a nested object leaves it unterminated), so by induction every cut is right.
+When a check fails the caller falls back to the sequential split, which also reports bad JSON well.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import msgspec
+
+RANGE_BYTES = 16 << 20  # ~80k events of a typical trace per worker task
+PIECE_BYTES = 1 << 20  # decoded at a time within a range: its objects stay in the CPU cache (docs/perf.md)
+MIN_BYTES = 4 * RANGE_BYTES  # smaller documents: the sequential split is cheap enough
+_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_TAIL_BYTES = 1 << 20  # the array's closing bracket is looked for in the document's last MiB
+_TAIL_TRIES = 64
+
+
+def plan(buf, header_decoder: msgspec.json.Decoder, size: Optional[int] = None) -> Optional[tuple]:
+    """(header, [(start, end), ...]) byte ranges covering the array's elements, or None when the
+    document does not look like `{..., "traceEvents": [...], ...}` with the array found."""
+    m = _START.search(buf)
+    if m is None:
+        return None
+    first = m.end()
+    prefix = bytes(buf[:first])  # the document up to and including the array's "["
+    found = _array_end(buf, first, prefix, header_decoder)
+    if found is None:
+        return None
+    header, end = found
+    return header, list(_cuts(buf, first, end, size or RANGE_BYTES))
+
+
+def _cuts(buf, start: int, end: int, size: int):
+    """(start, end) of consecutive runs of about `size` bytes of array elements, cut between two."""
+    while start + size < end and (cut := _CUT.search(buf, start + size, end)) is not None:
+        yield start, cut.start() + 1
+        start = cut.end() - 1
+    yield start, end
+
+
+def pieces(buf, start: int, end: int, size: Optional[int] = None):
+    """One range as JSON array documents of about `size` bytes each (cut like the ranges)."""
+    return (blob(buf, a, b) for a, b in _cuts(buf, start, end, size or PIECE_BYTES))
+
+
+def _array_end(buf, first: int, prefix: bytes, header_decoder) -> Optional[tuple]:
+    """The header and the offset of the array's "]": the last "]" after which the document, with the
+    array emptied, decodes as a header whose traceEvents is empty."""
+    end, low = len(buf), max(first, len(buf) - _TAIL_BYTES)
+    for _ in range(_TAIL_TRIES):
+        end = buf.rfind(b"]", low, end)
+        if end < 0:
+            return None
+        try:
+            header = header_decoder.decode(prefix + bytes(buf[end:]))
+        except (msgspec.DecodeError, UnicodeError):
+            continue
+        return (header, end) if header.traceEvents == [] else None
+    return None
+
+
+def blob(buf, start: int, end: int) -> bytearray:
+    """One range as a JSON array document (one copy of its bytes)."""
+    out = bytearray(end - start + 2)
+    out[0], out[-1] = 0x5B, 0x5D  # "[" and "]"
+    out[1:-1] = memoryview(buf)[start:end]
+    return out

@@ -1,0 +1,116 @@
+"""Large documents are cut into byte ranges that workers decode (byteranges.py); every guess is checked
+by decoding, and anything unusual falls back to the sequential split with the same result."""
+
+import gzip
+import json
+
+import pytest
+
+from perfsleuth import byteranges, kineto
+from perfsleuth.errors import TraceError
+from perfsleuth.trace import load_trace
+
+
+def _event(i: int, name: str = "aten::mm") -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": 10 * i, "dur": 5, "pid": 1, "tid": 1,
+            "args": {"External id": i}}
+
+
+def _doc(events: list, pretty: bool = False, **top) -> bytes:
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 3}, "traceEvents": events, **top}
+    return json.dumps(doc, indent=2 if pretty else None).encode()
+
+
+@pytest.mark.parametrize("pretty", [False, True])
+def test_plan_cuts_between_events_and_covers_the_array(pretty):
+    raw = _doc([_event(i) for i in range(50)], pretty, traceName="/tmp/x]y.json")
+    header, ranges = byteranges.plan(raw, kineto._HEADER, size=300)
+    assert header.distributedInfo == {"rank": 3} and header.traceEvents == []
+    assert len(ranges) > 3
+    assert all(a < b for a, b in ranges) and all(b0 < a1 for (_, b0), (a1, _) in zip(ranges, ranges[1:]))
+    decoded = [e for a, b in ranges for e in json.loads(bytes(byteranges.blob(raw, a, b)))]
+    assert decoded == [_event(i) for i in range(50)]
+    pieces = [e for a, b in ranges for p in byteranges.pieces(raw, a, b, size=100) for e in json.loads(bytes(p))]
+    assert pieces == decoded
+
+
+def test_plan_gives_up_on_documents_it_cannot_place():
+    assert byteranges.plan(b'[{"ph": "X"}]', kineto._HEADER) is None  # a bare list: no traceEvents key
+    nested = b'{"meta": {"traceEvents": [1, 2]}, "traceEvents": [{"ph": "X"}]}'
+    assert byteranges.plan(nested, kineto._HEADER) is None  # the first "traceEvents" is not the top-level one
+    assert byteranges.plan(b'{"traceEvents": [{"ph": "X"}, ', kineto._HEADER) is None  # truncated
+
+
+@pytest.fixture
+def small_ranges(monkeypatch):
+    """Byte ranges of ~400 bytes decoded in pieces of ~150, from documents of 1 kB up."""
+    monkeypatch.setattr(byteranges, "MIN_BYTES", 1000)
+    monkeypatch.setattr(byteranges, "RANGE_BYTES", 400)
+    monkeypatch.setattr(byteranges, "PIECE_BYTES", 150)
+    monkeypatch.setattr(kineto, "MMAP_BYTES", 1000)
+    return _spy_on_plan(monkeypatch)
+
+
+def _spy_on_plan(monkeypatch) -> list:
+    """What happened on each load: "ranges" when byteranges.plan placed the array, "split" for each
+    sequential split (the path of jobs=1, small documents and fallbacks)."""
+    real_plan, real_split, calls = byteranges.plan, kineto.split_document, []
+    monkeypatch.setattr(byteranges, "plan", lambda *a: calls.append("ranges" if real_plan(*a) else "no plan")
+                        or real_plan(*a))
+    monkeypatch.setattr(kineto, "split_document", lambda *a: calls.append("split") or real_split(*a))
+    return calls
+
+
+def _same(a, b):
+    assert a.events.equals(b.events)
+    assert (a.warnings, a.thread_names, a.raw_event_count, a.rank) == (b.warnings, b.thread_names,
+                                                                        b.raw_event_count, b.rank)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_ranges_give_the_sequential_result(tmp_path, small_ranges, gz):
+    events = [_event(i, f"op{i % 7}") for i in range(60)] + [{"ph": "f", "id": 1, "ts": 3, "pid": 1, "tid": 1}]
+    events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}})
+    events.append(_event(3, "op3"))  # a duplicate, found across ranges
+    raw = _doc(events, pretty=True)
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
+    assert small_ranges == ["ranges", "split"]  # the second is jobs=1
+    _same(par, seq)
+    assert par.raw_event_count == 63 and len(par.events) == 60 and par.rank == 3
+    assert par.thread_names == {(1, 1): "main"} and par.warnings == ["1 duplicate events were ignored"]
+
+
+def test_a_cut_inside_a_string_falls_back(tmp_path, small_ranges):
+    # names full of what a cut looks for: some range ends inside a string and fails to decode
+    events = [_event(i, '}, {"ph": "X"}, {' * 8) for i in range(40)]
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc(events))
+    par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
+    assert small_ranges == ["ranges", "split", "split"]  # placed, failed to decode, fell back
+    _same(par, seq)
+    assert len(par.events) == 40
+
+
+def test_bad_json_in_a_range_reports_like_the_sequential_path(tmp_path, small_ranges):
+    raw = _doc([_event(i) for i in range(60)]).replace(b'"dur": 5', b'"dur": 5,,', 1)
+    path = tmp_path / "t.json"
+    path.write_bytes(raw)
+    with pytest.raises(TraceError) as par:
+        load_trace(path, jobs=2)
+    assert small_ranges == ["ranges", "split"]
+    with pytest.raises(TraceError) as seq:
+        load_trace(path, jobs=1)
+    assert str(par.value) == str(seq.value) and "not valid JSON" in str(par.value)
+
+
+def test_real_trace_through_ranges_equals_sequential(shared_traces, monkeypatch):
+    monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(byteranges, "RANGE_BYTES", 4 << 20)  # 14 ranges of the 54 MB document
+    path = shared_traces / "v100_df_index_resolver.json.gz"
+    calls = _spy_on_plan(monkeypatch)
+    par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
+    assert calls == ["ranges", "split"]
+    _same(par, seq)
+    assert len(par.events) == 123378 and par.raw_event_count == 216092
