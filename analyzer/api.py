@@ -13,6 +13,7 @@ from .attribution import attribute
 from .config import Config
 from .errors import TraceError
 from .report import SET_SCHEMA, Report, time_share, top_kernels, top_ops
+from .selection import memo
 from .steps import find_steps
 from .trace import Trace, find_trace_files, load_trace
 from .verdict import decide
@@ -22,7 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
-    config = config or Config()
+    with memo():  # each selection of events by kind is made once for the whole analysis
+        return _analyze(trace, config or Config())
+
+
+def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     verdict, reason = decide(time_share(breakdown), config)

@@ -15,8 +15,9 @@ import pandas as pd
 
 from . import intervals as iv
 from .config import CATEGORIES
-from .names import (BLOCKING_COPY_CALLS, ITEM_OPS, SYNC_CALLS, is_comm, is_dataloader, is_memory_kernel,
-                    name_mask, parse_memcpy)
+from .names import (BLOCKING_COPY_CALLS, ITEM_OPS, SYNC_CALLS, is_comm, is_copy_call, is_dataloader,
+                    is_memory_kernel, name_mask, parse_memcpy)
+from .selection import kind_mask, of_kind
 from .steps import STEP_RE, Steps
 from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, KERNEL, MEMCPY, MEMSET, RUNTIME, Trace
 
@@ -32,14 +33,17 @@ class Breakdown:
     signals: dict  # name -> Intervals, for facts and tests
 
 
-def _iv(df: pd.DataFrame) -> iv.Intervals:
-    return iv.merge(df["ts"].to_numpy(), df["end"].to_numpy())
+def _iv(df: pd.DataFrame, rows=slice(None)) -> iv.Intervals:
+    """The union of the events of `df` (only `rows`, a boolean mask, when given)."""
+    return iv.merge(df["ts"].to_numpy()[rows], df["end"].to_numpy()[rows])
 
 
 def _copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Runtime copy calls with what their device copy was: direction, src, dst."""
-    rt = ev[(ev["kind"] == RUNTIME) & name_mask(ev["name"], lambda n: "memcpy" in n.lower())]
-    dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)][["corr", "name"]].drop_duplicates("corr")
+    rt = of_kind(ev, RUNTIME)
+    rt = rt[name_mask(rt["name"], is_copy_call)]
+    dev = of_kind(ev, MEMCPY)
+    dev = dev[dev["corr"] >= 0][["corr", "name"]].drop_duplicates("corr")
     out = rt[["ts", "end", "name", "corr"]].merge(dev, on="corr", how="left", suffixes=("", "_dev"))
     parsed = {n: parse_memcpy(n) for n in out["name_dev"].dropna().unique()}
     out["direction"] = out["name_dev"].map(lambda n: parsed.get(n, (None,) * 3)[0])
@@ -51,15 +55,14 @@ def _copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def device_signals(ev: pd.DataFrame) -> dict:
-    dev = ev[ev["kind"].isin(DEVICE_KINDS)]
-    kern = dev[dev["kind"] == KERNEL]
+    kern = of_kind(ev, KERNEL)
     comm_mask = name_mask(kern["name"], is_comm)
     mem_mask = name_mask(kern["name"], is_memory_kernel)
     return {
-        "device_compute": _iv(kern[~comm_mask & ~mem_mask]),
-        "device_comm": _iv(kern[comm_mask & ~mem_mask]),
-        "device_memory": iv.union(_iv(dev[dev["kind"].isin((MEMCPY, MEMSET))]), _iv(kern[mem_mask])),
-        "device_any": _iv(dev),
+        "device_compute": _iv(kern, ~comm_mask & ~mem_mask),
+        "device_comm": _iv(kern, comm_mask & ~mem_mask),
+        "device_memory": iv.union(_iv(of_kind(ev, MEMCPY, MEMSET)), _iv(kern, mem_mask)),
+        "device_any": _iv(of_kind(ev, *DEVICE_KINDS)),
     }
 
 
@@ -82,10 +85,9 @@ def _in_step_code(df: pd.DataFrame, steps: Steps) -> pd.DataFrame:
 
 
 def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
-    host = ev[~ev["kind"].isin(DEVICE_KINDS + (DEVICE_SYNC,))]  # device-side sync markers are not host work
-    ann = host[host["kind"].isin((ANNOTATION, CPU_OP))]
-    step_mask = name_mask(host["name"], lambda n: bool(STEP_RE.match(n)))
-    busy = [_iv(host[~step_mask])]
+    host = ~kind_mask(ev, DEVICE_KINDS + (DEVICE_SYNC,))  # device-side sync markers are not host work
+    ann = of_kind(ev, ANNOTATION, CPU_OP)
+    busy = [_iv(ev, host & ~name_mask(ev["name"], lambda n: bool(STEP_RE.match(n))))]
     if steps.source == "ProfilerStep":  # inside ProfilerStep the host is, by definition, running the step
         busy.append(iv.merge(steps.frame["host_start"].to_numpy(), steps.frame["host_end"].to_numpy()))
     out = {"host_dataloader": _iv(ann[name_mask(ann["name"], is_dataloader)]), "host_busy": iv.union(*busy)}
@@ -93,19 +95,19 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
         copies = _copy_calls(ev)
         blocking = copies[copies["blocking"]]
         to_host = blocking["direction"].eq("DtoH")
-        rt = host[host["kind"] == RUNTIME]
+        rt = of_kind(ev, RUNTIME)
         out["host_transfer"] = _iv(_in_step_code(blocking[~to_host], steps))
         syncs = _in_step_code(rt[rt["name"].isin(SYNC_CALLS)], steps)
         reads = _device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies)
         out["host_sync"] = iv.union(_iv(syncs), _iv(_in_step_code(reads, steps)),
                                     _iv(_in_step_code(blocking[to_host], steps)))
     else:
-        ops = host[host["kind"] == CPU_OP]
+        ops = of_kind(ev, CPU_OP)
         comm = name_mask(ops["name"], is_comm)
         compute = name_mask(ops["name"], lambda n: "::" in n and not is_dataloader(n))
         comm_ann = ann[name_mask(ann["name"], is_comm)]
-        out["cpu_compute"] = _iv(ops[compute & ~comm])
-        out["cpu_comm"] = iv.union(_iv(ops[comm]), _iv(comm_ann))
+        out["cpu_compute"] = _iv(ops, compute & ~comm)
+        out["cpu_comm"] = iv.union(_iv(ops, comm), _iv(comm_ann))
     return out
 
 
@@ -124,7 +126,7 @@ def _priority(sig: dict, has_device: bool, windows: iv.Intervals) -> list:
 
 def attribute(trace: Trace, steps: Steps) -> Breakdown:
     ev = trace.events
-    has_device = bool(ev["kind"].isin(DEVICE_KINDS).any())
+    has_device = not of_kind(ev, *DEVICE_KINDS).empty
     fr = steps.frame
     st, en = fr["start"].to_numpy(np.int64), fr["end"].to_numpy(np.int64)
     sig = host_signals(ev, steps, has_device)
@@ -133,7 +135,7 @@ def attribute(trace: Trace, steps: Steps) -> Breakdown:
     order = _priority(sig, has_device, (st, en))
 
     bounds = [st, en] + [a for _, (s, e) in order for a in (s, e)]
-    cuts = np.unique(np.concatenate(bounds))
+    cuts = iv.distinct(np.concatenate(bounds))
     cuts = cuts[(cuts >= st.min()) & (cuts <= en.max())] if len(st) else cuts[:0]
     seg_start, seg_len = cuts[:-1], np.diff(cuts)
     step_idx = np.searchsorted(st, seg_start, side="right") - 1

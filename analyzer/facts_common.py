@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from . import intervals as iv
 from .attribution import Breakdown
+from .selection import of_kind
 from .steps import Steps
 from .trace import DEVICE_KINDS, RUNTIME, Trace
 
@@ -20,10 +22,24 @@ class Context:
     trace: Trace
     steps: Steps
     breakdown: Breakdown
-    ev: pd.DataFrame  # events that start inside a step window
     windows: iv.Intervals
     n_steps: int
     total_ns: int  # summed step duration
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see `cached`
+
+    def cached(self, key, make: Callable[[], object]):
+        """`make()` once per context (several providers need the same selection or join)."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def kind(self, *kinds: int) -> pd.DataFrame:
+        """Events of these kinds that start inside a step window (do not modify the frame)."""
+        def make() -> pd.DataFrame:
+            ev = of_kind(self.trace.events, *kinds)
+            return ev[iv.covers(self.windows, ev["ts"].to_numpy(np.int64))]
+
+        return self.cached(("kind",) + kinds, make)
 
     def per_step_us(self, ns) -> float:
         return round(float(ns) / 1000.0 / self.n_steps, 3) if self.n_steps else 0.0
@@ -42,9 +58,7 @@ class Context:
 def make_context(trace: Trace, steps: Steps, breakdown: Breakdown) -> Context:
     st = breakdown.steps
     windows = iv.merge(st["start"].to_numpy(np.int64), st["end"].to_numpy(np.int64))
-    ev = trace.events
-    inside = iv.covers(windows, ev["ts"].to_numpy(np.int64))
-    return Context(trace=trace, steps=steps, breakdown=breakdown, ev=ev[inside], windows=windows,
+    return Context(trace=trace, steps=steps, breakdown=breakdown, windows=windows,
                    n_steps=len(st), total_ns=int(st["duration"].sum()))
 
 
@@ -73,10 +87,12 @@ def span(df: pd.DataFrame) -> iv.Intervals:
 
 def launched_inside(ev: pd.DataFrame, windows: iv.Intervals) -> pd.DataFrame:
     """Device events (kernels, copies, memsets) whose runtime call starts inside `windows`."""
-    rt = ev[(ev["kind"] == RUNTIME) & (ev["corr"] >= 0)]
-    rt = rt[iv.covers(windows, rt["ts"].to_numpy(np.int64))]
-    dev = ev[ev["kind"].isin(DEVICE_KINDS) & (ev["corr"] >= 0)]
-    return dev[dev["corr"].isin(rt["corr"].unique())]
+    rt = of_kind(ev, RUNTIME)
+    corr = rt["corr"].to_numpy(np.int64)
+    launched = corr[(corr >= 0) & iv.covers(windows, rt["ts"].to_numpy(np.int64))]
+    dev = of_kind(ev, *DEVICE_KINDS)
+    dev_corr = dev["corr"]
+    return dev[(dev_corr >= 0).to_numpy() & dev_corr.isin(pd.unique(launched)).to_numpy()]
 
 
 def thread_key(df: pd.DataFrame) -> np.ndarray:
@@ -87,7 +103,7 @@ def thread_key(df: pd.DataFrame) -> np.ndarray:
 def _thread_sorted(points: pd.DataFrame, spans: pd.DataFrame):
     """Spans sorted by (thread, ts) as one composite key, and each point's position in that order."""
     skey, pkey = thread_key(spans), thread_key(points)
-    _, codes = np.unique(np.concatenate([skey, pkey]), return_inverse=True)
+    codes, _ = pd.factorize(np.concatenate([skey, pkey]), sort=True)  # np.unique's codes, without its hashing
     s_code, p_code = codes[: len(skey)].astype(np.int64), codes[len(skey):].astype(np.int64)
     shift = np.int64(1) << np.int64(44)
     s_comp = s_code * shift + spans["ts"].to_numpy(np.int64)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .facts_common import Context, innermost_enclosing
 from .names import is_comm, is_memory_kernel
+from .selection import of_kind
 from .trace import CPU_OP, KERNEL, RUNTIME
 
 _GEMM = re.compile(r"(?<!fb)gemm|gemv|xmma|hmma|imma|nvjet|cublas|Cijk_|matmul|_mm_|bmm", re.IGNORECASE)
@@ -103,15 +104,18 @@ def _map_categories(col: pd.Series, fn) -> np.ndarray:
 def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops`."""
     ev = ctx.trace.events
-    rt = ev[(ev["kind"] == RUNTIME) & (ev["corr"] >= 0)].drop_duplicates("corr")
+    rt = of_kind(ev, RUNTIME)[["corr", "ts", "pid", "tid", "ext"]]
+    rt = rt[rt["corr"] >= 0].drop_duplicates("corr")
     rt = rt.set_index("corr").reindex(kernels["corr"].to_numpy())
-    ops = ev[ev["kind"] == CPU_OP].reset_index(drop=True)
+    ops = of_kind(ev, CPU_OP).reset_index(drop=True)
     found = rt["ts"].notna().to_numpy()
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
     calls = rt[found].reset_index()[["ts", "pid", "tid", "ext"]].astype(np.int64)
-    with_ext = ops.reset_index()
-    by_ext = with_ext[with_ext["ext"] >= 0].drop_duplicates("ext").set_index("ext")["index"]
+    ext = ops["ext"].to_numpy()
+    with_ext = np.flatnonzero(ext >= 0)
+    by_ext = pd.Series(with_ext, index=ext[with_ext])
+    by_ext = by_ext[~by_ext.index.duplicated()]  # the first op with each External id
     idx = by_ext.reindex(calls["ext"].to_numpy()).fillna(-1).to_numpy(np.int64)
     c = np.clip(idx, 0, None)
     ok = (idx >= 0) & (ops["ts"].to_numpy()[c] <= calls["ts"].to_numpy()) & (
@@ -166,7 +170,7 @@ def _gemm_facts(ctx: Context, kern: pd.DataFrame, family: np.ndarray) -> tuple[d
 
 
 def device_facts(ctx: Context) -> tuple[dict, dict]:
-    kern = ctx.ev[ctx.ev["kind"] == KERNEL]
+    kern = ctx.kind(KERNEL)
     family = _map_categories(kern["name"], kernel_family)
     dur = kern["dur"].to_numpy(np.int64)
     v, dtype_rows = _gemm_facts(ctx, kern, family)

@@ -8,7 +8,8 @@ import pandas as pd
 from . import intervals as iv
 from .facts_common import Context, innermost_enclosing, intersect, launched_inside, overlap_ns, span
 from .locations import sync_sites
-from .names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, name_mask, parse_memcpy
+from .names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, is_copy_call, is_dataloader, name_mask, parse_memcpy
+from .selection import of_kind
 from .trace import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
@@ -73,29 +74,43 @@ def _named(ev: pd.DataFrame, pred) -> pd.DataFrame:
 
 
 def _dataloader(ctx: Context) -> dict:
-    ann = ctx.ev[ctx.ev["kind"].isin((ANNOTATION, CPU_OP))]
-    dl = _named(ann, lambda n: n.startswith(("enumerate(DataLoader)#", "enumerate(DataPipe)#")))
-    all_ann = ctx.trace.events[ctx.trace.events["kind"].isin((ANNOTATION, CPU_OP))]
+    dl = _named(ctx.kind(ANNOTATION, CPU_OP), is_dataloader)
+    all_names = of_kind(ctx.trace.events, ANNOTATION, CPU_OP)["name"]
     return {
-        "dataloader_single_process": bool(len(_named(all_ann, lambda n: SINGLE_ITER in n and "DataLoader" in n))),
-        "dataloader_multi_process": bool(len(_named(all_ann, lambda n: MULTI_ITER in n and "DataLoader" in n))),
+        "dataloader_single_process": bool(name_mask(all_names, lambda n: SINGLE_ITER in n and "DataLoader" in n).any()),
+        "dataloader_multi_process": bool(name_mask(all_names, lambda n: MULTI_ITER in n and "DataLoader" in n).any()),
         "dataloader_calls_per_step": ctx.per_step(len(dl)),
         "dataloader_wait_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(dl))),
     }
 
 
+def _thread_runtime(ctx: Context) -> pd.DataFrame:
+    """All runtime calls in (pid, tid, ts) order, with the next call on the same thread (next_name,
+    next_ts, next_end) and whether the previous call on the thread was a copy call (after_copy)."""
+    def make() -> pd.DataFrame:
+        rt = of_kind(ctx.trace.events, RUNTIME)[["ts", "end", "dur", "pid", "tid", "name", "corr"]]
+        rt = rt.sort_values(["pid", "tid", "ts"], kind="stable")
+        by_thread = rt.groupby(["pid", "tid"], sort=False)
+        is_copy = pd.Series(name_mask(rt["name"], is_copy_call), index=rt.index)
+        after_copy = is_copy.groupby([rt["pid"], rt["tid"]], sort=False).shift(1, fill_value=False).astype(bool)
+        return rt.assign(next_name=by_thread["name"].shift(-1).astype(object), next_ts=by_thread["ts"].shift(-1),
+                         next_end=by_thread["end"].shift(-1), is_copy=is_copy, after_copy=after_copy)
+
+    return ctx.cached("thread_runtime", make)
+
+
 def copy_calls(ctx: Context) -> pd.DataFrame:
     """Runtime copy calls inside steps with their device copy: direction, src, dst, bytes, device dur,
-    and the name of the next runtime call on the same thread."""
-    ev = ctx.trace.events
-    rt_all = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
-    nxt = rt_all.groupby(["pid", "tid"], sort=False)["name"].shift(-1)
-    by_thread = rt_all.groupby(["pid", "tid"], sort=False)
-    rt_all = rt_all.assign(next_name=nxt.astype(object), next_ts=by_thread["ts"].shift(-1),
-                           next_end=by_thread["end"].shift(-1))
-    rt = rt_all[name_mask(rt_all["name"], lambda n: "memcpy" in n.lower())]
+    and the name of the next runtime call on the same thread (do not modify the frame)."""
+    return ctx.cached("copy_calls", lambda: _copy_calls(ctx))
+
+
+def _copy_calls(ctx: Context) -> pd.DataFrame:
+    rt_all = _thread_runtime(ctx)
+    rt = rt_all[rt_all["is_copy"].to_numpy()]
     rt = rt[iv.covers(ctx.windows, rt["ts"].to_numpy(np.int64))]
-    dev = ev[(ev["kind"] == MEMCPY) & (ev["corr"] >= 0)].drop_duplicates("corr")
+    dev = of_kind(ctx.trace.events, MEMCPY)
+    dev = dev[dev["corr"] >= 0].drop_duplicates("corr")
     dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
     out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_ts", "next_end"]].merge(
         dev, on="corr", how="inner")
@@ -131,14 +146,15 @@ def _copies(ctx: Context) -> dict:
     }
 
 
-def _device_reads(ev: pd.DataFrame, op: str) -> pd.DataFrame:
+def _device_reads(ctx: Context, op: str) -> pd.DataFrame:
     """The `op` events that read the device: a copy or synchronize runtime call runs inside them on
     the same thread. `.item()` on a CPU tensor (optimizer step counters, CPU metrics) reads nothing."""
-    ops = ev[(ev["kind"] == CPU_OP) & (ev["name"] == op)].reset_index(drop=True)
+    ops = ctx.kind(CPU_OP)
+    ops = ops[ops["name"] == op].reset_index(drop=True)
     if ops.empty:
         return ops
-    rt = ev[ev["kind"] == RUNTIME]
-    rt = rt[rt["name"].isin(SYNC_CALLS) | name_mask(rt["name"], lambda n: "memcpy" in n.lower())]
+    rt = ctx.kind(RUNTIME)
+    rt = rt[rt["name"].isin(SYNC_CALLS) | name_mask(rt["name"], is_copy_call)]
     hit = innermost_enclosing(rt, ops, max_back=4)
     return ops.iloc[np.unique(hit[hit >= 0])]
 
@@ -146,8 +162,7 @@ def _device_reads(ev: pd.DataFrame, op: str) -> pd.DataFrame:
 def _syncs(ctx: Context) -> tuple[dict, dict]:
     """Reads of device values on the host: aten::item / _local_scalar_dense, plus blocking
     device-to-host copies outside them (`.cpu()`, `.numpy()`, `.tolist()` of larger tensors)."""
-    ev = ctx.ev
-    item, lsd = _device_reads(ev, "aten::item"), _device_reads(ev, "aten::_local_scalar_dense")
+    item, lsd = _device_reads(ctx, "aten::item"), _device_reads(ctx, "aten::_local_scalar_dense")
     scalar = lsd if len(lsd) >= len(item) else item
     item_iv = span(pd.concat([item, lsd]))
     copies = copy_calls(ctx)
@@ -160,7 +175,7 @@ def _syncs(ctx: Context) -> tuple[dict, dict]:
     explicit = _explicit_syncs(ctx, read_iv)
     v = {
         "sync_item_calls_per_step": ctx.per_step(len(reads)),
-        "sync_calls_per_step": ctx.per_step(int(ev[ev["kind"] == RUNTIME]["name"].isin(SYNC_CALLS).sum())),
+        "sync_calls_per_step": ctx.per_step(int(ctx.kind(RUNTIME)["name"].isin(SYNC_CALLS).sum())),
         "sync_dtoh_copies_per_step": ctx.per_step(len(dtoh)),
         "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(read_iv)),
         "sync_item_idle_us_per_step": ctx.per_step_us(_idle_ns(ctx, read_iv)),
@@ -184,11 +199,8 @@ def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
     """Synchronize calls the step's own code makes (torch.cuda.synchronize(), event/stream
     .synchronize()): inside a step's host window, not part of a read, not right after a copy call.
     Outside the host windows they are the profiler's own (start/stop) and are left out."""
-    ev = ctx.trace.events
-    rt = ev[ev["kind"] == RUNTIME].sort_values(["pid", "tid", "ts"], kind="stable")
-    is_copy = pd.Series(name_mask(rt["name"], lambda n: "memcpy" in n.lower()), index=rt.index)
-    after_copy = is_copy.groupby([rt["pid"], rt["tid"]], sort=False).shift(1, fill_value=False).astype(bool)
-    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~after_copy]
+    rt = _thread_runtime(ctx)
+    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~rt["after_copy"]]
     fr = ctx.steps.frame
     host = iv.merge(fr["host_start"].to_numpy(np.int64), fr["host_end"].to_numpy(np.int64))
     ts = syncs["ts"].to_numpy(np.int64)
@@ -196,8 +208,7 @@ def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
 
 
 def _windows_named(ctx: Context, prefix: str) -> pd.DataFrame:
-    ann = ctx.ev[ctx.ev["kind"].isin((ANNOTATION, CPU_OP))]
-    return _named(ann, lambda n: n.startswith(prefix))
+    return _named(ctx.kind(ANNOTATION, CPU_OP), lambda n: n.startswith(prefix))
 
 
 def _optimizer(ctx: Context) -> dict:
@@ -205,27 +216,33 @@ def _optimizer(ctx: Context) -> dict:
     names = opt["name"].astype(str).str.slice(len(OPTIMIZER_PREFIX)).str.split(".").str[0]
     name = str(names.mode().iloc[0]) if len(names) else ""
     win = span(opt)
-    inside = ctx.ev[iv.covers(win, ctx.ev["ts"].to_numpy(np.int64))]
-    fused_ops = name_mask(inside["name"], lambda n: "_foreach_" in n or "_fused_" in n) if len(inside) else []
     kernels = launched_inside(ctx.trace.events, win)
     return {
         "optimizer_name": name,
-        "optimizer_fused": bool("fused" in name.lower() or np.any(fused_ops)),
+        "optimizer_fused": "fused" in name.lower() or _fused_ops_inside(ctx, win),
         "optimizer_us_per_step": ctx.per_step_us(iv.total(win)),
         "optimizer_kernels_per_step": ctx.per_step(int((kernels["kind"] == KERNEL).sum())),
     }
 
 
+def _fused_ops_inside(ctx: Context, win: iv.Intervals) -> bool:
+    """A _foreach_ / _fused_ event starts inside the optimizer windows (and a step window)."""
+    ev = ctx.trace.events
+    hit = np.flatnonzero(name_mask(ev["name"], lambda n: "_foreach_" in n or "_fused_" in n))
+    ts = ev["ts"].to_numpy(np.int64)[hit]
+    return bool((iv.covers(win, ts) & iv.covers(ctx.windows, ts)).any())
+
+
 def _zero_grad(ctx: Context) -> dict:
     zg = _windows_named(ctx, ZERO_GRAD_PREFIX)
     win = span(zg)
-    ops = ctx.ev[ctx.ev["kind"] == CPU_OP]
+    ops = ctx.kind(CPU_OP)
     fills = ops[ops["name"].isin(FILL_OPS)]
     fills = fills[iv.covers(win, fills["ts"].to_numpy(np.int64))]
     if len(fills):  # aten::zero_ calls aten::fill_: count the outermost of the pair once
         fills = fills[fills["name"] == ("aten::zero_" if (fills["name"] == "aten::zero_").any() else "aten::fill_")]
     dev = launched_inside(ctx.trace.events, win)
-    memsets = ctx.ev[ctx.ev["kind"] == MEMSET]
+    memsets = ctx.kind(MEMSET)
     return {
         "zero_grad_calls_per_step": ctx.per_step(len(zg)),
         "zero_grad_us_per_step": ctx.per_step_us(iv.total(win)),
@@ -237,7 +254,7 @@ def _zero_grad(ctx: Context) -> dict:
 
 
 def _comm(ctx: Context) -> dict:
-    kern = ctx.ev[ctx.ev["kind"] == KERNEL]
+    kern = ctx.kind(KERNEL)
     comm = kern[name_mask(kern["name"], is_comm)]
     comm_ns = ctx.in_steps_ns(span(comm))
     exposed = int(ctx.breakdown.steps["communication"].sum()) if ctx.breakdown.has_device else 0

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .facts_common import last_started
 from .names import name_mask
+from .selection import of_kind
 from .trace import PYTHON, Trace
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -47,8 +48,7 @@ def is_user_frame(name: str) -> bool:
 
 def user_frames(trace: Trace, points: pd.DataFrame) -> pd.Series:
     """For each row of `points` (ts, pid, tid): the name of the first user frame enclosing it ('' if none)."""
-    ev = trace.events
-    py = ev[ev["kind"] == PYTHON].reset_index(drop=True)
+    py = of_kind(trace.events, PYTHON).reset_index(drop=True)
     if py.empty or points.empty:
         return pd.Series([""] * len(points), dtype=object)
     ids, parent = py["py_id"].to_numpy(np.int64), py["py_parent"].to_numpy(np.int64)

@@ -42,6 +42,11 @@ def is_memory_kernel(name: str) -> bool:
     return bool(_MEMORY_KERNEL.match(name))
 
 
+def is_copy_call(name: str) -> bool:
+    """A runtime call that copies memory (cudaMemcpyAsync, hipMemcpyWithStream, cuMemcpyHtoD, ...)."""
+    return "memcpy" in name.lower()
+
+
 def is_dataloader(name: str) -> bool:
     return name.startswith(DATALOADER_PREFIXES)
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from .attribution import CATEGORIES, Breakdown
 from .names import is_comm, is_memory_kernel, name_mask
+from .selection import of_kind
 from .steps import Steps
 from .trace import CPU_OP, DEVICE_KINDS, Trace
 from .version import __version__
@@ -122,8 +123,7 @@ def _in_steps(ev: pd.DataFrame, steps: Steps) -> pd.DataFrame:
 
 
 def top_kernels(trace: Trace, steps: Steps, n: int) -> list:
-    ev = _in_steps(trace.events, steps)
-    dev = ev[ev["kind"].isin(DEVICE_KINDS)]
+    dev = _in_steps(of_kind(trace.events, *DEVICE_KINDS), steps)
     if dev.empty:
         return []
     total = float(dev["dur"].sum()) or 1.0
@@ -138,8 +138,7 @@ def top_kernels(trace: Trace, steps: Steps, n: int) -> list:
 
 
 def top_ops(trace: Trace, steps: Steps, n: int) -> list:
-    ev = _in_steps(trace.events, steps)
-    ops = ev[ev["kind"] == CPU_OP]
+    ops = _in_steps(of_kind(trace.events, CPU_OP), steps)
     if ops.empty:
         return []
     g = ops.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)

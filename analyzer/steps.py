@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .names import name_mask
+from .selection import of_kind
 from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -39,8 +41,7 @@ class Steps:
 
 
 def _annotations(trace: Trace) -> pd.DataFrame:
-    ev = trace.events
-    return ev[ev["kind"].isin((ANNOTATION, CPU_OP))]
+    return of_kind(trace.events, ANNOTATION, CPU_OP)
 
 
 def _profiler_steps(trace: Trace) -> pd.DataFrame:
@@ -58,7 +59,7 @@ def _profiler_steps(trace: Trace) -> pd.DataFrame:
 
 def _optimizer_steps(trace: Trace) -> pd.DataFrame:
     ann = _annotations(trace)
-    opt = ann[ann["name"].astype(str).str.startswith(OPTIMIZER_PREFIX)]
+    opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
     if opt.empty:
         return pd.DataFrame()
     counts = opt.groupby("name", observed=True)["end"].agg(["size", "mean"])
@@ -78,20 +79,21 @@ def _whole_trace(trace: Trace) -> pd.DataFrame:
 
 def _device_end_per_window(trace: Trace, host_start: np.ndarray, host_end: np.ndarray) -> np.ndarray:
     """Latest end of device work launched by a runtime call inside each host window (-1 if none)."""
-    ev = trace.events
     out = np.full(len(host_start), -1, dtype=np.int64)
-    rt = ev[(ev["kind"] == RUNTIME) & (ev["corr"] >= 0)]
-    dev = ev[ev["kind"].isin(DEVICE_KINDS) & (ev["corr"] >= 0)]
-    if rt.empty or dev.empty:
+    rt, dev = of_kind(trace.events, RUNTIME), of_kind(trace.events, *DEVICE_KINDS)
+    rt_corr, dev_corr = rt["corr"].to_numpy(), dev["corr"].to_numpy()
+    rt_ok, dev_ok = rt_corr >= 0, dev_corr >= 0
+    if not rt_ok.any() or not dev_ok.any():
         return out
-    idx = np.searchsorted(host_start, rt["ts"].to_numpy(), side="right") - 1
-    inside = (idx >= 0) & (rt["ts"].to_numpy() < host_end[np.clip(idx, 0, None)])
-    launch = pd.Series(idx[inside], index=rt["corr"].to_numpy()[inside])
+    rt_ts = rt["ts"].to_numpy()[rt_ok]
+    idx = np.searchsorted(host_start, rt_ts, side="right") - 1
+    inside = (idx >= 0) & (rt_ts < host_end[np.clip(idx, 0, None)])
+    launch = pd.Series(idx[inside], index=rt_corr[rt_ok][inside])
     launch = launch[~launch.index.duplicated()]
-    win = launch.reindex(dev["corr"].to_numpy()).to_numpy()
+    win = launch.reindex(dev_corr[dev_ok]).to_numpy()
     ok = ~np.isnan(win)
     if ok.any():
-        np.maximum.at(out, win[ok].astype(np.int64), dev["end"].to_numpy()[ok])
+        np.maximum.at(out, win[ok].astype(np.int64), dev["end"].to_numpy()[dev_ok][ok])
     return out
 
 
