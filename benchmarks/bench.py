@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
@@ -29,13 +30,16 @@ sys.path.insert(0, str(HERE))
 from make_large import load, replicate  # noqa: E402
 
 
-def measure(mode: str, path: Path, python: str = sys.executable) -> dict:
-    """perfsleuth is run twice: timed without memory sampling (sampling smaps slows the process it
-    reads), then sampled for memory."""
-    if mode != "perfsleuth":
-        return _run(mode, path, python, sample=False)
-    timed, sampled = _run(mode, path, python, sample=False), _run(mode, path, python, sample=True)
-    return {**sampled, "wall_s": timed["wall_s"], "sampled_wall_s": sampled["wall_s"]}
+def measure(mode: str, path: Path, python: str = sys.executable, repeat: int = 1) -> dict:
+    """Median wall time of `repeat` runs. perfsleuth is timed without memory sampling (sampling smaps
+    slows the process it reads) and sampled for memory in one more run."""
+    runs = [_run(mode, path, python, sample=False) for _ in range(repeat)]
+    walls = sorted(r["wall_s"] for r in runs)
+    out = {**runs[0], "wall_s": statistics.median(walls), "walls": walls}
+    if mode == "perfsleuth":
+        sampled = _run(mode, path, python, sample=True)
+        out.update(rss_mb=sampled["rss_mb"], main_rss_mb=sampled["main_rss_mb"], sampled_wall_s=sampled["wall_s"])
+    return out
 
 
 def _run(mode: str, path: Path, python: str, sample: bool) -> dict:
@@ -125,7 +129,9 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=HERE.parent.parent / "shared/traces/v100_df_index_resolver.json.gz")
     ap.add_argument("--times", type=int, nargs="+", default=[2, 5, 10, 20])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/perfsleuth-bench"))
-    ap.add_argument("--write", type=Path, help="write the results table to this Markdown file")
+    ap.add_argument("--write", type=Path, help="put the results between the bench markers of this Markdown file")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each fast measurement; the median is "
+                    "reported (HTA runs once)")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (slow) -- ratios a/b are then absent")
     ap.add_argument("--hta-python", action="append", default=[], metavar="PYTHON",
                     help="also time HTA with this interpreter (a venv with another HTA release, e.g. "
@@ -137,22 +143,39 @@ def main() -> None:
         path, gz, n = build(args.source, k, args.workdir)
         row = {"times": k, "events": n, "mb": round(path.stat().st_size / 1e6, 1),
                "gz_mb": round(gz.stat().st_size / 1e6, 1)}
-        row["a"] = measure("perfsleuth", path)
-        row["c"] = measure("decode", path)
-        row["a_gz"] = measure("perfsleuth", gz)
-        row["d"] = measure("gunzip", gz)
+        row["a"] = measure("perfsleuth", path, repeat=args.repeat)
+        row["c"] = measure("decode", path, repeat=args.repeat)
+        row["a_gz"] = measure("perfsleuth", gz, repeat=args.repeat)
+        row["d"] = measure("gunzip", gz, repeat=args.repeat)
         row["b"] = None if args.no_hta else measure("hta", path)
         row["b_other"] = [dict(measure("hta", path, py), python=py) for py in args.hta_python]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    table = render(rows, machine(), args.hta_python)
+    command = "python benchmarks/bench.py " + " ".join(sys.argv[1:])
+    table = render(rows, machine(), args.hta_python, command)
     print(table)
     if args.write:
-        args.write.write_text(table)
+        write_section(args.write, table)
 
 
-def render(rows: list, machine_line: str, other_htas: list = ()) -> str:
+BEGIN, END = "<!-- bench:begin (written by benchmarks/bench.py --write) -->", "<!-- bench:end -->"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace what lies between the bench markers; the prose around them is the reader's."""
+    old = path.read_text() if path.exists() else f"{BEGIN}\n{END}\n"
+    if BEGIN not in old or END not in old:
+        raise SystemExit(f"{path} has no bench markers ({BEGIN} ... {END}): nothing written")
+    head, rest = old.split(BEGIN, 1)
+    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+
+
+def render(rows: list, machine_line: str, other_htas: list = (), command: str = "") -> str:
     lines = [
+        f"`{command}`, {time.strftime('%Y-%m-%d')}. Times are medians of the runs listed under the table;",
+        "HTA runs once per file. Memory: the peak PSS of perfsleuth's process tree (sampled every 200 ms)",
+        "or the main process's own peak RSS, whichever is larger; HTA's and the decode's own peak RSS.",
+        "",
         "| trace | events | file | (a) perfsleuth | (b) HTA | (c) msgspec decode | a/b | a/c | RSS a / file | RSS a / RSS b | (a) on .json.gz | gunzip | a.gz - a |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -173,7 +196,45 @@ def render(rows: list, machine_line: str, other_htas: list = ()) -> str:
             b2 = r["b_other"][i]
             lines.append(f"| x{r['times']} | {b2['wall_s']:.1f} s, {b2['rss_mb']:.0f} MB | "
                          f"{r['a']['wall_s'] / b2['wall_s']:.3f} | {r['a']['rss_mb'] / b2['rss_mb']:.2f} |")
-    return "\n".join(lines) + f"\n\nMachine: {machine_line}\n"
+    lines += ["", "Runs of (a), in seconds: " + "; ".join(
+        f"x{r['times']} {' / '.join(f'{w:.2f}' for w in r['a']['walls'])} "
+        f"(.json.gz {' / '.join(f'{w:.2f}' for w in r['a_gz']['walls'])})" for r in rows)]
+    lines += ["", f"Machine: {machine_line}"] + targets(rows, other_htas)
+    return "\n".join(lines) + "\n"
+
+
+def targets(rows: list, other_htas: list) -> list:
+    """The issue's targets, judged on the x10 row."""
+    row = next((r for r in rows if r["times"] == 10), None)
+    if row is None or row["b"] is None:
+        return []
+    a, b, c, agz, d = row["a"], row["b"], row["c"], row["a_gz"], row["d"]
+    htas = [("traceinsight", b)] + [(hta_version(py), r) for py, r in zip(other_htas, row["b_other"])]
+    # linear: the cost of each further million events (between consecutive sizes) stays about the same
+    pairs = list(zip(rows, rows[1:]))
+    per_m = [(r2["a"]["wall_s"] - r1["a"]["wall_s"]) / (r2["events"] - r1["events"]) * 1e6 for r1, r2 in pairs]
+    mem_m = [(r2["a"]["rss_mb"] - r1["a"]["rss_mb"]) / (r2["events"] - r1["events"]) * 1e6 for r1, r2 in pairs]
+    spread = max((max(x) / min(x) if min(x) > 0 else float("inf")) for x in (per_m, mem_m)) if pairs else 0
+
+    def yes(ok: bool) -> str:
+        return "yes" if ok else "**no**"
+
+    ab = [a["wall_s"] / h["wall_s"] for _, h in htas]
+    rb = [a["rss_mb"] / h["rss_mb"] for _, h in htas]
+    return [
+        "", f"Against the targets on x10 ({row['mb']} MB, {row['events']:,} events):", "",
+        "| target | result | met |", "|---|---|---|",
+        f"| a/b ≤ 0.1 | " + ", ".join(f"{x:.3f} vs {n}" for x, (n, _) in zip(ab, htas)) + f" | {yes(max(ab) <= 0.1)} |",
+        f"| a/c ≤ 2 | {a['wall_s'] / c['wall_s']:.2f} | {yes(a['wall_s'] / c['wall_s'] <= 2)} |",
+        f"| peak memory ≤ ½ HTA's | " + ", ".join(f"{x:.2f} of {n}'s" for x, (n, _) in zip(rb, htas))
+        + f" | {yes(max(rb) <= 0.5)} |",
+        f"| peak memory ≤ 2.5x the file | {a['rss_mb'] / row['mb']:.2f}x | {yes(a['rss_mb'] / row['mb'] <= 2.5)} |",
+        f"| .json.gz costs at most its decompression on top | +{agz['wall_s'] - a['wall_s']:.2f} s vs gunzip "
+        f"{d['wall_s']:.2f} s | {yes(agz['wall_s'] - a['wall_s'] <= d['wall_s'])} |",
+        "| linear in events | each further million events (between consecutive sizes) costs "
+        + ", ".join(f"{x:.2f}" for x in per_m) + " s and " + ", ".join(f"{x:.0f}" for x in mem_m)
+        + f" MB; the largest of these is {spread:.2f}x the smallest | {yes(spread <= 1.5)} |",
+    ]
 
 
 def hta_version(python: str) -> str:
