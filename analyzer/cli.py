@@ -85,14 +85,15 @@ def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> Non
 
 
 class ProgressBar:
-    """A progress bar on stderr for long loads, only when stderr is a terminal."""
+    """A progress bar on stderr for long loads, only when stderr is a terminal. The loader counts
+    events (500k and more get a bar) or, for documents cut into byte ranges, bytes (64 MB and more)."""
 
-    def __init__(self, label: str, min_events: int = 500_000):
-        self.label, self.min_events, self.bar = label, min_events, None
+    def __init__(self, label: str, min_total: int = 500_000):
+        self.label, self.min_total, self.bar = label, min_total, None
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            if total < self.min_events or not sys.stderr.isatty():
+            if total < self.min_total or not sys.stderr.isatty():
                 return
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()

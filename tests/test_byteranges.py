@@ -114,3 +114,15 @@ def test_real_trace_through_ranges_equals_sequential(shared_traces, monkeypatch)
     assert calls == ["ranges", "split"]
     _same(par, seq)
     assert len(par.events) == 123378 and par.raw_event_count == 216092
+
+
+def test_progress_counts_bytes_through_the_ranges(tmp_path, small_ranges):
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc([_event(i) for i in range(60)]))
+    calls = []
+    load_trace(path, progress=lambda done, total: calls.append((done, total)), jobs=2)
+    assert small_ranges == ["ranges"]
+    totals = {t for _, t in calls}
+    assert len(totals) == 1 and calls[-1][0] == totals.pop()  # one total, reached at the end
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and len(done) > 3  # one call per range
