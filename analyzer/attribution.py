@@ -80,8 +80,7 @@ def _in_step_code(df: pd.DataFrame, steps: Steps) -> pd.DataFrame:
     window). The profiler's own synchronize at start/stop falls outside and is not the user's stall."""
     if steps.source != "ProfilerStep" or df.empty:
         return df
-    hs, he = steps.frame["host_start"].to_numpy(), steps.frame["host_end"].to_numpy()
-    return df[iv.covers(iv.merge(hs, he), df["ts"].to_numpy())]
+    return df[iv.covers(steps.host_windows(), df["ts"].to_numpy())]
 
 
 def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
@@ -89,7 +88,7 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
     ann = of_kind(ev, ANNOTATION, CPU_OP)
     busy = [_iv(ev, host & ~name_mask(ev["name"], lambda n: bool(STEP_RE.match(n))))]
     if steps.source == "ProfilerStep":  # inside ProfilerStep the host is, by definition, running the step
-        busy.append(iv.merge(steps.frame["host_start"].to_numpy(), steps.frame["host_end"].to_numpy()))
+        busy.append(steps.host_windows())
     out = {"host_dataloader": _iv(ann[name_mask(ann["name"], is_dataloader)]), "host_busy": iv.union(*busy)}
     if has_device:
         copies = _copy_calls(ev)

@@ -257,12 +257,13 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
     See docs/run.md for what profiling costs and how to lower it.
     """
     from . import run as runner
+    from . import run_paths
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
                        record_shapes=not no_shapes, stop_after_window=not full)
     job = runner.resolve_target(target, script_args, module)
-    folder = Path(out_dir) if out_dir else runner.default_out_dir(job.stem)
-    runner.check_outputs(folder, (json_path, html_path, markdown_path), force)
+    folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
+    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)
     outcome = runner.run_script(job, config, folder)
     if outcome.user_traceback:
         click.echo(outcome.user_traceback, err=True, nl=False)

@@ -201,10 +201,8 @@ def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
     Outside the host windows they are the profiler's own (start/stop) and are left out."""
     rt = _thread_runtime(ctx)
     syncs = rt[rt["name"].isin(SYNC_CALLS) & ~rt["after_copy"]]
-    fr = ctx.steps.frame
-    host = iv.merge(fr["host_start"].to_numpy(np.int64), fr["host_end"].to_numpy(np.int64))
     ts = syncs["ts"].to_numpy(np.int64)
-    return syncs[iv.covers(host, ts) & iv.covers(ctx.windows, ts) & ~iv.covers(read_iv, ts)]
+    return syncs[iv.covers(ctx.steps.host_windows(), ts) & iv.covers(ctx.windows, ts) & ~iv.covers(read_iv, ts)]
 
 
 def _windows_named(ctx: Context, prefix: str) -> pd.DataFrame:

@@ -33,7 +33,8 @@ from typing import Optional
 
 from .errors import UsageError
 from .report import Report
-from .run import ProfileSession, RunConfig, _WindowComplete, analyze, rank_info, trace_name
+from .run import ProfileSession, RunConfig, _WindowComplete, analyze
+from .run_paths import rank_info, trace_name
 
 
 @dataclasses.dataclass

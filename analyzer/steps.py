@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import intervals as iv
 from .names import name_mask
 from .selection import of_kind
 from .trace import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
@@ -38,6 +39,10 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    def host_windows(self) -> iv.Intervals:
+        """The merged host windows of the steps: where the step's own code runs."""
+        return iv.merge(self.frame["host_start"].to_numpy(np.int64), self.frame["host_end"].to_numpy(np.int64))
 
 
 def _annotations(trace: Trace) -> pd.DataFrame:

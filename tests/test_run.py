@@ -17,8 +17,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from perfsleuth.cli import main
-from perfsleuth.run import (RunConfig, Target, default_out_dir, format_user_traceback, rank_info,
-                            run_script, trace_name)
+from perfsleuth.run import RunConfig, Target, format_user_traceback, run_script
+from perfsleuth.run_paths import default_out_dir, rank_info, trace_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
