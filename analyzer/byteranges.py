@@ -65,20 +65,55 @@ def pieces(buf, start: int, end: int, size: Optional[int] = None):
         yield out
 
 
+class _Phase(msgspec.Struct):
+    ph: str  # what makes an object a trace event
+
+
+_EVENT = msgspec.json.Decoder(_Phase)
+_LAST_EVENT_BYTES = 1 << 16  # the array's last element is looked for this far back
+_SPACE = b" \t\r\n"
+
+
 def _array_end(buf, first: int, prefix: bytes, header_decoder) -> Optional[tuple]:
-    """The header and the offset of the array's "]": the last "]" after which the document, with the
-    array emptied, decodes as a header whose traceEvents is empty."""
+    """The header and the offset of the array's "]", searched from the document's end: a "]" after
+    which the document, with the array emptied, decodes as a header whose traceEvents is empty, and
+    before which comes an event (or nothing). Lists after the array (Kineto writes deviceProperties or
+    trace warnings there in some versions) pass the first test but not the second."""
     end, low = len(buf), max(first, len(buf) - _TAIL_BYTES)
     for _ in range(_TAIL_TRIES):
         end = buf.rfind(b"]", low, end)
         if end < 0:
             return None
+        if not _after_an_event(buf, first, end):
+            continue
         try:
             header = header_decoder.decode(prefix + bytes(buf[end:]))
         except (msgspec.DecodeError, UnicodeError):
             continue
         return (header, end) if header.traceEvents == [] else None
     return None
+
+
+def _after_an_event(buf, first: int, end: int) -> bool:
+    """Whether the elements before `end` are none, or end with an object that has a "ph"."""
+    last = end - 1
+    while last >= first and buf[last] in _SPACE:
+        last -= 1
+    if last < first:
+        return True  # an empty array
+    if buf[last] != 0x7D:  # "}"
+        return False
+    window = max(first, end - _LAST_EVENT_BYTES)
+    start = first
+    for cut in _CUT.finditer(buf, window, end):
+        start = cut.end() - 1
+    if start == first and window > first:
+        return False  # the last element is too long to find: not the usual layout
+    try:
+        _EVENT.decode(bytes(buf[start:last + 1]))
+    except (msgspec.DecodeError, UnicodeError):
+        return False
+    return True
 
 
 def blob(buf, start: int, end: int) -> bytearray:

@@ -34,11 +34,28 @@ def test_plan_cuts_between_events_and_covers_the_array(pretty):
     assert pieces == decoded
 
 
+@pytest.mark.parametrize("after", [
+    {"deviceProperties": [{"id": 0, "name": "H100"}, {"id": 1, "name": "H100"}]},  # as in h100_qwen0.5b
+    {"traceWarnings": ["[W1130 Profiler.cpp:1235] 1 iterations"]},  # as in cpu_only_tiny
+    {},
+])
+def test_plan_finds_the_array_end_before_lists_that_follow_it(after):
+    events = [_event(i) for i in range(20)]
+    for pretty in (False, True):
+        raw = _doc(events, pretty, **after)
+        header, ranges = byteranges.plan(raw, kineto._HEADER, size=300)
+        assert ranges[-1][1] == raw.index(b"]", raw.rindex(b'"External id"'))  # the array's own "]"
+        assert header.deviceProperties == after.get("deviceProperties")
+        assert [e for a, b in ranges for e in json.loads(bytes(byteranges.blob(raw, a, b)))] == events
+
+
 def test_plan_gives_up_on_documents_it_cannot_place():
     assert byteranges.plan(b'[{"ph": "X"}]', kineto._HEADER) is None  # a bare list: no traceEvents key
     nested = b'{"meta": {"traceEvents": [1, 2]}, "traceEvents": [{"ph": "X"}]}'
     assert byteranges.plan(nested, kineto._HEADER) is None  # the first "traceEvents" is not the top-level one
     assert byteranges.plan(b'{"traceEvents": [{"ph": "X"}, ', kineto._HEADER) is None  # truncated
+    odd_last = _doc([_event(0), _event(1, '"}, {"x": 1}, {')])  # its last event's name looks like two
+    assert byteranges.plan(odd_last, kineto._HEADER) is None
 
 
 @pytest.fixture
@@ -84,7 +101,7 @@ def test_ranges_give_the_sequential_result(tmp_path, small_ranges, gz):
 
 def test_a_cut_inside_a_string_falls_back(tmp_path, small_ranges):
     # names full of what a cut looks for: some range ends inside a string and fails to decode
-    events = [_event(i, '}, {"ph": "X"}, {' * 8) for i in range(40)]
+    events = [_event(i, '}, {"ph": "X"}, {' * 8 if i < 35 else "aten::mm") for i in range(40)]
     path = tmp_path / "t.json"
     path.write_bytes(_doc(events))
     par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
