@@ -221,12 +221,13 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     """One frame from the chunks' columns: times to int ns from the earliest event, sorted by start,
     without events that have no timestamp, absurd times, or that repeat an earlier event exactly.
     Works on numpy columns and builds the DataFrame once (pandas row filters copy every column)."""
-    frames = [f for f in frames if len(f["ts"])]
+    frames[:] = [f for f in frames if len(f["ts"])]
     if not frames:
         return _empty_frame()
     cols = {k: np.concatenate([f[k] for f in frames]) for k in _NUMERIC}
     names = union_categoricals([f["name"] for f in frames])
     in_types = union_categoricals([f["in_type"] for f in frames])
+    frames.clear()  # the caller's list: each column is held once from here on
     if "" not in in_types.categories:
         in_types = in_types.add_categories([""])
     cols["name"] = names
@@ -234,11 +235,13 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     rows = _normalise_times(cols, trace)
     if rows is None:
         return _empty_frame()
-    cols = {k: v.take(rows) for k, v in cols.items()}
+    for k in list(cols):  # one column at a time, so that one column is the only extra copy
+        cols[k] = cols[k].take(rows)
     dup = _duplicates(cols)
     if dup.any():
         trace.warnings.append(f"{int(dup.sum())} duplicate events were ignored")
-        cols = {k: v[~dup] for k, v in cols.items()}
+        for k in list(cols):
+            cols[k] = cols[k][~dup]
     cols["end"] = cols["ts"] + cols["dur"]
     return pd.DataFrame({k: cols[k] for k in _ORDER}, copy=False)  # no consolidating copy
 
