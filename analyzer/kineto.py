@@ -1,15 +1,16 @@
 """Decode a Kineto Chrome-trace file into column chunks. The only module that knows the JSON.
 
-Speed and memory (see docs/perf.md): the document is decoded with msgspec in three passes that never
-hold one Python object per event for the whole file at once --
-1. the top level, with `traceEvents` kept as one raw byte slice (no event objects);
-2. that slice split into per-event raw slices (cheap views into the same buffer);
-3. chunks of CHUNK events decoded into typed, GC-untracked Structs that name only the fields the
-   analysis reads, turned into numpy columns with C-level `map(attrgetter)` loops, then dropped.
-Sane traces take the strict (fast) Structs; a chunk that does not fit them (string timestamps, ids
-beyond int64, ...) is decoded again with lenient Structs and sanitised value by value.
+Speed and memory (see docs/perf.md): no Python object per event is held for the whole file at once.
+- Large documents with workers: byteranges.py cuts the `traceEvents` array into byte ranges without
+  decoding it; each forked worker decodes its ranges straight from the mapped file.
+- Otherwise (and whenever a range does not decode): the top level is decoded once with every event
+  left as a raw slice of the buffer, and the slices are decoded CHUNK events per task.
+Either way a task decodes ~5k events at a time (so they are still in the CPU cache when read out)
+into typed, GC-untracked Structs that name only the fields the analysis reads, turns them into numpy
+columns with C-level `map(attrgetter)` loops, and drops them. Sane events take the strict (fast)
+Structs; a piece that does not fit them (string timestamps, ids beyond int64, ...) is decoded again
+with lenient Structs and sanitised value by value.
 """
-
 from __future__ import annotations
 
 import contextlib
