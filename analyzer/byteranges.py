@@ -22,9 +22,9 @@ from typing import Optional
 
 import msgspec
 
-RANGE_BYTES = 16 << 20  # ~80k events of a typical trace per worker task
+RANGE_BYTES = 16 << 20  # at most ~80k events of a typical trace per worker task
 PIECE_BYTES = 1 << 20  # decoded at a time within a range: its objects stay in the CPU cache (docs/perf.md)
-MIN_BYTES = 4 * RANGE_BYTES  # smaller documents: the sequential split is cheap enough
+MIN_BYTES = 16 << 20  # below this, forking workers costs about what they save (docs/perf.md)
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _TAIL_BYTES = 1 << 20  # the array's closing bracket is looked for in the document's last MiB
@@ -44,6 +44,11 @@ def plan(buf, header_decoder: msgspec.json.Decoder, size: Optional[int] = None) 
         return None
     header, end = found
     return header, list(_cuts(buf, first, end, size or RANGE_BYTES))
+
+
+def range_size(total: int, jobs: int) -> int:
+    """About four ranges per worker (balanced work), within [PIECE_BYTES, RANGE_BYTES]."""
+    return min(RANGE_BYTES, max(PIECE_BYTES, total // (4 * jobs)))
 
 
 def _cuts(buf, start: int, end: int, size: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -85,15 +86,17 @@ def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> Non
 
 
 class ProgressBar:
-    """A progress bar on stderr for long loads, only when stderr is a terminal. The loader counts
-    events (500k and more get a bar) or, for documents cut into byte ranges, bytes (64 MB and more)."""
+    """A progress bar on stderr, only when stderr is a terminal and the load has already taken
+    `delay` seconds (short loads never flash one). The loader counts events or, for documents cut
+    into byte ranges, bytes: only the ratio is shown."""
 
-    def __init__(self, label: str, min_total: int = 500_000):
-        self.label, self.min_total, self.bar = label, min_total, None
+    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
+        self.label, self.delay, self.clock, self.bar = label, delay, clock, None
+        self.start = clock()
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            if total < self.min_total or not sys.stderr.isatty():
+            if done >= total or self.clock() - self.start < self.delay or not sys.stderr.isatty():
                 return
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()

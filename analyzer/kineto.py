@@ -181,7 +181,7 @@ def decode_events(path: Path, buf, warnings: list, transform: Callable = _identi
     counts bytes on the first path and events on the second: only the ratio means anything."""
     parallel = jobs > 1 and "fork" in mp.get_all_start_methods()
     if parallel and len(buf) >= byteranges.MIN_BYTES:
-        planned = byteranges.plan(buf, _HEADER)
+        planned = byteranges.plan(buf, _HEADER, byteranges.range_size(len(buf), jobs))
         if planned is not None:
             header, ranges = planned
             done = _run(path, partial(_range_blobs, buf, ranges), range(len(ranges)), transform, jobs, progress,

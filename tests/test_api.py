@@ -21,7 +21,8 @@ def test_parallel_directory_equals_sequential(shared_traces, tmp_path):
 
 def test_progress_is_reported_per_chunk(shared_traces):
     calls = []
-    analyze_path(shared_traces / "v100_df_index_resolver.json.gz", progress=lambda d, t: calls.append((d, t)))
+    analyze_path(shared_traces / "v100_df_index_resolver.json.gz", progress=lambda d, t: calls.append((d, t)),
+                 jobs=1)  # the sequential path counts events (byte ranges count bytes: test_byteranges.py)
     assert calls[-1][0] == calls[-1][1] == 216092
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert len(calls) == 3  # 100k events per chunk
@@ -31,6 +32,9 @@ def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
     from perfsleuth import kineto
     from perfsleuth.trace import load_trace
 
+    from perfsleuth import byteranges
+
+    monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 30)  # the sequential split, its chunks in workers
     monkeypatch.setattr(kineto, "CHUNK", 20_000)  # 11 chunks of the 216k-event trace
     path = shared_traces / "v100_df_index_resolver.json.gz"
     seq, par = load_trace(path, jobs=1), load_trace(path, jobs=2)

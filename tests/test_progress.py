@@ -1,4 +1,4 @@
-"""The CLI's progress bar: on stderr, only when stderr is a terminal and the load is long."""
+"""The CLI's progress bar: on stderr, only when stderr is a terminal and the load is already long."""
 
 import io
 
@@ -10,19 +10,22 @@ class _Terminal(io.StringIO):
         return True
 
 
-def _drive(monkeypatch, stderr, total, steps=4):
+def _drive(monkeypatch, stderr, seconds_per_step: float, total: int = 200 << 20, steps: int = 4) -> str:
+    """Report `steps` equal steps of progress, each `seconds_per_step` after the last."""
     monkeypatch.setattr(cli.sys, "stderr", stderr)
-    bar = cli.ProgressBar("reading big.json")
+    now = [0.0]
+    bar = cli.ProgressBar("reading big.json", delay=1.0, clock=lambda: now[0])
     for k in range(1, steps + 1):
+        now[0] += seconds_per_step
         bar(total * k // steps, total)
     return stderr.getvalue()
 
 
-def test_bar_on_a_terminal_for_a_long_load(monkeypatch):
-    out = _drive(monkeypatch, _Terminal(), 200 << 20)  # bytes of a document cut into ranges
+def test_bar_on_a_terminal_once_the_load_is_long(monkeypatch):
+    out = _drive(monkeypatch, _Terminal(), 0.6)  # past the delay at the second step
     assert "reading big.json" in out and "100%" in out
 
 
 def test_no_bar_for_short_loads_or_without_a_terminal(monkeypatch):
-    assert _drive(monkeypatch, _Terminal(), 400_000) == ""  # events: below 500k
-    assert _drive(monkeypatch, io.StringIO(), 200 << 20) == ""  # stderr redirected to a file
+    assert _drive(monkeypatch, _Terminal(), 0.2) == ""  # done in 0.8 s
+    assert _drive(monkeypatch, io.StringIO(), 0.6) == ""  # stderr redirected to a file
