@@ -12,6 +12,7 @@ from typing import Callable, Optional, Union
 from .attribution import attribute
 from .config import Config
 from .errors import TraceError
+from .hugepages import without_huge_pages
 from .report import SET_SCHEMA, Report, time_share, top_kernels, top_ops
 from .selection import memo
 from .steps import find_steps
@@ -67,7 +68,8 @@ class ReportSet:
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None, jobs: int = 1) -> Report:
     """One trace file; `jobs` > 1 decodes a large file's chunks in that many forked processes."""
-    return analyze_trace(load_trace(path, progress, jobs), config)
+    with without_huge_pages():
+        return analyze_trace(load_trace(path, progress, jobs), config)
 
 
 def _analyze_member(path: Path, config: Optional[Config]):

@@ -56,3 +56,16 @@ def test_worker_warnings_reach_the_report(tmp_path, monkeypatch):
     assert trace.warnings == ["invalid UTF-8 bytes in the trace were replaced with U+FFFD",
                               "8 duplicate events were ignored"]  # the 9 identical aten::mm events
     assert sorted(trace.events["name"].astype(str).unique()) == ["aten::mm", "aten::\ufffd"]
+
+
+def test_analysis_runs_without_huge_pages_and_restores_numpy(shared_traces, monkeypatch):
+    from numpy._core.multiarray import _get_madvise_hugepage
+
+    from perfsleuth import api
+
+    seen = []
+    real = api.analyze_trace
+    monkeypatch.setattr(api, "analyze_trace", lambda *a: seen.append(_get_madvise_hugepage()) or real(*a))
+    before = _get_madvise_hugepage()
+    api.analyze_file(shared_traces / "cpu_only_tiny.pt.trace.json.gz")
+    assert seen == [False] and _get_madvise_hugepage() == before
