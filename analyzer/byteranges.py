@@ -26,7 +26,7 @@ RANGE_BYTES = 16 << 20  # at most ~80k events of a typical trace per worker task
 PIECE_BYTES = 1 << 20  # decoded at a time within a range: its objects stay in the CPU cache (docs/perf.md)
 MIN_BYTES = 16 << 20  # below this, forking workers costs about what they save (docs/perf.md)
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
-_CUT = re.compile(rb"\}\s*,\s*\{")
+CUT = re.compile(rb"\}\s*,\s*\{")  # between two objects
 _TAIL_BYTES = 1 << 20  # the array's closing bracket is looked for in the document's last MiB
 _TAIL_TRIES = 64
 
@@ -34,16 +34,23 @@ _TAIL_TRIES = 64
 def plan(buf, header_decoder: msgspec.json.Decoder, size: Optional[int] = None) -> Optional[tuple]:
     """(header, [(start, end), ...]) byte ranges covering the array's elements, or None when the
     document does not look like `{..., "traceEvents": [...], ...}` with the array found."""
-    m = _START.search(buf)
-    if m is None:
-        return None
-    first = m.end()
-    prefix = bytes(buf[:first])  # the document up to and including the array's "["
-    found = _array_end(buf, first, prefix, header_decoder)
+    first = array_start(buf)
+    found = None if first is None else array_end(buf, first, header_decoder)
     if found is None:
         return None
     header, end = found
-    return header, list(_cuts(buf, first, end, size or RANGE_BYTES))
+    return header, list(cuts(buf, first, end, size or RANGE_BYTES))
+
+
+def array_start(buf, end: Optional[int] = None) -> Optional[int]:
+    """The offset just after the array's "[" (searched before `end`), or None."""
+    m = _START.search(buf, 0, len(buf) if end is None else end)
+    return None if m is None else m.end()
+
+
+def array_end(buf, first: int, header_decoder: msgspec.json.Decoder) -> Optional[tuple]:
+    """(header, offset of the array's "]"), or None; `first` is array_start's answer."""
+    return _array_end(buf, first, bytes(buf[:first]), header_decoder)
 
 
 def range_size(total: int, jobs: int) -> int:
@@ -51,9 +58,9 @@ def range_size(total: int, jobs: int) -> int:
     return min(RANGE_BYTES, max(PIECE_BYTES, total // (4 * jobs)))
 
 
-def _cuts(buf, start: int, end: int, size: int):
+def cuts(buf, start: int, end: int, size: int):
     """(start, end) of consecutive runs of about `size` bytes of array elements, cut between two."""
-    while start + size < end and (cut := _CUT.search(buf, start + size, end)) is not None:
+    while start + size < end and (cut := CUT.search(buf, start + size, end)) is not None:
         yield start, cut.start() + 1
         start = cut.end() - 1
     yield start, end
@@ -62,7 +69,7 @@ def _cuts(buf, start: int, end: int, size: int):
 def pieces(buf, start: int, end: int, size: Optional[int] = None):
     """One range as JSON array documents of about `size` bytes each (cut like the ranges). Pages of a
     memory-mapped file are let go once copied: they stay in the page cache, not in this process."""
-    for a, b in _cuts(buf, start, end, size or PIECE_BYTES):
+    for a, b in cuts(buf, start, end, size or PIECE_BYTES):
         out = blob(buf, a, b)
         if isinstance(buf, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
             low = a - a % mmap.PAGESIZE
@@ -110,7 +117,7 @@ def _after_an_event(buf, first: int, end: int) -> bool:
         return False
     window = max(first, end - _LAST_EVENT_BYTES)
     start = first
-    for cut in _CUT.finditer(buf, window, end):
+    for cut in CUT.finditer(buf, window, end):
         start = cut.end() - 1
     if start == first and window > first:
         return False  # the last element is too long to find: not the usual layout

@@ -1,40 +1,31 @@
-"""Decode a Kineto Chrome-trace file into column chunks. The only module that knows the JSON.
+"""The Kineto Chrome-trace format: reading a file, its top level, and decoding pieces of its event
+list into columns. The only module that knows the JSON; document.py decides how a document is cut.
 
-Speed and memory (see docs/perf.md): no Python object per event is held for the whole file at once.
-- Large documents with workers: byteranges.py cuts the `traceEvents` array into byte ranges without
-  decoding it; each forked worker decodes its ranges straight from the mapped file.
-- Otherwise (and whenever a range does not decode): the top level is decoded once with every event
-  left as a raw slice of the buffer, and the slices are decoded CHUNK events per task.
-Either way a task decodes ~5k events at a time (so they are still in the CPU cache when read out)
-into typed, GC-untracked Structs that name only the fields the analysis reads, turns them into numpy
-columns with C-level `map(attrgetter)` loops, and drops them. Sane events take the strict (fast)
-Structs; a piece that does not fit them (string timestamps, ids beyond int64, ...) is decoded again
-with lenient Structs and sanitised value by value.
+A piece (~5k events, so they are still in the CPU cache when read out) is decoded into typed,
+GC-untracked Structs that name only the fields the analysis reads (a union tagged by `ph` skips
+flows, instants and counters undecoded), turned into numpy columns with C-level `map(attrgetter)`
+loops, and dropped: no Python object per event is held for the whole file. Sane events take the
+strict (fast) Structs; a piece that does not fit them (string timestamps, ids beyond int64, ...) is
+decoded again with lenient Structs and sanitised value by value.
 """
+
 from __future__ import annotations
 
-import contextlib
 import gzip
 import mmap
-import multiprocessing as mp
 import os
 import stat
 import zlib
-from functools import partial
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import msgspec
 import numpy as np
 
-from . import byteranges
 from .errors import TraceError
 
-CHUNK = 100_000  # events per task on the sequential path (and per progress step)
-PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
-MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
 MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
@@ -97,18 +88,22 @@ _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipp
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 
 
-def _identity(columns: dict) -> dict:
-    return columns
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def read_bytes(path: Path):
-    """The document's bytes: a read-only memory map of a large plain file (pages are read on demand,
-    by whichever worker decodes them), the file's bytes otherwise, gunzipped when gzip."""
+    """The document's bytes, gunzipped when gzip (see read_file)."""
+    return inflate(path, read_file(path))
+
+
+def read_file(path: Path):
+    """The file's bytes as stored: a read-only memory map of a large plain file (its pages are read
+    on demand, by whichever worker decodes them), the bytes otherwise (gzip left compressed)."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
             info = os.fstat(fh.fileno())
-            if magic != b"\x1f\x8b" and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
+            if magic != GZIP_MAGIC and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
                 try:
                     return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
                 except (OSError, ValueError):
@@ -120,13 +115,19 @@ def read_bytes(path: Path):
         raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
     if not raw:
         raise TraceError(path, "empty file")
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
-        if not raw:
-            raise TraceError(path, "empty file (after gunzip)")
+    return raw
+
+
+def inflate(path: Path, raw):
+    """`raw` gunzipped when it is gzip, else `raw`."""
+    if raw[:2] != GZIP_MAGIC:
+        return raw
+    try:
+        raw = gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+    if not raw:
+        raise TraceError(path, "empty file (after gunzip)")
     return raw
 
 
@@ -170,89 +171,7 @@ def _split(path: Path, raw: bytes) -> tuple[Header, list]:
     return header, parts
 
 
-def decode_events(path: Path, buf, warnings: list, transform: Callable = _identity, jobs: int = 1,
-                  progress: Optional[Callable[[int, int], None]] = None) -> tuple[Header, list, int]:
-    """The header, `transform(columns)` of each chunk of events in document order, and the number of
-    entries in traceEvents. Columns: X events as arrays and lists, M events as tuples.
-
-    With jobs > 1 a large document is cut into byte ranges (byteranges.py) that forked workers decode
-    straight from the shared buffer. Anything unusual about it takes the sequential split into chunks
-    of CHUNK events, decoded in workers too when there are enough of them. `progress(done, total)`
-    counts bytes on the first path and events on the second: only the ratio means anything."""
-    parallel = jobs > 1 and "fork" in mp.get_all_start_methods()
-    if parallel and len(buf) >= byteranges.MIN_BYTES:
-        planned = byteranges.plan(buf, _HEADER, byteranges.range_size(len(buf), jobs))
-        if planned is not None:
-            header, ranges = planned
-            done = _run(path, partial(_range_blobs, buf, ranges), range(len(ranges)), transform, jobs, progress,
-                        [end for _, end in ranges], fallible=True)
-            if done is not None:
-                outs, entries, new = done
-                warnings.extend(w for w in new if w not in warnings)
-                return header, outs, entries
-    header, parts = split_document(path, buf, warnings)
-    starts = range(0, len(parts), CHUNK)
-    done_at = [min(i + CHUNK, len(parts)) for i in starts]
-    outs, entries, new = _run(path, partial(_parts_blobs, parts), starts, transform,
-                              jobs if parallel and len(starts) >= MIN_PARALLEL_CHUNKS else 1, progress, done_at)
-    warnings.extend(w for w in new if w not in warnings)
-    return header, outs, len(parts)
-
-
-def _parts_blobs(parts: list, i: int):
-    """Chunk i of the sequential path as JSON array documents of PIECE events each."""
-    stop = min(i + CHUNK, len(parts))
-    return (b"[" + b",".join(parts[j:min(j + PIECE, stop)]) + b"]" for j in range(i, stop, PIECE))
-
-
-def _range_blobs(buf, ranges: list, i: int):
-    return byteranges.pieces(buf, *ranges[i])
-
-
-_SHARED: tuple = ()  # (path, blobs_of, transform, fallible) for forked workers: inherited, never pickled
-
-
-def _task(i: int) -> Optional[tuple]:
-    """(transform(columns), entries, warnings) of task i; None when a fallible task's bytes are not JSON."""
-    path, blobs_of, transform, fallible = _SHARED
-    warnings: list = []
-    try:
-        columns = _merge([_decode_chunk(path, blob, warnings) for blob in blobs_of(i)])
-    except TraceError:
-        if fallible:
-            return None
-        raise
-    return transform(columns), columns["entries"], warnings
-
-
-def _run(path, blobs_of, tasks: range, transform, jobs: int, progress, done_at: list, fallible: bool = False):
-    """All tasks in order, in a pool of forked workers when jobs > 1: (outputs, entries, warnings), or
-    None as soon as a fallible task fails."""
-    global _SHARED
-    _SHARED = (path, blobs_of, transform, fallible)
-    outs, entries, warnings = [], 0, []
-    try:
-        with contextlib.ExitStack() as stack:
-            if jobs > 1:
-                pool = stack.enter_context(mp.get_context("fork").Pool(min(jobs, len(tasks))))
-                results = pool.imap(_task, tasks)
-            else:
-                results = map(_task, tasks)
-            for k, result in enumerate(results):
-                if result is None:
-                    return None
-                out, n, new = result
-                outs.append(out)
-                entries += n
-                warnings.extend(w for w in new if w not in warnings)
-                if progress is not None:
-                    progress(done_at[k], done_at[-1])
-    finally:
-        _SHARED = ()
-    return outs, entries, warnings
-
-
-def _merge(pieces: list) -> dict:
+def merge(pieces: list) -> dict:
     """The columns of consecutive pieces as one chunk's."""
     if len(pieces) == 1:
         return pieces[0]
@@ -268,7 +187,7 @@ def _merge(pieces: list) -> dict:
     return out
 
 
-def _decode_chunk(path: Path, blob: bytes, warnings: list) -> dict:
+def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
     try:
         return _strict_columns(_STRICT.decode(blob))
     except msgspec.ValidationError:

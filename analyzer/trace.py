@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from . import kineto
+from . import document, kineto
 from .errors import TraceError
 
 log = logging.getLogger(__name__)
@@ -117,8 +117,8 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     if path.is_dir():
         raise TraceError(path, "is a directory (use analyze_path for directories)")
     warnings: list[str] = []
-    buf = kineto.read_bytes(path)
-    header, outs, entries = kineto.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
+    buf = kineto.read_file(path)
+    header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # unmap the document before the columns are assembled: a lower peak
     trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)

@@ -29,13 +29,11 @@ def test_progress_is_reported_per_chunk(shared_traces):
 
 
 def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
-    from perfsleuth import kineto
+    from perfsleuth import byteranges, document
     from perfsleuth.trace import load_trace
 
-    from perfsleuth import byteranges
-
     monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 30)  # the sequential split, its chunks in workers
-    monkeypatch.setattr(kineto, "CHUNK", 20_000)  # 11 chunks of the 216k-event trace
+    monkeypatch.setattr(document, "CHUNK", 20_000)  # 11 chunks of the 216k-event trace
     path = shared_traces / "v100_df_index_resolver.json.gz"
     seq, par = load_trace(path, jobs=1), load_trace(path, jobs=2)
     assert len(par.events) == len(seq.events) == 123378
@@ -44,10 +42,10 @@ def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
 
 
 def test_worker_warnings_reach_the_report(tmp_path, monkeypatch):
-    from perfsleuth import kineto
+    from perfsleuth import document
     from perfsleuth.trace import load_trace
 
-    monkeypatch.setattr(kineto, "CHUNK", 2)  # 5 chunks, decoded by 2 workers
+    monkeypatch.setattr(document, "CHUNK", 2)  # 5 chunks, decoded by 2 workers
     good = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
     bad = b'{"ph": "X", "cat": "cpu_op", "name": "aten::\xff", "ts": 5, "dur": 1, "pid": 1, "tid": 1}'
     path = tmp_path / "utf8.json"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsleuth import byteranges, kineto
+from perfsleuth import byteranges, gzstream, kineto
 from perfsleuth.errors import TraceError
 from perfsleuth.trace import load_trace
 
@@ -68,16 +68,18 @@ def small_ranges(monkeypatch):
     monkeypatch.setattr(byteranges, "RANGE_BYTES", 400)
     monkeypatch.setattr(byteranges, "PIECE_BYTES", 150)
     monkeypatch.setattr(kineto, "MMAP_BYTES", 1000)
+    monkeypatch.setattr(gzstream, "IN_BYTES", 64)  # .json.gz: ranges are cut while it inflates
     return _spy_on_plan(monkeypatch)
 
 
 def _spy_on_plan(monkeypatch) -> list:
     """What happened on each load: "ranges" when byteranges.plan placed the array, "split" for each
     sequential split (the path of jobs=1, small documents and fallbacks)."""
-    real_plan, real_split, calls = byteranges.plan, kineto.split_document, []
+    real_plan, real_split, real_finish, calls = byteranges.plan, kineto.split_document, gzstream.Stream.finish, []
     monkeypatch.setattr(byteranges, "plan", lambda *a: calls.append("ranges" if real_plan(*a) else "no plan")
                         or real_plan(*a))
     monkeypatch.setattr(kineto, "split_document", lambda *a: calls.append("split") or real_split(*a))
+    monkeypatch.setattr(gzstream.Stream, "finish", lambda *a: calls.append("inflating") or real_finish(*a))
     return calls
 
 
@@ -96,7 +98,7 @@ def test_ranges_give_the_sequential_result(tmp_path, small_ranges, gz):
     path = tmp_path / ("t.json.gz" if gz else "t.json")
     path.write_bytes(gzip.compress(raw) if gz else raw)
     par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
-    assert small_ranges == ["ranges", "split"]  # the second is jobs=1
+    assert small_ranges == ["inflating" if gz else "ranges", "split"]  # the second is jobs=1
     _same(par, seq)
     assert par.raw_event_count == 63 and len(par.events) == 60 and par.rank == 3
     assert par.thread_names == {(1, 1): "main"} and par.warnings == ["1 duplicate events were ignored"]
@@ -125,13 +127,17 @@ def test_bad_json_in_a_range_reports_like_the_sequential_path(tmp_path, small_ra
     assert str(par.value) == str(seq.value) and "not valid JSON" in str(par.value)
 
 
-def test_real_trace_through_ranges_equals_sequential(shared_traces, monkeypatch):
+@pytest.mark.parametrize("gz", [True, False])
+def test_real_trace_through_ranges_equals_sequential(shared_traces, monkeypatch, tmp_path, gz):
     monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 20)
     monkeypatch.setattr(byteranges, "RANGE_BYTES", 4 << 20)  # 14 ranges of the 54 MB document
     path = shared_traces / "v100_df_index_resolver.json.gz"
+    if not gz:
+        path = tmp_path / "v100.json"
+        path.write_bytes(gzip.decompress((shared_traces / "v100_df_index_resolver.json.gz").read_bytes()))
     calls = _spy_on_plan(monkeypatch)
     par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
-    assert calls == ["ranges", "split"]
+    assert calls == ["inflating" if gz else "ranges", "split"]
     _same(par, seq)
     assert len(par.events) == 123378 and par.raw_event_count == 216092
 
@@ -177,3 +183,38 @@ def test_ranges_that_all_decode_are_the_array(elements, after, indent, size):
     except msgspec.DecodeError:
         return  # a range that does not decode: the loader takes the sequential split
     assert got == elements
+
+
+def _gz_doc(tmp_path, raw: bytes, name: str = "t.json.gz"):
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(raw))
+    return path
+
+
+def test_gzip_oddities_fall_back_to_inflating_at_once(tmp_path, small_ranges):
+    raw = _doc([_event(i) for i in range(60)])
+    two_members = tmp_path / "two.json.gz"  # gzip allows concatenated members; the trailer sizes the last
+    two_members.write_bytes(gzip.compress(raw[:500]) + gzip.compress(raw[500:]))
+    par, seq = load_trace(two_members, jobs=2), load_trace(two_members, jobs=1)
+    _same(par, seq)
+    assert len(par.events) == 60 and small_ranges == ["inflating", "ranges", "split"]  # inflated at once, then cut
+
+
+def test_corrupt_gzip_reports_like_the_sequential_path(tmp_path, small_ranges):
+    data = gzip.compress(_doc([_event(i) for i in range(60)]))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data[:40] + bytes(b ^ 0x55 for b in data[40:80]) + data[80:])
+    with pytest.raises(TraceError) as par:
+        load_trace(path, jobs=2)
+    with pytest.raises(TraceError) as seq:
+        load_trace(path, jobs=1)
+    assert str(par.value) == str(seq.value) and "corrupt or truncated gzip data" in str(par.value)
+
+
+def test_lists_after_the_array_never_change_the_result(tmp_path, small_ranges):
+    devices = [{"id": i, "name": "H100", "totalGlobalMem": 85_000_000_000} for i in range(16)]
+    raw = _doc([_event(i) for i in range(60)], pretty=True, deviceProperties=devices)
+    path = _gz_doc(tmp_path, raw)
+    par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
+    _same(par, seq)
+    assert len(par.devices) == 16 and small_ranges[0] == "inflating"

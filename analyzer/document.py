@@ -1,0 +1,106 @@
+"""How a trace document is cut for decoding, and by whom (see docs/perf.md).
+
+- With workers, a large plain document is cut into byte ranges (byteranges.py) that forked workers
+  decode straight from the memory-mapped file; a large .json.gz is inflated into shared memory while
+  the workers decode the ranges already inflated (gzstream.py).
+- Otherwise, and whenever a range does not decode: the top level is decoded once with every event
+  left as a raw slice (kineto.split_document), and the slices are decoded CHUNK events per task (in
+  workers too when there are enough chunks). This path also words every error about bad JSON.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import byteranges, gzstream, kineto, workers
+
+CHUNK = 100_000  # events per task on the sequential path (and per progress step)
+PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
+MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
+
+
+def _identity(columns: dict) -> dict:
+    return columns
+
+
+def decode_events(path: Path, raw, warnings: list, transform: Callable = _identity, jobs: int = 1,
+                  progress: Optional[Callable[[int, int], None]] = None) -> tuple:
+    """(header, `transform(columns)` of each chunk of events in document order, entries of traceEvents)
+    for the file's bytes as read (kineto.read_file). Columns: X events as arrays and lists, M events as
+    tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
+    parallel = jobs > 1 and workers.can_fork()
+    buf, tried = raw, False
+    if raw[:2] == kineto.GZIP_MAGIC:
+        done, inflated = _inflating(path, raw, transform, jobs, progress) if parallel else (None, None)
+        if done is not None:
+            return _keep(done, warnings)
+        tried = inflated is not None
+        buf = inflated if tried else kineto.inflate(path, raw)
+    if parallel and not tried and len(buf) >= byteranges.MIN_BYTES:
+        planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
+        if planned is not None:
+            header, ranges = planned
+            done = workers.run(path, partial(_span_pieces, buf), ranges, transform, jobs, _end, len(buf),
+                               progress, fallible=True)
+            if done is not None:
+                return _keep((header, *done), warnings)
+    return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress)
+
+
+def _keep(done: tuple, warnings: list) -> tuple:
+    header, outs, entries, new = done
+    warnings.extend(w for w in new if w not in warnings)
+    return header, outs, entries
+
+
+def _span_pieces(buf, span: tuple):
+    return byteranges.pieces(buf, *span)
+
+
+def _end(span: tuple) -> int:
+    return span[1]
+
+
+def _inflating(path: Path, gz, transform, jobs: int, progress) -> tuple:
+    """(header, outputs, entries, warnings) decoded while the document is inflated, or None; and
+    the inflated document when that much was done (the fallback then starts from it)."""
+    buf = gzstream.shared_buffer(gz)
+    if buf is None:
+        return None, None
+    stream = gzstream.Stream(gz, buf, byteranges.range_size(len(buf), jobs))
+    total = len(buf)
+    with workers.Decoder(path, partial(_span_pieces, buf), transform, jobs, fallible=True) as decoder:
+        try:
+            for span in stream:
+                decoder.submit(span)
+                if progress is not None:
+                    progress(stream.pos // 2, total)  # the first half of the bar: inflating
+        except zlib.error:
+            return None, None  # corrupt: kineto.inflate says so
+        finished = stream.finish(kineto._HEADER)
+        if finished is None:
+            return None, buf if stream.complete else None
+        header, rest = finished
+        for span in rest:
+            decoder.submit(span)
+        done = decoder.results(lambda span: (total + span[1]) // 2, total, progress)
+    return (None, buf) if done is None else ((header, *done), None)
+
+
+def _sequential(path: Path, buf, warnings: list, transform, jobs: int, progress) -> tuple:
+    header, parts = kineto.split_document(path, buf, warnings)
+    starts = range(0, len(parts), CHUNK)
+    outs, _, new = workers.run(path, partial(_parts_pieces, parts), starts, transform,
+                               jobs if len(starts) >= MIN_PARALLEL_CHUNKS else 1,
+                               lambda i: min(i + CHUNK, len(parts)), len(parts), progress)
+    warnings.extend(w for w in new if w not in warnings)
+    return header, outs, len(parts)
+
+
+def _parts_pieces(parts: list, i: int):
+    """Chunk i of the sequential path as JSON array documents of PIECE events each."""
+    stop = min(i + CHUNK, len(parts))
+    return (b"[" + b",".join(parts[j:min(j + PIECE, stop)]) + b"]" for j in range(i, stop, PIECE))
