@@ -91,11 +91,6 @@ INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_bytes(path: Path):
-    """The document's bytes, gunzipped when gzip (see read_file)."""
-    return inflate(path, read_file(path))
-
-
 def read_file(path: Path):
     """The file's bytes as stored: a read-only memory map of a large plain file (its pages are read
     on demand, by whichever worker decodes them), the bytes otherwise (gzip left compressed)."""
