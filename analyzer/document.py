@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
 from . import byteranges, gzstream, kineto, workers
+from .errors import TraceError
 
 CHUNK = 100_000  # events per task on the sequential path (and per progress step)
 PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
@@ -29,8 +31,13 @@ def _identity(columns: dict) -> dict:
 def decode_events(path: Path, raw, warnings: list, transform: Callable = _identity, jobs: int = 1,
                   progress: Optional[Callable[[int, int], None]] = None) -> tuple:
     """(header, `transform(columns)` of each chunk of events in document order, entries of traceEvents)
-    for the file's bytes as read (kineto.read_file). Columns: X events as arrays and lists, M events as
-    tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
+    for the file as read by kineto.read_file (closed here). Columns: X events as arrays and lists, M
+    events as tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
+    if isinstance(raw, kineto.MappedFile):
+        try:
+            return _mapped(path, raw, warnings, transform, jobs, progress)
+        finally:
+            raw.close()
     parallel = jobs > 1 and workers.can_fork()
     buf, tried = raw, False
     if raw[:2] == kineto.GZIP_MAGIC:
@@ -42,12 +49,24 @@ def decode_events(path: Path, raw, warnings: list, transform: Callable = _identi
     if parallel and not tried and len(buf) >= byteranges.MIN_BYTES:
         planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
         if planned is not None:
-            header, ranges = planned
-            done = workers.run(path, partial(_span_pieces, buf), ranges, transform, jobs, _end, len(buf),
+            done = workers.run(path, partial(_span_pieces, buf), planned[1], transform, jobs, _end, len(buf),
                                progress, fallible=True)
             if done is not None:
-                return _keep((header, *done), warnings)
+                return _keep((planned[0], *done), warnings)
     return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress)
+
+
+def _mapped(path: Path, file: kineto.MappedFile, warnings: list, transform, jobs: int, progress) -> tuple:
+    """A large plain file: cut on its mapping, each range read (pread) and decoded by a worker."""
+    parallel = jobs > 1 and workers.can_fork()
+    if parallel and len(file) >= byteranges.MIN_BYTES:
+        planned = byteranges.plan(file.map, kineto._HEADER, byteranges.range_size(len(file), jobs))
+        if planned is not None:
+            done = workers.run(path, partial(_file_pieces, file.fd), planned[1], transform, jobs, _end, len(file),
+                               progress, fallible=True)
+            if done is not None:
+                return _keep((planned[0], *done), warnings)
+    return _sequential(path, file.read_all(), warnings, transform, jobs if parallel else 1, progress)
 
 
 def _keep(done: tuple, warnings: list) -> tuple:
@@ -58,6 +77,14 @@ def _keep(done: tuple, warnings: list) -> tuple:
 
 def _span_pieces(buf, span: tuple):
     return byteranges.pieces(buf, *span)
+
+
+def _file_pieces(fd: int, span: tuple):
+    start, end = span
+    data = os.pread(fd, end - start, start)  # the file may have been cut short since it was planned
+    if len(data) != end - start:
+        raise TraceError(f"fd {fd}", "the file changed while it was read")  # fallible: the caller reads it again
+    return byteranges.pieces(data, 0, len(data))
 
 
 def _end(span: tuple) -> int:

@@ -91,16 +91,39 @@ INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+class MappedFile:
+    """A large plain file: memory-mapped for the few small reads that place the cuts (byteranges.py),
+    read by workers with pread (`fd`) and by the sequential path with read_all: decoding never runs on
+    the mapping, so a file cut short meanwhile reads as bad JSON instead of killing the process (SIGBUS)."""
+
+    def __init__(self, fh):
+        self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.fd = os.dup(fh.fileno())
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def __getitem__(self, key):
+        return self.map[key]
+
+    def read_all(self) -> bytes:
+        size = os.fstat(self.fd).st_size
+        return os.pread(self.fd, size, 0) if size else b""
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
 def read_file(path: Path):
-    """The file's bytes as stored: a read-only memory map of a large plain file (its pages are read
-    on demand, by whichever worker decodes them), the bytes otherwise (gzip left compressed)."""
+    """The file as stored: a MappedFile for a large plain file, else its bytes (gzip left compressed)."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
             info = os.fstat(fh.fileno())
             if magic != GZIP_MAGIC and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
                 try:
-                    return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                    return MappedFile(fh)
                 except (OSError, ValueError):
                     pass  # no mmap here (some file systems): read it
             raw = magic + fh.read()

@@ -119,7 +119,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     warnings: list[str] = []
     buf = kineto.read_file(path)
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
-    del buf  # unmap the document before the columns are assembled: a lower peak
+    del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
     trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
     frames = [_take_chunk(out, trace) for out in outs]

@@ -9,6 +9,8 @@ the tasks and their column chunks cross processes.
 from __future__ import annotations
 
 import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -47,26 +49,31 @@ class Decoder:
     def __enter__(self) -> "Decoder":
         global _SHARED
         _SHARED = self.shared
-        if self.jobs > 1:
-            self.pool = mp.get_context("fork").Pool(self.jobs)
+        if self.jobs > 1:  # unlike multiprocessing.Pool, a worker that dies (OOM killer) is noticed
+            self.pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("fork"))
         return self
 
     def __exit__(self, *exc) -> None:
         global _SHARED
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.shutdown(wait=True, cancel_futures=True)
         _SHARED = ()
 
     def submit(self, task) -> None:
-        self.pending.append((task, self.pool.apply_async(_task, (task,)) if self.pool else None))
+        self.pending.append((task, self.pool.submit(_task, task) if self.pool else None))
 
     def results(self, done_at: Callable, total: int, progress: Optional[Callable] = None) -> Optional[tuple]:
         """(outputs in order, entries, warnings), or None as soon as a fallible task fails.
         `progress(done_at(task), total)` after each task, and `progress(total, total)` at the end."""
         outs, entries, warnings, done = [], 0, [], 0
         for task, pending in self.pending:
-            result = pending.get() if pending is not None else _task(task)
+            try:
+                result = pending.result() if pending is not None else _task(task)
+            except BrokenProcessPool:
+                if self.shared[3]:  # fallible: the caller decodes in this process
+                    return None
+                raise TraceError(self.shared[0], "a decoding worker process died (out of memory?); "
+                                                 "try -j 1") from None
             if result is None:
                 return None
             out, n, new = result

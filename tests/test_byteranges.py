@@ -2,6 +2,7 @@
 by decoding, and anything unusual falls back to the sequential split with the same result."""
 
 import gzip
+import os
 import json
 
 import msgspec
@@ -218,3 +219,61 @@ def test_lists_after_the_array_never_change_the_result(tmp_path, small_ranges):
     par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
     _same(par, seq)
     assert len(par.devices) == 16 and small_ranges[0] == "inflating"
+
+
+_TRUNCATE_WHILE_READING = r"""
+import sys
+from perfsleuth import byteranges, kineto
+from perfsleuth.errors import TraceError
+from perfsleuth.trace import load_trace
+byteranges.MIN_BYTES, byteranges.RANGE_BYTES, kineto.MMAP_BYTES = 1000, 400, 1000
+real_plan = byteranges.plan
+
+def plan(*args):
+    planned = real_plan(*args)
+    with open(sys.argv[1], "r+b") as fh:  # another process rewrites the trace meanwhile: from the
+        fh.truncate(4096)  # second page on, reading the mapping would raise SIGBUS
+    return planned
+
+byteranges.plan = plan
+try:
+    load_trace(sys.argv[1], jobs=2)
+except TraceError as exc:
+    print(exc)
+"""
+
+
+def test_a_file_cut_short_while_it_is_read_is_bad_json_not_a_crash(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc([_event(i) for i in range(150)]))  # 18 kB: 5 pages
+    done = subprocess.run([sys.executable, "-c", _TRUNCATE_WHILE_READING, str(path)], capture_output=True,
+                          text=True, timeout=60)  # before: the workers died of SIGBUS and the pool waited for ever
+    assert done.returncode == 0, done.stderr[-2000:]  # a mapping read after the cut would die of SIGBUS (-7)
+    assert done.stdout.startswith(f"{path}: not valid JSON")
+
+
+def _dies_in_a_worker(parent: int):
+    def transform(columns):
+        if os.getpid() != parent:
+            os._exit(9)  # as the OOM killer would
+        return columns
+    return transform
+
+
+def test_a_worker_that_dies_is_noticed(tmp_path, small_ranges, monkeypatch):
+    from perfsleuth import document
+
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc([_event(i) for i in range(60)]))
+    transform = _dies_in_a_worker(os.getpid())
+    # byte ranges: the worker's death sends the document to the sequential path, in this process
+    header, outs, entries = document.decode_events(path, kineto.read_file(path), [], transform, jobs=2)
+    assert small_ranges == ["ranges", "split"] and entries == 60 and sum(len(c["ts"]) for c in outs) == 60
+    # the sequential path's workers: one line (exit 2), never a hang
+    monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 30)
+    monkeypatch.setattr(document, "CHUNK", 10)
+    with pytest.raises(TraceError, match="a decoding worker process died"):
+        document.decode_events(path, kineto.read_file(path), [], transform, jobs=2)
