@@ -9,7 +9,7 @@ the tasks and their column chunks cross processes.
 from __future__ import annotations
 
 import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -60,7 +60,17 @@ class Decoder:
         _SHARED = ()
 
     def submit(self, task) -> None:
-        self.pending.append((task, self.pool.submit(_task, task) if self.pool else None))
+        try:
+            pending = self.pool.submit(_task, task) if self.pool else None
+        except BrokenProcessPool:  # a worker died already: results() says so
+            pending = self.pool_broken()
+        self.pending.append((task, pending))
+
+    @staticmethod
+    def pool_broken() -> Future:
+        dead: Future = Future()
+        dead.set_exception(BrokenProcessPool("a worker process died"))
+        return dead
 
     def results(self, done_at: Callable, total: int, progress: Optional[Callable] = None) -> Optional[tuple]:
         """(outputs in order, entries, warnings), or None as soon as a fallible task fails.

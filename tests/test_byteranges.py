@@ -277,3 +277,35 @@ def test_a_worker_that_dies_is_noticed(tmp_path, small_ranges, monkeypatch):
     monkeypatch.setattr(document, "CHUNK", 10)
     with pytest.raises(TraceError, match="a decoding worker process died"):
         document.decode_events(path, kineto.read_file(path), [], transform, jobs=2)
+
+
+def test_tasks_submitted_after_a_worker_died_are_refused_quietly(tmp_path):
+    import concurrent.futures
+
+    from perfsleuth import workers
+
+    def blobs_of(task):
+        if task == "die":
+            os._exit(9)
+        return [b'[{"ph": "X", "name": "a", "ts": 1}]']
+
+    for fallible in (True, False):
+        with workers.Decoder(tmp_path / "t.json", blobs_of, lambda c: c, jobs=2, fallible=fallible) as decoder:
+            decoder.submit("die")
+            concurrent.futures.wait([decoder.pending[0][1]])  # the pool is broken now
+            decoder.submit("fine")  # does not raise
+            if fallible:
+                assert decoder.results(lambda t: 0, 1) is None
+            else:
+                with pytest.raises(TraceError, match="a decoding worker process died"):
+                    decoder.results(lambda t: 0, 1)
+
+
+def test_a_worker_that_dies_while_a_gzip_inflates_is_noticed(tmp_path, small_ranges):
+    from perfsleuth import document
+
+    path = _gz_doc(tmp_path, _doc([_event(i) for i in range(300)]))
+    header, outs, entries = document.decode_events(path, kineto.read_file(path), [],
+                                                   _dies_in_a_worker(os.getpid()), jobs=2)
+    assert small_ranges[0] == "inflating" and small_ranges[-1] == "split" and entries == 300
+    assert sum(len(c["ts"]) for c in outs) == 300
