@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from functools import partial
@@ -33,46 +34,39 @@ def decode_events(path: Path, raw, warnings: list, transform: Callable = _identi
     """(header, `transform(columns)` of each chunk of events in document order, entries of traceEvents)
     for the file as read by kineto.read_file (closed here). Columns: X events as arrays and lists, M
     events as tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
-    if isinstance(raw, kineto.MappedFile):
-        try:
-            return _mapped(path, raw, warnings, transform, jobs, progress)
-        finally:
-            raw.close()
     parallel = jobs > 1 and workers.can_fork()
-    buf, tried = raw, False
-    if raw[:2] == kineto.GZIP_MAGIC:
+    done, buf, ranges_tried = None, raw, False
+    if isinstance(raw, kineto.MappedFile):  # cut on the mapping; each range read (pread) by a worker
+        ranges_tried = True
+        with contextlib.closing(raw):
+            if parallel:
+                done = _ranges(path, raw.map, partial(_file_pieces, raw.fd), transform, jobs, progress)
+            if done is None:
+                buf = raw.read_all()  # the sequential path decodes private bytes, never the mapping
+    elif raw[:2] == kineto.GZIP_MAGIC:
         done, inflated = _inflating(path, raw, transform, jobs, progress) if parallel else (None, None)
-        if done is not None:
-            return _keep(done, warnings)
-        tried = inflated is not None
-        buf = inflated if tried else kineto.inflate(path, raw)
-    if parallel and not tried and len(buf) >= byteranges.MIN_BYTES:
-        planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
-        if planned is not None:
-            done = workers.run(path, partial(_span_pieces, buf), planned[1], transform, jobs, _end, len(buf),
-                               progress, fallible=True)
-            if done is not None:
-                return _keep((planned[0], *done), warnings)
+        ranges_tried = inflated is not None  # inflated while cutting: the ranges failed already
+        if done is None:
+            buf = inflated if ranges_tried else kineto.inflate(path, raw)
+    if done is None and parallel and not ranges_tried:
+        done = _ranges(path, buf, partial(_span_pieces, buf), transform, jobs, progress)
+    if done is not None:
+        header, outs, entries, new = done
+        warnings.extend(w for w in new if w not in warnings)
+        return header, outs, entries
     return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress)
 
 
-def _mapped(path: Path, file: kineto.MappedFile, warnings: list, transform, jobs: int, progress) -> tuple:
-    """A large plain file: cut on its mapping, each range read (pread) and decoded by a worker."""
-    parallel = jobs > 1 and workers.can_fork()
-    if parallel and len(file) >= byteranges.MIN_BYTES:
-        planned = byteranges.plan(file.map, kineto._HEADER, byteranges.range_size(len(file), jobs))
-        if planned is not None:
-            done = workers.run(path, partial(_file_pieces, file.fd), planned[1], transform, jobs, _end, len(file),
-                               progress, fallible=True)
-            if done is not None:
-                return _keep((planned[0], *done), warnings)
-    return _sequential(path, file.read_all(), warnings, transform, jobs if parallel else 1, progress)
-
-
-def _keep(done: tuple, warnings: list) -> tuple:
-    header, outs, entries, new = done
-    warnings.extend(w for w in new if w not in warnings)
-    return header, outs, entries
+def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress) -> Optional[tuple]:
+    """(header, outputs, entries, warnings) with the document cut into byte ranges (byteranges.py) that
+    forked workers decode, or None when it is small, cannot be placed, or a range does not decode."""
+    if len(buf) < byteranges.MIN_BYTES:
+        return None
+    planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
+    if planned is None:
+        return None
+    done = workers.run(path, pieces_of, planned[1], transform, jobs, _end, len(buf), progress, fallible=True)
+    return None if done is None else (planned[0], *done)
 
 
 def _span_pieces(buf, span: tuple):

@@ -42,7 +42,6 @@ class Stream:
         self.pos = 0  # bytes inflated so far
         self.first: Optional[int] = None  # the array's first byte
         self.start: Optional[int] = None  # where the next span starts
-        self.ends: list = []  # ends of the spans handed out
         self.complete = False
 
     def __iter__(self) -> Iterator[tuple]:
@@ -75,7 +74,6 @@ class Stream:
             if cut is None:
                 return
             yield self.start, cut.start() + 1
-            self.ends.append(cut.start() + 1)
             self.start = cut.end() - 1
 
     def finish(self, header_decoder) -> Optional[tuple]:
@@ -86,6 +84,6 @@ class Stream:
         if found is None:
             return None
         header, end = found
-        if self.start > end or any(e > end for e in self.ends):
+        if self.start > end:  # (the next span starts after every span handed out ends)
             return None  # a span ran past the array: the cuts were not all between events
         return header, list(byteranges.cuts(self.buf, self.start, end, self.size))

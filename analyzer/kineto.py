@@ -103,9 +103,6 @@ class MappedFile:
     def __len__(self) -> int:
         return len(self.map)
 
-    def __getitem__(self, key):
-        return self.map[key]
-
     def read_all(self) -> bytes:
         size = os.fstat(self.fd).st_size
         return os.pread(self.fd, size, 0) if size else b""
