@@ -23,11 +23,11 @@ def __getattr__(name):  # lazy: keep `import perfsleuth` cheap (no pandas until 
 
         return getattr(api, name)
     if name == "load_trace":
-        from .trace import load_trace
+        from .trace.model import load_trace
 
         return load_trace
     if name == "profile":  # needs torch, imported only when profiling starts
-        from .profile_api import profile
+        from .commands.profile import profile
 
         return profile
     raise AttributeError(name)

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Callable, Optional, Union
 
-from .attribution import attribute
+from .analysis.attribution import attribute
+from .analysis.steps import find_steps
+from .analysis.tables import time_share, top_kernels, top_ops
+from .analysis.verdict import decide
 from .config import Config
 from .errors import TraceError
-from .hugepages import without_huge_pages
-from .report import SET_SCHEMA, Report, time_share, top_kernels, top_ops
-from .selection import memo
-from .steps import find_steps
-from .trace import Trace, find_trace_files, load_trace
-from .verdict import decide
-from .version import __version__
+from .report.model import Report, ReportSet
+from .trace.hugepages import without_huge_pages
+from .trace.model import Trace, find_trace_files, load_trace
+from .trace.selection import memo
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def _analyze(trace: Trace, config: Config) -> Report:
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
     report.findings = _findings(report, config)
     if config.hta:
-        from .hta_adapter import hta_analyses
+        from .analysis.hta_adapter import hta_analyses
 
         report.extra.update(hta_analyses(trace, steps))
     return report
@@ -44,25 +43,12 @@ def _analyze(trace: Trace, config: Config) -> Report:
 
 def _findings(report: Report, config: Config) -> list:
     """Rule engine hook (issue 3): findings ordered by estimated saving (docs/rules.md)."""
-    from .engine import evaluate, load_catalog
-    from .facts import compute_facts
+    from .engine.catalog import load_catalog
+    from .engine.evaluate import evaluate
+    from .facts.core import compute_facts
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
-
-
-@dataclass
-class ReportSet:
-    """Several traces (one per rank/worker file in a directory), one report each."""
-
-    path: str
-    reports: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
-
-    def to_dict(self) -> dict:
-        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
-                "path": self.path, "reports": [r.to_dict() for r in self.reports],
-                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,

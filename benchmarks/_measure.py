@@ -15,7 +15,7 @@ import tempfile
 
 
 def perfsleuth(path):
-    from perfsleuth.cli import main
+    from perfsleuth.commands.cli import main
 
     main(["analyze", path], standalone_mode=False)
 

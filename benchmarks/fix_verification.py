@@ -20,15 +20,16 @@ import platform
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "fixtures" / "scripts" / "cpu" / "dataloader_starved.py"
 
 
 def profile(out: Path, *script_args: str) -> dict:
-    cmd = [sys.executable, "-m", "perfsleuth.cli", "run", "--active", "8", "-o", str(out), str(SCRIPT),
+    cmd = [sys.executable, "-m", "perfsleuth.commands.cli", "run", "--active", "8", "-o", str(out), str(SCRIPT),
            "--steps", "60", *script_args]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:

@@ -16,8 +16,9 @@ _RUN = r"""
 import sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from perfsleuth import api, document, kineto, trace as T
-from perfsleuth.hugepages import without_huge_pages
+from perfsleuth import api
+from perfsleuth.trace import document, kineto, model as T
+from perfsleuth.trace.hugepages import without_huge_pages
 t1 = time.perf_counter()
 path, jobs, warnings = Path(sys.argv[1]), int(sys.argv[2]), []
 with without_huge_pages():

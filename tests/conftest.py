@@ -1,7 +1,6 @@
+import os
 import sys
 from pathlib import Path
-
-import os
 
 import pytest
 from hypothesis import settings

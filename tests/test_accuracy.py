@@ -3,14 +3,13 @@ expected verdict, fire the rules it must, stay silent on the rules it must not, 
 expected source line. The accuracy table is printed at the end of the test run (conftest.py)."""
 
 import json
-import tomllib
 
 import pytest
+import tomllib
 from click.testing import CliRunner
-
 from conftest import ROOT
-from perfsleuth.cli import main
-from perfsleuth.engine import load_catalog
+from perfsleuth.commands.cli import main
+from perfsleuth.engine.catalog import load_catalog
 
 CASES = tomllib.loads((ROOT / "fixtures" / "cases.toml").read_text())["case"]
 RESULTS: list = []  # (case, expected verdict, got verdict, fired rules, ok) for the summary table

@@ -29,8 +29,8 @@ def test_progress_is_reported_per_chunk(shared_traces):
 
 
 def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
-    from perfsleuth import byteranges, document
-    from perfsleuth.trace import load_trace
+    from perfsleuth.trace import byteranges, document
+    from perfsleuth.trace.model import load_trace
 
     monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 30)  # the sequential split, its chunks in workers
     monkeypatch.setattr(document, "CHUNK", 20_000)  # 11 chunks of the 216k-event trace
@@ -42,8 +42,8 @@ def test_parallel_chunk_decoding_equals_sequential(shared_traces, monkeypatch):
 
 
 def test_worker_warnings_reach_the_report(tmp_path, monkeypatch):
-    from perfsleuth import document
-    from perfsleuth.trace import load_trace
+    from perfsleuth.trace import document
+    from perfsleuth.trace.model import load_trace
 
     monkeypatch.setattr(document, "CHUNK", 2)  # 5 chunks, decoded by 2 workers
     good = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "pid": 1, "tid": 1}'
@@ -58,7 +58,6 @@ def test_worker_warnings_reach_the_report(tmp_path, monkeypatch):
 
 def test_analysis_runs_without_huge_pages_and_restores_numpy(shared_traces, monkeypatch):
     from numpy._core.multiarray import _get_madvise_hugepage
-
     from perfsleuth import api
 
     seen = []

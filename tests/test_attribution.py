@@ -1,9 +1,8 @@
 """Unit truth: hand-built traces with exact expected microseconds per category per step."""
 
 import pytest
-
+from perfsleuth.analysis.attribution import CATEGORIES
 from perfsleuth.api import analyze_file
-from perfsleuth.attribution import CATEGORIES
 from tracebuilder import TraceBuilder
 
 PAGEABLE_HTOD = "Memcpy HtoD (Pageable -> Device)"

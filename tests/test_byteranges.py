@@ -2,17 +2,16 @@
 by decoding, and anything unusual falls back to the sequential split with the same result."""
 
 import gzip
-import os
 import json
+import os
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from perfsleuth import byteranges, gzstream, kineto
 from perfsleuth.errors import TraceError
-from perfsleuth.trace import load_trace
+from perfsleuth.trace import byteranges, gzstream, kineto
+from perfsleuth.trace.model import load_trace
 
 
 def _event(i: int, name: str = "aten::mm") -> dict:
@@ -223,9 +222,9 @@ def test_lists_after_the_array_never_change_the_result(tmp_path, small_ranges):
 
 _TRUNCATE_WHILE_READING = r"""
 import sys
-from perfsleuth import byteranges, kineto
+from perfsleuth.trace import byteranges, kineto
 from perfsleuth.errors import TraceError
-from perfsleuth.trace import load_trace
+from perfsleuth.trace.model import load_trace
 byteranges.MIN_BYTES, byteranges.RANGE_BYTES, kineto.MMAP_BYTES = 1000, 400, 1000
 real_plan = byteranges.plan
 
@@ -264,7 +263,7 @@ def _dies_in_a_worker(parent: int):
 
 
 def test_a_worker_that_dies_is_noticed(tmp_path, small_ranges, monkeypatch):
-    from perfsleuth import document
+    from perfsleuth.trace import document
 
     path = tmp_path / "t.json"
     path.write_bytes(_doc([_event(i) for i in range(60)]))
@@ -282,7 +281,7 @@ def test_a_worker_that_dies_is_noticed(tmp_path, small_ranges, monkeypatch):
 def test_tasks_submitted_after_a_worker_died_are_refused_quietly(tmp_path):
     import concurrent.futures
 
-    from perfsleuth import workers
+    from perfsleuth.trace import workers
 
     def blobs_of(task):
         if task == "die":
@@ -302,7 +301,7 @@ def test_tasks_submitted_after_a_worker_died_are_refused_quietly(tmp_path):
 
 
 def test_a_worker_that_dies_while_a_gzip_inflates_is_noticed(tmp_path, small_ranges):
-    from perfsleuth import document
+    from perfsleuth.trace import document
 
     path = _gz_doc(tmp_path, _doc([_event(i) for i in range(300)]))
     header, outs, entries = document.decode_events(path, kineto.read_file(path), [],

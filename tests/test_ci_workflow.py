@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from perfsleuth.cli import main
-from perfsleuth.diff_render import MAX_CHARS
+from perfsleuth.commands.cli import main
+from perfsleuth.report.diff_view import MAX_CHARS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
 GITHUB_COMMENT_LIMIT = 65_536
@@ -124,7 +123,7 @@ def job(tmp_path, shared_traces):
     on PATH (the CLI of this checkout) and a stand-in `gh` that records what it would post."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _script(bin_dir / "perfsleuth", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m perfsleuth.cli "$@"\n')
+    _script(bin_dir / "perfsleuth", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m perfsleuth "$@"\n')
     _script(bin_dir / "gh", '#!/bin/sh\necho "$@" >> "$GH_LOG"\n'
                             'case " $* " in *" --edit-last "*) exit 1;; esac\n'  # no earlier comment yet
                             'while [ $# -gt 0 ]; do [ "$1" = --body-file ] && cp "$2" "$POSTED"; shift; done\n')
@@ -202,7 +201,7 @@ def test_real_comment_is_within_the_limit(steps, job):
     """The comment the workflow would post for the real trace pair (diff + the head's summary.md)."""
     work, env, tmp = job
     assert _run_step(steps["Compare with the base branch"], work, env).returncode == 0
-    r = subprocess.run([sys.executable, "-m", "perfsleuth.cli", "analyze", "prof-head/trace.pt.trace.json.gz",
+    r = subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", "analyze", "prof-head/trace.pt.trace.json.gz",
                         "--markdown", "prof-head/summary.md"], cwd=work, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert _run_step(steps["Post the PR comment"], work, env).returncode == 0

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
-from perfsleuth.attribution import CATEGORIES
-from perfsleuth.cli import main
+from perfsleuth.analysis.attribution import CATEGORIES
+from perfsleuth.commands.cli import main
 
 # file -> (steps, steps_source, device_type, device name prefix, rank, world_size)
 EXPECTED = {

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from perfsleuth.cli import main
+from perfsleuth.commands.cli import main
 from perfsleuth.config import Config
-from perfsleuth.engine import (DOC_SECTIONS, RuleError, apply_overrides, evaluate, load_catalog, parse_rule_file,
-                               parse_sets, project_settings, rule_settings)
-from perfsleuth.engine_docs import GENERATED_BEGIN, GENERATED_END, catalog_markdown
+from perfsleuth.engine.catalog import DOC_SECTIONS, RuleError, apply_overrides, load_catalog, parse_rule_file
+from perfsleuth.engine.docs import GENERATED_BEGIN, GENERATED_END, catalog_markdown
+from perfsleuth.engine.evaluate import evaluate
+from perfsleuth.engine.settings import parse_sets, project_settings, rule_settings
 from perfsleuth.errors import UsageError
-from perfsleuth.facts import FACTS, Facts
+from perfsleuth.facts.core import FACTS, Facts
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,14 +124,14 @@ def test_sandbox_refuses_python_internals(caplog):
     (rule,) = load_text(RULE.replace("kernels_per_step >= max_kernels",
                                      "steps.__class__.__mro__[1].__subclasses__() != []"))
     facts = Facts(values={k: 0 for k in FACTS})
-    with caplog.at_level(logging.WARNING, logger="perfsleuth.engine"):
+    with caplog.at_level(logging.WARNING, logger="perfsleuth.engine.evaluate"):
         assert evaluate([rule], facts) == []
     assert "rule my-rule: condition could not be evaluated" in caplog.text
 
 
 def test_a_rule_that_fails_on_one_trace_is_skipped_with_a_warning(caplog):
     (rule,) = load_text(RULE.replace("kernels_per_step >= max_kernels", "1 / steps > 0"))
-    with caplog.at_level(logging.WARNING, logger="perfsleuth.engine"):
+    with caplog.at_level(logging.WARNING, logger="perfsleuth.engine.evaluate"):
         assert evaluate([rule], Facts(values={k: 0 for k in FACTS})) == []
     assert "ZeroDivisionError" in caplog.text
 

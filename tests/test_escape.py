@@ -6,8 +6,7 @@ from html import unescape
 import cmarkgfm
 import pytest
 from cmarkgfm.cmark import Options
-
-from perfsleuth.escape import html_id, md_cell, md_code, md_fence, md_text, mermaid_label, one_line, shorten
+from perfsleuth.report.escape import html_id, md_cell, md_code, md_fence, md_text, mermaid_label, one_line, shorten
 from report_factory import HOSTILE
 
 

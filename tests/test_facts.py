@@ -5,11 +5,10 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-
-from perfsleuth.facts import FACTS
-from perfsleuth.facts_common import innermost_enclosing, intersect, last_started, overlap_ns
-from perfsleuth.facts_device import dtype_from_input_type, dtype_from_name, kernel_family
-from perfsleuth.locations import is_user_frame, parse_frame
+from perfsleuth.facts.common import innermost_enclosing, intersect, last_started, overlap_ns
+from perfsleuth.facts.core import FACTS
+from perfsleuth.facts.device import dtype_from_input_type, dtype_from_name, kernel_family
+from perfsleuth.facts.locations import is_user_frame, parse_frame
 from tracebuilder_rules import PAGEABLE_HTOD, RuleTraceBuilder, analyze
 
 UNITS = {"count", "text", "us", "ratio", "index", "us/step", "bool", "capability", "share", "count/step",
@@ -150,7 +149,7 @@ def test_fact_values_are_plain_json_types(shared_traces):
     import json
 
     from perfsleuth.api import analyze_file
-    from perfsleuth.facts import compute_facts
+    from perfsleuth.facts.core import compute_facts
 
     report = analyze_file(shared_traces / "h100_qwen0.5b_inference.json.gz")
     facts = compute_facts(report.trace, report.steps, report.breakdown)

@@ -6,12 +6,18 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
-from perfsleuth.cli import main
-from perfsleuth.diff import diff_reports
+from perfsleuth.commands.cli import main
+from perfsleuth.commands.diff import diff_reports
+from perfsleuth.commands.gates import (
+    FailOn,
+    check_regression,
+    check_report,
+    failure_line,
+    known_rule_slugs,
+    parse_fail_on,
+    parse_threshold,
+)
 from perfsleuth.errors import UsageError
-from perfsleuth.gates import (FailOn, check_regression, check_report, failure_line, known_rule_slugs, parse_fail_on,
-                              parse_threshold)
 from test_diff import BASE, report
 
 SYNC_BOUND = "a100_rank0_of16_nccl.json.gz"  # sync-bound, with an item-sync finding (docs/attribution.md)
@@ -205,7 +211,7 @@ def test_analyze_fail_on_writes_the_report_first(shared_traces, tmp_path):
 def test_gates_in_a_real_process(shared_traces, tmp_path):
     """Exit codes as a CI runner sees them: a real interpreter, real stdout/stderr."""
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "perfsleuth.cli", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", *args], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path)
 
     p = run("analyze", str(shared_traces / SYNC_BOUND), "--fail-on", "sync-bound")

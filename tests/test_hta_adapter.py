@@ -1,4 +1,4 @@
-"""HTA's analyses run on perfsleuth's parsed trace (analyzer/hta_adapter.py, docs/hta.md)."""
+"""HTA's analyses run on perfsleuth's parsed trace (analyzer/analysis/hta_adapter.py, docs/hta.md)."""
 
 import json
 import logging
@@ -8,14 +8,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
+from perfsleuth.analysis import hta_adapter
+from perfsleuth.analysis.hta_adapter import hta_analyses, to_hta_trace
+from perfsleuth.analysis.steps import find_steps
+from perfsleuth.analysis.tables import _in_steps
 from perfsleuth.api import analyze_file
-from perfsleuth.names import is_comm, is_memory_kernel, name_mask
-from perfsleuth.report import _in_steps
-from perfsleuth.steps import find_steps
-from perfsleuth.trace import DEVICE_KINDS, KERNEL, load_trace
-from perfsleuth import hta_adapter
-from perfsleuth.hta_adapter import hta_analyses, to_hta_trace
+from perfsleuth.trace.model import DEVICE_KINDS, KERNEL, load_trace
+from perfsleuth.trace.names import is_comm, is_memory_kernel, name_mask
 
 # file -> (sum of HTA's per-type kernel totals in the steps (µs), launches matched, streams in the idle
 # breakdown, rank); None: CPU-only, HTA not applicable.
@@ -246,8 +245,8 @@ def test_module_import_does_not_import_hta():
     import importlib
     import subprocess
 
-    code = ("import sys; import perfsleuth.hta_adapter; "
+    code = ("import sys; import perfsleuth.analysis.hta_adapter; "
             "print(any(m == 'hta' or m.startswith('hta.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
-    assert importlib.import_module("perfsleuth.hta_adapter") is hta_adapter
+    assert importlib.import_module("perfsleuth.analysis.hta_adapter") is hta_adapter

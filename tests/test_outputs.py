@@ -5,10 +5,9 @@ import os
 import stat
 
 import pytest
-
-from perfsleuth import outputs
 from perfsleuth.errors import UsageError
-from perfsleuth.outputs import check_outputs, json_safe, to_json, write_outputs
+from perfsleuth.report import outputs
+from perfsleuth.report.outputs import check_outputs, json_safe, to_json, write_outputs
 from report_factory import make_report
 
 

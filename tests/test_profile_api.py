@@ -4,13 +4,12 @@ import json
 import sys
 from pathlib import Path
 
+import perfsleuth
 import pytest
 import torch
-
-import perfsleuth
+from perfsleuth.commands.profile import Profile, ProfiledReport
 from perfsleuth.errors import UsageError
-from perfsleuth.profile_api import Profile, ProfiledReport
-from perfsleuth.report import Report
+from perfsleuth.report.model import Report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "cpu"))
 import toy  # noqa: E402
@@ -146,5 +145,5 @@ def test_errors_say_what_to_do():
 
 
 def test_profile_is_a_lazy_attribute():
-    assert perfsleuth.profile is perfsleuth.profile_api.profile
+    assert perfsleuth.profile is perfsleuth.commands.profile.profile
     assert isinstance(perfsleuth.profile(), Profile)

@@ -2,7 +2,7 @@
 
 import io
 
-from perfsleuth import cli
+from perfsleuth.commands import cli
 
 
 class _Terminal(io.StringIO):

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
+from perfsleuth.analysis.attribution import CATEGORIES
+from perfsleuth.analysis.verdict import VERDICTS
 from perfsleuth.api import analyze_file
-from perfsleuth.attribution import CATEGORIES
-from perfsleuth.verdict import VERDICTS
 from tracebuilder import TraceBuilder
 
 span = st.tuples(st.integers(0, 400), st.integers(1, 150))

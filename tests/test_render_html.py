@@ -1,13 +1,12 @@
 """The HTML report: content, escaping, no network, size limits, odd shapes (0/1/500/5000 steps, CPU only)."""
 
 import math
-from html import escape
 import re
+from html import escape
 from html.parser import HTMLParser
 
 import pytest
-
-from perfsleuth.render_html import MAX_BARS, render_html
+from perfsleuth.report.html import MAX_BARS, render_html
 from report_factory import HOSTILE, make_hostile_report, make_report
 
 

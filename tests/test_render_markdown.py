@@ -7,8 +7,7 @@ import re
 
 import cmarkgfm
 from cmarkgfm.cmark import Options
-
-from perfsleuth.render_markdown import MAX_CHARS, render_markdown
+from perfsleuth.report.markdown import MAX_CHARS, render_markdown
 from report_factory import make_hostile_report, make_report
 
 PIE_LINE = re.compile(r'^    "[\w .,/+\-…]+" : \d+\.\d$')
@@ -155,7 +154,7 @@ def test_report_set_has_an_overview_and_stays_under_the_limit():
 
 def test_real_trace_summary(shared_traces):
     from perfsleuth.api import analyze_path
-    from perfsleuth.escape import md_text
+    from perfsleuth.report.escape import md_text
 
     report = analyze_path(shared_traces / "a100_trace_diff_control.json.gz").to_dict()
     md = render_markdown(report)

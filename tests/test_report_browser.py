@@ -7,12 +7,11 @@ import shutil
 import tempfile
 
 import pytest
+from perfsleuth.report.outputs import write_outputs
+from report_factory import make_hostile_report, make_report
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-
-from perfsleuth.outputs import write_outputs
-from report_factory import make_hostile_report, make_report
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900"]

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
-from perfsleuth.cli import main
+from perfsleuth.commands.cli import main
 from tracebuilder import TraceBuilder
 
 

@@ -3,7 +3,6 @@
 import statistics
 
 import pytest
-
 from tracebuilder_rules import PINNED_HTOD, RuleTraceBuilder, analyze, fired
 
 BF16 = ["c10::BFloat16", "c10::BFloat16"]

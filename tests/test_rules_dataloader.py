@@ -1,7 +1,6 @@
 """num-workers and dataloader-slow: fire just above min_share, stay silent just below."""
 
 import pytest
-
 from tracebuilder_rules import MULTI_LOADER, SINGLE_LOADER, RuleTraceBuilder, analyze, fired
 
 

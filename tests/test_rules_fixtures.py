@@ -1,11 +1,10 @@
 """The rules against the project's fixture traces with known answers (fixtures/cases.toml for the
 synthetic GPU scenarios; the CPU traces recorded from fixtures/scripts/cpu)."""
 
-import tomllib
 from pathlib import Path
 
 import pytest
-
+import tomllib
 from perfsleuth.api import analyze_file
 
 ROOT = Path(__file__).resolve().parent.parent

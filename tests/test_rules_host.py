@@ -1,7 +1,6 @@
 """cuda-graphs, fused-optimizer, zero-grad: launch-bound steps, per-parameter optimizers, zeroing grads."""
 
 import pytest
-
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 
 

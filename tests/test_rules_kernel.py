@@ -1,7 +1,6 @@
 """amp, cudnn-benchmark, channels-last: GEMM dtypes from input types and kernel names, thresholds."""
 
 import pytest
-
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 
 FP32, BF16 = ["float", "float"], ["c10::BFloat16", "c10::BFloat16"]

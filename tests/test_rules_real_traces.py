@@ -4,9 +4,8 @@ and the facts behind them."""
 import functools
 
 import pytest
-
 from perfsleuth.api import analyze_file
-from perfsleuth.facts import compute_facts
+from perfsleuth.facts.core import compute_facts
 
 EXPECTED = {
     "a100_alexnet_small.json.gz": {"pin-memory": "low", "explicit-sync": "low"},

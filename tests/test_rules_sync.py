@@ -1,7 +1,6 @@
 """item-sync: device idle time caused by host reads, thresholds, source lines from python stacks, CPU-only."""
 
 import pytest
-
 from tracebuilder_rules import DTOH, RuleTraceBuilder, analyze, fired
 
 

@@ -1,7 +1,6 @@
 """pin-memory and non-blocking on hand-built copies: counts, bytes, blocked time, thresholds."""
 
 import pytest
-
 from tracebuilder_rules import PAGEABLE_HTOD, PINNED_HTOD, RuleTraceBuilder, analyze, fired
 
 

@@ -1,7 +1,7 @@
 """`perfsleuth run`: real training scripts (fixtures/scripts/cpu) under torch.profiler on the CPU.
 
 Small windows (wait 1, warmup 1, active 3) keep each run to a few seconds. One run goes through a
-real subprocess (`python -m perfsleuth.cli run ...`); the rest use click's CliRunner in-process,
+real subprocess (`python -m perfsleuth run ...`); the rest use click's CliRunner in-process,
 which runs the same code without paying for a new interpreter and a torch import each time.
 """
 
@@ -15,10 +15,9 @@ import textwrap
 from pathlib import Path
 
 from click.testing import CliRunner
-
-from perfsleuth.cli import main
-from perfsleuth.run import RunConfig, Target, format_user_traceback, run_script
-from perfsleuth.run_paths import default_out_dir, rank_info, trace_name
+from perfsleuth.commands.cli import main
+from perfsleuth.commands.run import RunConfig, Target, format_user_traceback, run_script
+from perfsleuth.commands.run_paths import default_out_dir, rank_info, trace_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
@@ -40,7 +39,7 @@ def rules(report: dict) -> set:
 
 def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     """The user's command line, for real: a subprocess, the default output folder, the script stopped."""
-    proc = subprocess.run([sys.executable, "-m", "perfsleuth.cli", "run", *SMALL,
+    proc = subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", "run", *SMALL,
                            str(SCRIPTS / "dataloader_starved.py"), "--steps", "30"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -126,7 +125,7 @@ def test_exception_before_any_profiled_step(tmp_path):
     assert code == 1
     assert err.startswith("Traceback (most recent call last):\n")
     assert 'fails.py", line 13, in <module>' in err and "ValueError: bad batch 0\n" in err
-    assert "perfsleuth/run.py" not in err and "runpy" not in err  # the user's frames only
+    assert "perfsleuth/commands/run.py" not in err and "runpy" not in err  # the user's frames only
     assert ("perfsleuth: the script raised ValueError: bad batch 0 before any profiled step completed "
             "(1 step(s) seen, profiling starts at step 3)\n") in err
     assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
@@ -277,7 +276,7 @@ def test_default_out_dir_is_unique(tmp_path, monkeypatch):
 
 
 def test_user_traceback_drops_perfsleuth_and_runpy_frames(tmp_path):
-    from perfsleuth import run
+    from perfsleuth.commands import run
 
     script = tmp_path / "boom.py"
     script.write_text("def f():\n    raise KeyError('k')\n\nf()\n")
@@ -291,6 +290,6 @@ def test_user_traceback_drops_perfsleuth_and_runpy_frames(tmp_path):
 
 
 def test_analyze_never_imports_torch():
-    code = "import sys, perfsleuth.cli, perfsleuth.run; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, perfsleuth.commands.cli, perfsleuth.commands.run; assert 'torch' not in sys.modules, 'torch imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert proc.returncode == 0, proc.stderr

@@ -1,9 +1,8 @@
 """selection.of_kind: rows of some kinds, shared inside one analysis and never outside it."""
 
 import pandas as pd
-
-from perfsleuth.selection import kind_mask, memo, of_kind
-from perfsleuth.trace import CPU_OP, KERNEL, RUNTIME
+from perfsleuth.trace.model import CPU_OP, KERNEL, RUNTIME
+from perfsleuth.trace.selection import kind_mask, memo, of_kind
 
 
 def _events():

@@ -1,9 +1,8 @@
 """The verdict from category shares, including the issue's V100 ResNet-50 acceptance numbers."""
 
 import pytest
-
+from perfsleuth.analysis.verdict import VERDICTS, decide
 from perfsleuth.config import Config
-from perfsleuth.verdict import VERDICTS, decide
 
 
 def share(**kw):

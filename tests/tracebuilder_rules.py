@@ -11,7 +11,7 @@ from typing import Optional
 
 from perfsleuth.api import analyze_file
 from perfsleuth.config import Config
-from perfsleuth.facts import compute_facts
+from perfsleuth.facts.core import compute_facts
 from tracebuilder import DEVICE_PID, HOST_PID, HOST_TID, STREAM, TraceBuilder
 
 PAGEABLE_HTOD = "Memcpy HtoD (Pageable -> Device)"

@@ -1,0 +1,140 @@
+"""Find the training iterations ("steps") in a trace.
+
+Order of preference, and what the report says about it (`Steps.source`):
+1. `ProfilerStep#N` annotations on the host (what `torch.profiler.profile.step()` records);
+2. `Optimizer.step#…` annotations: a step ends where an optimizer step ends;
+3. the whole trace as one window.
+
+A step starts where its host annotation starts and is extended to the end of the device work it
+launched (kernels, copies and memsets whose runtime call lies inside the host window). Steps are
+then made disjoint: a step starts no earlier than the previous step ends, so every microsecond of the
+profiled timeline belongs to at most one step and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
+from ..trace.names import name_mask
+from ..trace.selection import of_kind
+from . import intervals as iv
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+OPTIMIZER_PREFIX = "Optimizer.step#"
+PROFILER_STEP, OPTIMIZER_STEP, WHOLE_TRACE = "ProfilerStep", "Optimizer.step", "whole-trace"
+
+
+@dataclass
+class Steps:
+    """`frame` columns: name, host_start, host_end, start, end (int64 ns)."""
+
+    frame: pd.DataFrame
+    source: str
+    warnings: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def host_windows(self) -> iv.Intervals:
+        """The merged host windows of the steps: where the step's own code runs."""
+        return iv.merge(self.frame["host_start"].to_numpy(np.int64), self.frame["host_end"].to_numpy(np.int64))
+
+
+def _annotations(trace: Trace) -> pd.DataFrame:
+    return of_kind(trace.events, ANNOTATION, CPU_OP)
+
+
+def _profiler_steps(trace: Trace) -> pd.DataFrame:
+    ann = _annotations(trace)
+    names = pd.Series(ann["name"].cat.categories)
+    step_names = set(names[names.str.match(STEP_RE.pattern)])
+    if not step_names:
+        return pd.DataFrame()
+    st = ann[ann["name"].isin(step_names)]
+    # The same step recorded twice (several threads, duplicates): keep the longest record of each.
+    st = st.sort_values("dur", ascending=False).drop_duplicates("name").sort_values("ts")
+    return pd.DataFrame({"name": st["name"].astype(str).values, "host_start": st["ts"].values,
+                         "host_end": st["end"].values})
+
+
+def _optimizer_steps(trace: Trace) -> pd.DataFrame:
+    ann = _annotations(trace)
+    opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
+    if opt.empty:
+        return pd.DataFrame()
+    counts = opt.groupby("name", observed=True)["end"].agg(["size", "mean"])
+    chosen = counts.sort_values(["size", "mean"], ascending=False).index[0]
+    ends = np.sort(opt.loc[opt["name"] == chosen, "end"].to_numpy())
+    first = int(trace.events["ts"].min())
+    starts = np.concatenate([[first], ends[:-1]])
+    names = [f"{chosen}[{i}]" for i in range(len(ends))]
+    return pd.DataFrame({"name": names, "host_start": starts, "host_end": ends})
+
+
+def _whole_trace(trace: Trace) -> pd.DataFrame:
+    ev = trace.events
+    return pd.DataFrame({"name": ["whole trace"], "host_start": [int(ev["ts"].min())],
+                         "host_end": [int(ev["end"].max())]})
+
+
+def _device_end_per_window(trace: Trace, host_start: np.ndarray, host_end: np.ndarray) -> np.ndarray:
+    """Latest end of device work launched by a runtime call inside each host window (-1 if none)."""
+    out = np.full(len(host_start), -1, dtype=np.int64)
+    rt, dev = of_kind(trace.events, RUNTIME), of_kind(trace.events, *DEVICE_KINDS)
+    rt_corr, dev_corr = rt["corr"].to_numpy(), dev["corr"].to_numpy()
+    rt_ok, dev_ok = rt_corr >= 0, dev_corr >= 0
+    if not rt_ok.any() or not dev_ok.any():
+        return out
+    rt_ts = rt["ts"].to_numpy()[rt_ok]
+    idx = np.searchsorted(host_start, rt_ts, side="right") - 1
+    inside = (idx >= 0) & (rt_ts < host_end[np.clip(idx, 0, None)])
+    launch = pd.Series(idx[inside], index=rt_corr[rt_ok][inside])
+    launch = launch[~launch.index.duplicated()]
+    win = launch.reindex(dev_corr[dev_ok]).to_numpy()
+    ok = ~np.isnan(win)
+    if ok.any():
+        np.maximum.at(out, win[ok].astype(np.int64), dev["end"].to_numpy()[dev_ok][ok])
+    return out
+
+
+def find_steps(trace: Trace) -> Steps:
+    warnings: list[str] = []
+    frame, source = _profiler_steps(trace), PROFILER_STEP
+    if frame.empty:
+        frame, source = _optimizer_steps(trace), OPTIMIZER_STEP
+        if not frame.empty:
+            warnings.append("no ProfilerStep#N annotations: steps are the intervals between "
+                            "Optimizer.step calls")
+    if frame.empty:
+        frame, source = _whole_trace(trace), WHOLE_TRACE
+        warnings.append("no ProfilerStep#N or Optimizer.step annotations: the whole trace is analysed "
+                        "as one window")
+    host_start = frame["host_start"].to_numpy(np.int64)
+    host_end = frame["host_end"].to_numpy(np.int64)
+    if source == WHOLE_TRACE:
+        dev_end = np.array([int(trace.events["end"].max())])
+    else:
+        dev_end = _device_end_per_window(trace, host_start, host_end)
+    start, end = _make_disjoint(host_start, np.maximum(host_end, dev_end))
+    frame = frame.assign(start=start, end=end)
+    empty = frame["end"] <= frame["start"]
+    if empty.any():
+        warnings.append(f"{int(empty.sum())} step(s) overlapped the previous step completely and were dropped")
+        frame = frame[~empty]
+    if (np.diff(host_start) < 0).any() or (host_end[:-1] > host_start[1:]).any():
+        warnings.append("step annotations overlap on the host; overlapping parts were given to the earlier step")
+    return Steps(frame.reset_index(drop=True), source, warnings)
+
+
+def _make_disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step i starts no earlier than step i-1 ends (a loop over steps, not over events)."""
+    start, end = start.copy(), end.copy()
+    for i in range(1, len(start)):
+        start[i] = max(start[i], end[i - 1])
+        end[i] = max(end[i], start[i])
+    return start, end

@@ -1,0 +1,284 @@
+"""Thin click commands over the library. Errors a user can cause: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import TraceError, UsageError
+from ..version import __version__
+from .run import RunConfig
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"perfsleuth: error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def user_errors(fn):
+    """Turn the errors a user can cause into one clear line and exit code 2 (never a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (TraceError, UsageError) as exc:
+            _fail(str(exc))
+        except MemoryError:
+            _fail("out of memory while analysing the trace")
+
+    return wrapper
+
+
+def output_options(fn):
+    """The report outputs shared by `analyze` and `run`."""
+    fn = click.option("--force", is_flag=True, help="Overwrite existing report files.")(fn)
+    fn = click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+                      help="Write the Markdown summary (for pull requests) to this file.")(fn)
+    fn = click.option("--html", "html_path", type=click.Path(dir_okay=False),
+                      help="Write the self-contained HTML report to this file.")(fn)
+    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False),
+                      help="Write the JSON report (schema perfsleuth/report@1) to this file.")(fn)
+    fn = click.option("-o", "--out-dir", type=click.Path(file_okay=False),
+                      help="Write report.html, summary.md and report.json into this folder.")(fn)
+    return fn
+
+
+def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False) -> None:
+    """Print the terminal summary and write the requested report files."""
+    from ..report.terminal import render_terminal
+
+    data = result.to_dict()
+    reports = data["reports"] if "reports" in data else [data]
+    for i, rep in enumerate(reports):
+        if i:
+            click.echo("")
+        click.echo(render_terminal(rep))
+    for s in data.get("skipped", []):
+        click.echo(f"warning: skipped {s['path']}: {s['problem']}", err=True)
+    written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
+                          markdown_path=markdown_path, force=force)
+    for p in written:
+        click.echo(f"wrote {p}")
+
+
+def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, force) -> list:
+    from ..report.outputs import write_outputs
+
+    if not any((out_dir, json_path, html_path, markdown_path)):
+        return []
+    return write_outputs(data, out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path,
+                         force=force)
+
+
+def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
+    """Refuse to overwrite before minutes of analysis, not after."""
+    from ..report.outputs import check_outputs
+
+    check_outputs(out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path, force=force)
+
+
+class ProgressBar:
+    """A progress bar on stderr, only when stderr is a terminal and the load has already taken
+    `delay` seconds (short loads never flash one). The loader counts events or, for documents cut
+    into byte ranges, bytes: only the ratio is shown."""
+
+    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
+        self.label, self.delay, self.clock, self.bar = label, delay, clock, None
+        self.start = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if done >= total or self.clock() - self.start < self.delay or not sys.stderr.isatty():
+                return
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.bar.pos)
+        if done >= total:
+            self.bar.__exit__(None, None, None)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="perfsleuth")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+def main(verbose: int) -> None:
+    """perfsleuth: find out why a PyTorch training run is slow, and what to change.
+
+    \b
+    Examples:
+      perfsleuth analyze trace.pt.trace.json.gz
+      perfsleuth analyze ./tb_logs/ --json report.json
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@output_options
+@click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
+              help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
+                   "sync-bound, or rule slugs such as item-sync). See docs/ci.md.")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Extra rule file or folder of *.toml rules (repeatable). See docs/rules.md.")
+@click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
+              help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
+                   "[tool.perfsleuth] in ./pyproject.toml is read too).")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
+              help="Worker processes for large traces and directories of traces [default: the CPU count].")
+@click.option("--hta/--no-hta", default=False, show_default=True,
+              help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
+                   "to the JSON (needs perfsleuth[hta]; docs/hta.md).")
+@user_errors
+def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
+            rule_paths=(), sets=()) -> None:
+    """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
+
+    \b
+    Every microsecond of every step is attributed to one cause (dataloader, kernel,
+    sync, transfer, host, communication, other) and the run gets a verdict.
+    A directory (tensorboard_trace_handler output) gives one report per trace file.
+    """
+    from ..api import analyze_path
+    from ..config import Config
+    from ..engine.settings import rule_settings
+    from .gates import check_report, known_rule_slugs, parse_fail_on
+
+    config = Config(hta=hta, **rule_settings(rule_paths, sets))
+    gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
+    check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+                  force=force)
+    result = analyze_path(path, config, progress=ProgressBar(f"reading {path.name}"), jobs=jobs)
+    emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+         force=force)
+    exit_on_gate_failures(check_report(result.to_dict(), gates))
+
+
+# Further commands register here (rules, run, diff).
+
+
+@main.command("rules")
+@click.argument("slug", required=False)
+@click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (the generated part of docs/rules.md).")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Include this rule file or folder (repeatable).")
+@user_errors
+def rules_command(slug, markdown, rule_paths) -> None:
+    """List the rule catalog, or print one rule's docs.
+
+    \b
+    Examples:
+      perfsleuth rules
+      perfsleuth rules item-sync
+    """
+    from ..engine.catalog import load_catalog
+    from ..engine.docs import catalog_markdown, find_rule, listing, rule_markdown
+    from ..engine.settings import rule_settings
+
+    rules = load_catalog(rule_settings(rule_paths)["rule_paths"])
+    click.echo(rule_markdown(find_rule(rules, slug)) if slug else catalog_markdown(rules) if markdown
+               else listing(rules))
+
+
+def exit_on_gate_failures(failures: list) -> None:
+    """A tripped CI gate (docs/ci.md): one line on stderr, exit code 1. Outputs are written first."""
+    from .gates import EXIT_GATE, failure_line
+
+    if failures:
+        click.echo(failure_line(failures), err=True)
+        sys.exit(EXIT_GATE)
+
+
+@main.command("diff")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("head", type=click.Path(path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the diff (schema perfsleuth/diff@1) to this file.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+              help="Write the diff as GitHub Markdown (a pull-request comment) to this file.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--fail-on-regression", "regression", metavar="PCT",
+              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise.")
+@user_errors
+def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression) -> None:
+    """Compare two runs: BASE and HEAD are traces or report.json files.
+
+    \b
+    Examples:
+      perfsleuth diff main.pt.trace.json.gz pr.pt.trace.json.gz --markdown diff.md
+      perfsleuth diff base/report.json head/report.json --fail-on-regression 10%
+    Step time (median over steps, with a noise call), verdict, category shares, findings,
+    and the kernels and ops that got slower or faster. See docs/ci.md.
+    """
+    from ..config import Config
+    from ..engine.settings import rule_settings
+    from ..report.diff_view import check_diff_outputs, render_diff_terminal, write_diff_outputs
+    from .diff import diff_paths
+    from .gates import check_regression, parse_threshold
+
+    threshold = None if regression is None else parse_threshold(regression)
+    check_diff_outputs(json_path, markdown_path, force)
+    analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
+    result = diff_paths(base, head, analysis=analysis)
+    click.echo(render_diff_terminal(result))
+    for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
+        click.echo(f"wrote {p}")
+    exit_on_gate_failures(check_regression(result, threshold))
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
+@click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
+              help="Steps skipped before profiling.")
+@click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
+              help="Steps traced and discarded (profiler start-up).")
+@click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
+              help="Steps recorded and analyzed.")
+@click.option("--no-stack", is_flag=True, help="No Python stacks: less overhead, no source lines in findings.")
+@click.option("--no-shapes", is_flag=True, help="No input shapes and dtypes.")
+@click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
+@output_options
+@click.argument("target")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, out_dir, json_path,
+                html_path, markdown_path, force) -> None:
+    """Profile a training script unchanged and report (perfsleuth options go before TARGET).
+
+    \b
+    Examples:
+      perfsleuth run train.py --lr 0.1
+      perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
+    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
+    stops once the window (wait + warmup + active steps) is recorded; --full lets it finish.
+    See docs/run.md for what profiling costs and how to lower it.
+    """
+    from . import run as runner
+    from . import run_paths
+
+    config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
+                       record_shapes=not no_shapes, stop_after_window=not full)
+    job = runner.resolve_target(target, script_args, module)
+    folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
+    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)
+    outcome = runner.run_script(job, config, folder)
+    if outcome.user_traceback:
+        click.echo(outcome.user_traceback, err=True, nl=False)
+    if outcome.report is not None:  # outputs were checked before the run: writing now may replace
+        emit(outcome.report, out_dir=folder, json_path=json_path, html_path=html_path,
+             markdown_path=markdown_path, force=True)
+        click.echo(f"wrote {outcome.trace_path}")
+    if outcome.message:
+        click.echo(f"perfsleuth: {outcome.message}", err=True)
+    sys.exit(outcome.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

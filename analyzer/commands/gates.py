@@ -1,0 +1,137 @@
+"""CI gates (docs/ci.md#gates): `--fail-on VERDICT|RULE,...` on a report, `--fail-on-regression PCT` on a diff.
+
+Parsing raises UsageError (exit 2); evaluation returns failure strings, one per tripped gate
+(the CLI prints them on one line and exits 1). Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from ..analysis.verdict import VERDICTS
+from ..config import Config
+from ..errors import UsageError
+from .diff import REGRESSION
+
+EXIT_GATE = 1  # a gate tripped (bad input is 2, like every user error)
+SLUG = re.compile(r"^[a-z0-9-]+$")
+_PCT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class FailOn:
+    """What `--fail-on` asked for: verdict names and rule slugs, each in the order first given."""
+
+    verdicts: tuple = ()
+    rules: tuple = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.verdicts or self.rules)
+
+
+def parse_fail_on(values: Iterable[str], known_rules: Optional[Iterable[str]] = None) -> FailOn:
+    """Comma-separated lists (the option may repeat) of verdict names (`sync-bound`) and rule slugs
+    (`item-sync`). A name that looks like a verdict (`*-bound`, or a near miss of one) must be one.
+    Rule slugs are checked against `known_rules` when given (the CLI passes `known_rule_slugs()`);
+    with None any `[a-z0-9-]` slug is taken."""
+    known = set(known_rules) if known_rules is not None else None
+    verdicts: list = []
+    rules: list = []
+    for value in values:
+        for raw in str(value).split(","):
+            token = raw.strip().lower()
+            if not token:
+                continue
+            if token in VERDICTS:
+                _add(verdicts, token)
+                continue
+            if not SLUG.match(token):
+                raise UsageError(f"--fail-on: {raw.strip()!r} is neither a verdict ({', '.join(VERDICTS)}) "
+                                 "nor a rule slug (lowercase letters, digits and '-')")
+            near = difflib.get_close_matches(token, VERDICTS, n=1, cutoff=0.85)
+            if token.endswith("-bound") or near:
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise UsageError(f"--fail-on: unknown verdict {token!r}{hint}; verdicts: {', '.join(VERDICTS)}")
+            if known is not None and token not in known:
+                near = difflib.get_close_matches(token, sorted(known), n=1, cutoff=0.75)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise UsageError(f"--fail-on: unknown rule {token!r}{hint}; rules: {', '.join(sorted(known))}")
+            _add(rules, token)
+    return FailOn(tuple(verdicts), tuple(rules))
+
+
+def known_rule_slugs(config: Optional[Config] = None) -> set:
+    """The slugs of the rule catalogue an analysis with `config` evaluates (built-in plus rule_paths)."""
+    from ..engine.catalog import load_catalog
+
+    config = config or Config()
+    return {r.slug for r in load_catalog(config.rule_paths, config.thresholds)}
+
+
+def _add(seq: list, item: str) -> None:
+    if item not in seq:
+        seq.append(item)
+
+
+def check_report(result: dict, fail_on: FailOn) -> list:
+    """Failures of a report@1 (or each report of a report-set@1) against `--fail-on`."""
+    if not fail_on:
+        return []
+    reports = result.get("reports") if isinstance(result.get("reports"), list) else [result]
+    several = len(reports) > 1
+    failures = []
+    for rep in reports:
+        where = f" in {_path(rep)}" if several else ""
+        verdict = rep.get("verdict")
+        if verdict in fail_on.verdicts:
+            failures.append(f"verdict {verdict}{where} (--fail-on {verdict})")
+        fired = {f.get("rule") for f in rep.get("findings") or [] if isinstance(f, dict)}
+        for rule in fail_on.rules:
+            if rule in fired:
+                failures.append(f"finding {rule}{where} (--fail-on {rule})")
+    return failures
+
+
+def _path(rep: dict) -> str:
+    t = rep.get("trace") if isinstance(rep.get("trace"), dict) else {}
+    return str(t.get("path") or "?")
+
+
+def parse_threshold(text: str) -> float:
+    """`10%` or `0.1` -> 0.1. A bare number must be a fraction below 1 (write `10%` for ten per cent)."""
+    m = _PCT.match(str(text))
+    if not m:
+        raise UsageError(f"--fail-on-regression: {text!r} is not a percentage (write 10% or 0.1)")
+    value = float(m.group(1))
+    if m.group(2):
+        value /= 100.0
+    elif value >= 1.0:
+        raise UsageError(f"--fail-on-regression: {text!r} is ambiguous; write {value:g}% or {value / 100:g}")
+    if not math.isfinite(value) or value >= 10.0:
+        raise UsageError(f"--fail-on-regression: {text!r} is out of range (0% to 1000%)")
+    return value
+
+
+def check_regression(diff: dict, threshold: Optional[float]) -> list:
+    """Failure when the median step time grew by more than `threshold` AND the change is outside noise."""
+    if threshold is None:
+        return []
+    st = diff["step_time"]
+    change = st.get("change")
+    if st.get("call") != REGRESSION or change is None or change <= threshold:
+        return []
+    return [f"step time +{change:.1%} (median {_ms(st['base']['median'])} → {_ms(st['head']['median'])}, "
+            f"outside noise ±{_ms(st['noise_us'])}) exceeds --fail-on-regression {threshold * 100:g}%"]
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if abs(us) >= 1000 else f"{us:.1f} µs"
+
+
+def failure_line(failures: list) -> str:
+    """The one stderr line for tripped gates."""
+    return "perfsleuth: gate failed: " + "; ".join(failures)

@@ -1,0 +1,238 @@
+"""The rule catalogue: rules are data (rules/*.toml), loaded, validated and compiled once.
+
+Load every rule file (the package's own plus user paths), validate it against one schema, compile
+each condition, severity escalation, saving estimate and template once (Jinja2's immutable sandbox,
+StrictUndefined: no Python is ever evaluated from a rule file), and reject any name that is neither a
+registered fact, one of the rule's thresholds nor an evidence table. `evaluate` runs the compiled
+rules over `Facts`. See docs/rules.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import logging
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Optional
+
+import tomllib
+from jinja2 import StrictUndefined, TemplateError, meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..config import CATEGORIES
+from ..errors import UsageError
+from ..facts.core import FACTS
+from ..report.present import fmt_bytes, fmt_pct, fmt_us
+
+log = logging.getLogger(__name__)
+
+SEVERITIES = ("low", "medium", "high")
+DOC_SECTIONS = ("what", "why", "example", "use_instead", "thresholds", "references")
+DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Example",
+              "use_instead": "Use instead", "thresholds": "Thresholds", "references": "References"}
+TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families")  # evidence tables rules may name
+_SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+_REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
+             "saving_us": str, "saving_basis": str, "evidence": list, "message": str, "fix": str,
+             "thresholds": dict, "docs": dict}
+_OPTIONAL = {"severity_when": dict, "locations": str}
+
+_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                                     keep_trailing_newline=False)
+
+
+def _num(v) -> str:
+    """Compact number: 1,216 · 189 · 0.5 · 12,345,678 (no exponent)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+_ENV.filters.update(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+
+
+class RuleError(UsageError):
+    """A rule file that does not follow the schema (one line: file, rule, problem)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    slug: str
+    title: str
+    category: str
+    severity: str
+    condition: str
+    saving_us: str
+    saving_basis: str
+    evidence: tuple
+    message: str
+    fix: str
+    thresholds: dict
+    docs: dict
+    source: str
+    severity_when: tuple = ()  # ((severity, expression), ...), most severe first
+    locations: str = ""
+
+    @functools.cached_property
+    def compiled(self) -> dict:
+        """Conditions and templates compiled once per rule object (thresholds are runtime names)."""
+        expr = functools.partial(_ENV.compile_expression, undefined_to_none=False)
+        return {"condition": expr(self.condition), "saving_us": expr(self.saving_us),
+                "severity_when": tuple((s, expr(e)) for s, e in self.severity_when),
+                "message": _ENV.from_string(self.message), "fix": _ENV.from_string(self.fix)}
+
+
+# --- loading and validation -------------------------------------------------------------------
+def _fail(where: str, problem: str):
+    raise RuleError(f"{where}: {problem}")
+
+
+def _check_types(where: str, raw: dict) -> None:
+    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL)
+    if unknown:
+        _fail(where, f"unknown key(s) {', '.join(sorted(unknown))}")
+    for key, typ in {**_REQUIRED, **_OPTIONAL}.items():
+        if key not in raw:
+            if key in _REQUIRED:
+                _fail(where, f"missing required key '{key}'")
+            continue
+        if not isinstance(raw[key], typ):
+            _fail(where, f"'{key}' must be a {typ.__name__}")
+    if not _SLUG.match(raw["slug"]):
+        _fail(where, f"slug '{raw['slug']}' is not lowercase-with-dashes")
+    if raw["category"] not in CATEGORIES:
+        _fail(where, f"category '{raw['category']}' is not one of {', '.join(CATEGORIES)}")
+    if raw["severity"] not in SEVERITIES:
+        _fail(where, f"severity '{raw['severity']}' is not one of {', '.join(SEVERITIES)}")
+    for sev in raw.get("severity_when", {}):
+        if sev not in SEVERITIES:
+            _fail(where, f"severity_when key '{sev}' is not one of {', '.join(SEVERITIES)}")
+    for name, value in raw["thresholds"].items():
+        if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(where, f"threshold '{name}' must be a snake_case name with a number")
+        if name in FACTS or name in TABLES:
+            _fail(where, f"threshold '{name}' shadows a fact of the same name")
+
+
+def _check_docs(where: str, docs: dict) -> None:
+    missing = [s for s in DOC_SECTIONS if not docs.get(s)]
+    if missing:
+        _fail(where, f"docs lack section(s) {', '.join(missing)}")
+    extra = set(docs) - set(DOC_SECTIONS)
+    if extra:
+        _fail(where, f"unknown docs section(s) {', '.join(sorted(extra))}")
+    if not isinstance(docs["references"], list) or not all(isinstance(r, str) for r in docs["references"]):
+        _fail(where, "docs.references must be a list of strings")
+    if not all(isinstance(docs[s], str) for s in DOC_SECTIONS if s != "references"):
+        _fail(where, "docs sections must be strings")
+
+
+def _check_names(where: str, what: str, source: str, allowed: set, template: bool = False) -> None:
+    try:
+        ast = _ENV.parse(source if template else "{{ (" + source + ") }}")
+    except TemplateError as exc:
+        _fail(where, f"{what} does not compile: {exc}")
+    unknown = sorted(meta.find_undeclared_variables(ast) - allowed)
+    if unknown:
+        _fail(where, f"{what} names unknown fact(s) {', '.join(unknown)}")
+
+
+def build_rule(raw: dict, source: str) -> Rule:
+    where = f"{source}: rule '{raw.get('slug', '?')}'"
+    _check_types(where, raw)
+    _check_docs(where, raw["docs"])
+    allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
+    for key in ("condition", "saving_us"):
+        _check_names(where, key, raw[key], allowed)
+    for sev, expr in raw.get("severity_when", {}).items():
+        _check_names(where, f"severity_when.{sev}", expr, allowed)
+    for key in ("message", "fix"):
+        _check_names(where, key, raw[key], allowed, template=True)
+    bad = [e for e in raw["evidence"] if e not in FACTS]
+    if bad:
+        _fail(where, f"evidence names unknown fact(s) {', '.join(map(str, bad))}")
+    if raw.get("locations") and raw["locations"] not in TABLES:
+        _fail(where, f"locations names unknown evidence table '{raw['locations']}'")
+    when = raw.get("severity_when", {})
+    rule = Rule(slug=raw["slug"], title=raw["title"], category=raw["category"], severity=raw["severity"],
+                condition=raw["condition"], saving_us=raw["saving_us"], saving_basis=raw["saving_basis"],
+                evidence=tuple(raw["evidence"]), message=raw["message"].strip(), fix=raw["fix"].strip(),
+                thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
+                severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
+                locations=raw.get("locations", ""))
+    rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
+    return rule
+
+
+def parse_rule_file(text: str, source: str) -> list:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        _fail(source, f"not valid TOML ({exc})")
+    extra = set(doc) - {"rule", "family", "description"}
+    if extra:
+        _fail(source, f"unknown top-level key(s) {', '.join(sorted(extra))} (rules go in [[rule]] tables)")
+    rules = doc.get("rule")
+    if not isinstance(rules, list) or not rules or not all(isinstance(r, dict) for r in rules):
+        _fail(source, "no [[rule]] tables")
+    return [build_rule(r, source) for r in rules]
+
+
+def _user_files(paths: Iterable) -> list:
+    files = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.toml"))
+            if not found:
+                _fail(str(p), "directory holds no *.toml rule files")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            _fail(str(p), "no such rule file or directory")
+    return files
+
+
+@functools.lru_cache(maxsize=8)
+def _load(paths: tuple) -> tuple:
+    rules: list = []
+    for res in sorted(importlib.resources.files("perfsleuth.rules").iterdir(), key=lambda r: r.name):
+        if res.name.endswith(".toml"):
+            rules += parse_rule_file(res.read_text(encoding="utf-8"), f"rules/{res.name}")
+    for f in _user_files(paths):
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(str(f), f"cannot read rule file ({exc})")
+        rules += parse_rule_file(text, str(f))
+    seen: dict = {}
+    for r in rules:
+        if r.slug in seen:
+            _fail(r.source, f"rule '{r.slug}' is already defined in {seen[r.slug]}")
+        seen[r.slug] = r.source
+    return tuple(rules)
+
+
+def load_catalog(paths: Iterable = (), overrides: Optional[dict] = None) -> list:
+    """The built-in rules plus rule files/directories in `paths`, with threshold overrides applied
+    (`{"num-workers.min_share": 0.05}`). Raises RuleError / UsageError on any problem."""
+    rules = list(_load(tuple(str(p) for p in paths)))
+    return apply_overrides(rules, overrides or {})
+
+
+def apply_overrides(rules: list, overrides: dict) -> list:
+    by_slug = {r.slug: r for r in rules}
+    changes: dict = {}
+    for key, value in overrides.items():
+        slug, _, name = str(key).rpartition(".")
+        if slug not in by_slug:
+            raise UsageError(f"unknown threshold '{key}': no rule '{slug}' (expected RULE.THRESHOLD)")
+        if name not in by_slug[slug].thresholds:
+            known = ", ".join(sorted(by_slug[slug].thresholds)) or "none"
+            raise UsageError(f"unknown threshold '{key}': rule '{slug}' has {known}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"threshold '{key}' must be a number, got {value!r}")
+        changes.setdefault(slug, {})[name] = value
+    return [replace(r, thresholds={**r.thresholds, **changes[r.slug]}) if r.slug in changes else r
+            for r in rules]

@@ -1,0 +1,83 @@
+"""Rule docs as text: `perfsleuth rules`, `perfsleuth rules SLUG`, and the catalog in docs/rules.md."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..facts.core import FACTS
+from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
+
+GENERATED_BEGIN = "<!-- BEGIN GENERATED: perfsleuth rules --markdown -->"
+GENERATED_END = "<!-- END GENERATED -->"
+
+
+def find_rule(rules: list, slug: str) -> Rule:
+    for r in rules:
+        if r.slug == slug:
+            return r
+    raise UsageError(f"no rule '{slug}' (see `perfsleuth rules` for the catalog)")
+
+
+def listing(rules: list) -> str:
+    """One line per rule: slug, category, severity, title."""
+    width = max((len(r.slug) for r in rules), default=4)
+    lines = [f"{'rule':<{width}}  {'category':<13}  {'severity':<8}  title"]
+    for r in sorted(rules, key=lambda r: (r.category, r.slug)):
+        lines.append(f"{r.slug:<{width}}  {r.category:<13}  {r.severity:<8}  {r.title}")
+    lines.append("")
+    lines.append("`perfsleuth rules SLUG` prints a rule's docs.")
+    return "\n".join(lines)
+
+
+def _severity_text(r: Rule) -> str:
+    extra = "; ".join(f"{s} when `{e}`" for s, e in r.severity_when)
+    return r.severity + (f" ({extra})" if extra else "")
+
+
+def rule_markdown(r: Rule, heading: str = "#") -> str:
+    """A rule's docs with the fixed sections (ruff style)."""
+    out = [f"{heading} `{r.slug}`: {r.title}", "",
+           f"Category: `{r.category}` · severity: {_severity_text(r)} · defined in `{r.source}`", ""]
+    for section in DOC_SECTIONS:
+        out.append(f"{heading}# {DOC_TITLES[section]}")
+        out.append("")
+        if section == "references":
+            out += [f"- <{ref}>" for ref in r.docs["references"]]
+        else:
+            out.append(r.docs[section].strip())
+        if section == "thresholds":
+            out += ["", "| threshold | default | override |", "|---|---|---|"]
+            out += [f"| `{k}` | {v} | `--set {r.slug}.{k}={v}` |" for k, v in r.thresholds.items()]
+        out.append("")
+    out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
+            f"Estimated saving per step: `{r.saving_us}` ({r.saving_basis}).", ""]
+    return "\n".join(out)
+
+
+def facts_markdown() -> str:
+    out = ["| fact | unit | meaning |", "|---|---|---|"]
+    out += [f"| `{name}` | {unit} | {desc} |" for name, (unit, desc) in FACTS.items()]
+    out += ["", "Evidence tables (lists of rows) usable in templates and as `locations`: "
+            + ", ".join(f"`{t}`" for t in TABLES) + "."]
+    return "\n".join(out)
+
+
+def dtype_table_markdown() -> str:
+    out = ["| cpu_op `Input type` (first tensor) | dtype |", "|---|---|"]
+    out += [f"| `{k}` | {v} |" for k, v in INPUT_TYPE_DTYPES.items()]
+    out += ["", "| kernel name matches (case-insensitive, first row wins) | dtype |", "|---|---|"]
+    out += [f"| `{pattern.replace('|', ' · ')}` | {dtype} |" for dtype, pattern in KERNEL_DTYPE_HINTS]
+    return "\n".join(out)
+
+
+def catalog_markdown(rules: list) -> str:
+    """The generated part of docs/rules.md: index, every rule's docs, the facts, the dtype table."""
+    ordered = sorted(rules, key=lambda r: (r.category, r.slug))
+    out = [GENERATED_BEGIN, "", "## Catalog", "", "| rule | category | severity | title |", "|---|---|---|---|"]
+    out += [f"| [`{r.slug}`](#{r.slug}) | {r.category} | {r.severity} | {r.title} |" for r in ordered]
+    out.append("")
+    for r in ordered:
+        out += [f'<a id="{r.slug}"></a>', "", rule_markdown(r, heading="###")]
+    out += ["## Facts", "", facts_markdown(), "", "## GEMM dtype detection", "", dtype_table_markdown(), "",
+            GENERATED_END]
+    return "\n".join(out) + "\n"

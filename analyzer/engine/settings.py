@@ -1,0 +1,69 @@
+"""The user's rule settings: `[tool.perfsleuth]` in pyproject.toml, `--rules` paths and `--set`
+threshold overrides, merged into the `Config` fields of the rule engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import tomllib
+
+from ..errors import UsageError
+from .catalog import load_catalog
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: a TOML scalar (0.05, 3, true) or else the raw string (rejected later if not a number)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_sets(items: Iterable[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key.strip() or not value.strip():
+            raise UsageError(f"--set expects RULE.THRESHOLD=VALUE (e.g. num-workers.min_share=0.05), got '{item}'")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def project_settings(pyproject: Path) -> tuple[list, dict]:
+    """Rule paths and threshold overrides from `[tool.perfsleuth]` in a pyproject.toml (paths are
+    relative to its folder). Thresholds may be dotted keys or one table per rule."""
+    try:
+        doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] ({exc})") from None
+    tool = doc.get("tool", {}).get("perfsleuth", {})
+    if not isinstance(tool, dict):
+        raise UsageError(f"{pyproject}: [tool.perfsleuth] must be a table")
+    unknown = set(tool) - {"rules", "thresholds"}
+    if unknown:
+        raise UsageError(f"{pyproject}: unknown key(s) in [tool.perfsleuth]: {', '.join(sorted(unknown))}")
+    rules = tool.get("rules", [])
+    if isinstance(rules, str):
+        rules = [rules]
+    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+        raise UsageError(f"{pyproject}: tool.perfsleuth.rules must be a path or a list of paths")
+    thresholds: dict = {}
+    for key, value in tool.get("thresholds", {}).items():
+        if isinstance(value, dict):
+            thresholds.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            thresholds[key] = value
+    return [str(pyproject.parent / r) for r in rules], thresholds
+
+
+def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject: Optional[Path] = None) -> dict:
+    """Config fields for the rule engine from `[tool.perfsleuth]` in `pyproject` (default
+    ./pyproject.toml when present), `--rules` paths and `--set` items (which win). The catalog is
+    loaded once here so that a bad rule file or threshold fails before any trace is read."""
+    pyproject = Path("pyproject.toml") if pyproject is None else pyproject
+    paths, thresholds = project_settings(pyproject) if pyproject.is_file() else ([], {})
+    paths += [str(p) for p in rule_paths]
+    thresholds.update(parse_sets(sets))
+    load_catalog(paths, thresholds)
+    return {"rule_paths": tuple(paths), "thresholds": thresholds}

@@ -1,0 +1,113 @@
+"""Facts: the named numbers (with units) and evidence tables that rules read.
+
+Every fact has a snake_case name (`dataloader_share`, `h2d_pageable_bytes_per_step`, ...) so that a
+rule condition is a plain Jinja2 expression over identifiers. `FACTS` is the registry: name -> (unit,
+meaning); the engine rejects a rule that names anything else, and `compute_facts` must produce exactly
+these names (a test holds it to that). Evidence tables (`sync_sites`, `gemm_dtypes`, ...) are lists of
+dicts that rules can cite as locations or evidence.
+
+Conventions: `*_share` is a fraction of the summed step time in [0, 1] unless the description says
+otherwise; `*_per_step` is a total over the analysed steps divided by the number of steps; `*_us` is
+microseconds. Facts are computed over events that start inside a step window. Nothing here loops
+over events in Python: names are classified once per category and times are interval arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..analysis.attribution import CATEGORIES, Breakdown
+from ..analysis.steps import Steps
+from ..trace.model import Trace
+from .common import Context, make_context
+from .device import DEVICE_FACTS, device_facts
+from .host import HOST_FACTS, host_facts
+
+CORE_FACTS = {
+    "steps": ("count", "number of steps analysed"),
+    "step_source": ("text", "how steps were found: ProfilerStep, Optimizer.step or whole-trace"),
+    "step_us": ("us", "mean step duration"),
+    "step_median_us": ("us", "median step duration"),
+    "step_max_us": ("us", "slowest step duration"),
+    "step_max_ratio": ("ratio", "slowest step / median step (1.0 with fewer than two steps)"),
+    "step_slowest_index": ("index", "position of the slowest step among the analysed steps (0 = first)"),
+    "step_excess_us_per_step": ("us/step", "mean of max(0, step - median step): the time outlier steps add"),
+    "device_is_gpu": ("bool", "the trace has device work on a CUDA or ROCm GPU"),
+    "device_type": ("text", "cuda, rocm, cpu or other"),
+    "device_vendor": ("text", "nvidia, amd or unknown"),
+    "device_compute_capability": ("capability", "compute capability of the first device (e.g. 8.0); 0 when unknown"),
+    "device_busy_share": ("share", "share of step time the device runs anything"),
+    "world_size": ("count", "ranks in the job (1 when the trace has no distributedInfo)"),
+    "has_stacks": ("bool", "the trace has python_function events (with_stack=True)"),
+    "has_shapes": ("bool", "the trace has cpu_op input types (record_shapes=True)"),
+}
+for _c in CATEGORIES:
+    CORE_FACTS[f"{_c}_share"] = ("share", f"share of step time attributed to {_c} (the breakdown)")
+    CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
+
+FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS}
+
+
+@dataclass
+class Facts:
+    values: dict = field(default_factory=dict)  # fact name -> number / bool / str
+    tables: dict = field(default_factory=dict)  # evidence table name -> list of dicts
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+
+def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
+    """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
+    ctx = make_context(trace, steps, breakdown)
+    facts = Facts()
+    for provider in (core_facts, host_facts, device_facts):
+        values, tables = provider(ctx)
+        facts.values.update(values)
+        facts.tables.update(tables)
+    missing, extra = set(FACTS) - set(facts.values), set(facts.values) - set(FACTS)
+    assert not missing and not extra, f"fact registry out of sync: missing {missing}, unregistered {extra}"
+    return facts
+
+
+def _device_vendor(trace: Trace) -> str:
+    names = " ".join(d.name.lower() for d in trace.devices)
+    if trace.device_type == "rocm" or any(w in names for w in ("amd", "instinct", "radeon")):
+        return "amd"
+    if trace.device_type == "cuda" or any(w in names for w in ("nvidia", "tesla")):
+        return "nvidia"
+    return "unknown"
+
+
+def core_facts(ctx: Context) -> tuple[dict, dict]:
+    trace, st = ctx.trace, ctx.breakdown.steps
+    dur = st["duration"].to_numpy(np.float64) / 1000.0
+    median = float(np.median(dur)) if len(dur) else 0.0
+    caps = [d.compute_capability for d in trace.devices if d.compute_capability is not None]
+    has_device = ctx.breakdown.has_device
+    v = {
+        "steps": ctx.n_steps,
+        "step_source": ctx.steps.source,
+        "step_us": round(float(dur.mean()), 3) if len(dur) else 0.0,
+        "step_median_us": round(median, 3),
+        "step_max_us": round(float(dur.max()), 3) if len(dur) else 0.0,
+        "step_max_ratio": round(float(dur.max()) / median, 4) if len(dur) > 1 and median > 0 else 1.0,
+        "step_slowest_index": int(np.argmax(dur)) if len(dur) else 0,
+        "step_excess_us_per_step": round(float(np.clip(dur - median, 0, None).mean()), 3) if len(dur) else 0.0,
+        "device_is_gpu": bool(has_device and trace.device_type in ("cuda", "rocm")),
+        "device_type": trace.device_type,
+        "device_vendor": _device_vendor(trace),
+        "device_compute_capability": float(caps[0]) if caps else 0.0,
+        "device_busy_share": ctx.share(ctx.breakdown.device_busy_ns.sum()) if has_device else 0.0,
+        "world_size": int(trace.world_size) if trace.world_size else 1,
+        "has_stacks": bool(trace.has_stacks),
+        "has_shapes": bool(trace.has_shapes),
+    }
+    for c in CATEGORIES:
+        v[f"{c}_share"] = ctx.share(st[c].sum())
+        v[f"{c}_us_per_step"] = ctx.per_step_us(st[c].sum())
+    return v, {}
+

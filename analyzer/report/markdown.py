@@ -1,0 +1,231 @@
+"""report@1 dict -> a GitHub-flavoured Markdown summary for pull requests and CI job summaries.
+
+Always under MAX_CHARS (GitHub's comment limit is 65,536): every part is capped, findings are added
+while they fit, and what is left out is named in a visible "… N more" line. Names from the trace go
+through `perfsleuth.report.escape`, so they render as text and cannot break tables or the mermaid block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import CATEGORIES
+from . import present
+from .escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
+from .present import CATEGORY_LABELS, fmt_pct, fmt_speedup, fmt_us, number
+
+MAX_CHARS = 60_000
+MAX_FINDINGS = 10
+MAX_ROWS = 10
+MAX_WARNINGS = 10
+MAX_NAME = 120
+MAX_FIX = 3000
+MAX_MESSAGE = 1000
+MAX_EVIDENCE = 15
+
+
+MAX_SET_ROWS = 30  # rows of a report set's overview table
+SET_SECTION_CHARS = 20_000  # most characters one report of a set may take
+
+
+def render_markdown(report: dict) -> str:
+    """The report as Markdown (a str of fewer than MAX_CHARS characters).
+
+    A report-set@1 dict gives an overview table of its traces, then as many full summaries as fit.
+    """
+    if "reports" in report:
+        return _render_set(report)
+    return _render_one(report, MAX_CHARS)
+
+
+def _render_one(report: dict, max_chars: int) -> str:
+    """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped)."""
+    head = "\n\n".join(p for p in (_headline(report), _warnings(report), _categories(report)) if p)
+    tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report)))
+    budget = max_chars - len(head) - len(tail) - 200
+    return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
+
+
+def _render_set(report_set: dict) -> str:
+    reports = [r for r in report_set.get("reports") or [] if isinstance(r, dict)]
+    lines = [f"### perfsleuth: {len(reports)} traces in {md_code(report_set.get('path') or '?', 120)}", "",
+             "| Trace | Rank | Verdict | Median step | Device busy |", "|:--|--:|:--|--:|--:|"]
+    for r in reports[:MAX_SET_ROWS]:
+        t, summary = r.get("trace") or {}, r.get("summary") or {}
+        lines.append(f"| {md_cell(t.get('path') or '?', MAX_NAME, code=True)} | {md_cell(t.get('rank'), 10)} "
+                     f"| {md_cell(r.get('verdict') or '?', 40)} | {fmt_us((summary.get('step_time_us') or {}).get('median'))} "
+                     f"| {fmt_pct(summary.get('device_busy'))} |")
+    if len(reports) > MAX_SET_ROWS:
+        lines += ["", f"_… {len(reports) - MAX_SET_ROWS} more traces in report.json._"]
+    for s in (report_set.get("skipped") or [])[:MAX_WARNINGS]:
+        if isinstance(s, dict):
+            lines.append(f"\n- skipped {md_code(s.get('path'), 120)}: {md_text(s.get('problem'), 200)}")
+    out = "\n".join(lines)
+    for i, r in enumerate(reports):
+        if MAX_CHARS - len(out) < SET_SECTION_CHARS + 200:
+            out += f"\n\n_… {len(reports) - i} more trace summaries in report.json._"
+            break
+        out += "\n\n---\n\n" + _render_one(r, SET_SECTION_CHARS)
+    return out.rstrip("\n") + "\n"
+
+
+def _headline(report: dict) -> str:
+    summary = report.get("summary") or {}
+    step = (summary.get("step_time_us") or {}).get("median")
+    busy = number(summary.get("device_busy"))
+    busy_text = fmt_pct(busy) if busy is not None else "n/a (CPU only)"
+    lines = [
+        f"### perfsleuth: {md_code(report.get('verdict') or 'unknown', 40)} · median step "
+        f"**{fmt_us(step)}** · device busy **{busy_text}**"
+    ]
+    if report.get("verdict_reason"):
+        lines.append(f"> {md_text(report['verdict_reason'], 600)}")
+    findings = _finding_list(report)
+    if findings:
+        top = findings[0]
+        lines.append(f"**Top finding:** {md_text(top.get('title') or top.get('rule'), 200)} — "
+                     f"{_impact(top)}")
+    else:
+        lines.append("**No findings:** no rule fired on this trace.")
+    return "\n\n".join(lines)
+
+
+def _impact(f: dict) -> str:
+    parts = []
+    if number(f.get("estimated_speedup")) is not None:
+        parts.append(f"est. **{fmt_speedup(f.get('estimated_speedup'))}** faster")
+    if number(f.get("estimated_saving_us")) is not None:
+        parts.append(f"saves {fmt_us(f.get('estimated_saving_us'))} per step")
+    return ", ".join(parts) or "no estimate"
+
+
+def _warnings(report: dict) -> str:
+    warnings = [w for w in report.get("warnings") or []]
+    if not warnings:
+        return ""
+    lines = ["**Warnings**", ""] + [f"- {md_text(w, 300)}" for w in warnings[:MAX_WARNINGS]]
+    if len(warnings) > MAX_WARNINGS:
+        lines.append(f"- … {len(warnings) - MAX_WARNINGS} more warnings in report.json")
+    return "\n".join(lines)
+
+
+def _categories(report: dict) -> str:
+    share = (report.get("summary") or {}).get("time_share") or {}
+    steps = [s for s in report.get("steps") or [] if isinstance(s, dict)]
+    rows = ["| Category | Share | Mean per step |", "|:--|--:|--:|"]
+    pie = []
+    for c in CATEGORIES:
+        total = sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in steps)
+        rows.append(f"| {CATEGORY_LABELS[c]} | {fmt_pct(share.get(c))} | {fmt_us(total / (len(steps) or 1))} |")
+        value = number(share.get(c))
+        if value is not None and value > 0:
+            pie.append(f'    "{mermaid_label(CATEGORY_LABELS[c])}" : {value * 100:.1f}')
+    table = "\n".join(rows)
+    if not pie:
+        return table + "\n\n_No step time to chart._"
+    chart = "```mermaid\npie showData title Share of step time (%)\n" + "\n".join(pie) + "\n```"
+    return f"{table}\n\n{chart}"
+
+
+def _finding_list(report: dict) -> list[dict]:
+    return [f for f in report.get("findings") or [] if isinstance(f, dict)]
+
+
+def _findings(report: dict, budget: int) -> str:
+    findings = _finding_list(report)
+    if not findings:
+        return "#### Findings\n\nNone: no rule fired on this trace."
+    parts = [f"#### Findings ({len(findings)})"]
+    used = len(parts[0])
+    shown = 0
+    for i, f in enumerate(findings[:MAX_FINDINGS], 1):
+        block = _finding(i, f)
+        if used + len(block) + 2 > budget:
+            break
+        parts.append(block)
+        used += len(block) + 2
+        shown += 1
+    if shown < len(findings):
+        parts.append(f"_… {len(findings) - shown} more findings in report.json._")
+    return "\n\n".join(parts)
+
+
+def _finding(i: int, f: dict) -> str:
+    head = (f"**{i}. {md_text(f.get('title') or f.get('rule') or 'Finding', 200)}**  \n"
+            f"{md_text(f.get('severity') or 'info', 20)} · {md_text(f.get('category') or '?', 30)} · "
+            f"{_impact(f)} · rule {md_code(f.get('rule') or '?', 60)}")
+    message = _prose(f.get("message"), MAX_MESSAGE)
+    if message:
+        head = f"{head}\n\n{message}"
+    basis = f"_Estimate: {md_text(f['saving_basis'], 300)}._" if f.get("saving_basis") else ""
+    body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), basis, _locations(f)]
+    inner = "\n\n".join(b for b in body if b)
+    if not inner:
+        return head
+    return f"{head}\n\n<details><summary>Evidence and fix</summary>\n\n{inner}\n\n</details>"
+
+
+def _evidence(f: dict) -> str:
+    evidence = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+    if not evidence:
+        return ""
+    rows = ["| Evidence | Value |", "|:--|:--|"]
+    for k, v in list(evidence.items())[:MAX_EVIDENCE]:
+        rows.append(f"| {md_cell(k, 60, code=True)} | {md_cell(present.fmt_value(str(k), v), 200)} |")
+    return "\n".join(rows)
+
+
+def _prose(text: Any, limit: int) -> str:
+    """Rule text (message, fix) as Markdown: escaped paragraphs with code spans, fenced code kept."""
+    blocks = present.fix_blocks(shorten(str(text or ""), limit))
+    out = []
+    for b in blocks:
+        if b["kind"] == "code":
+            out.append(md_fence(b["code"], b["lang"]))
+        else:
+            out.append("".join(md_code(t) if is_code else md_text(t) for is_code, t in b["parts"]))
+    return "\n\n".join(out)
+
+
+def _locations(f: dict) -> str:
+    locs = f.get("locations") if isinstance(f.get("locations"), list) else []
+    return "\n".join(f"- {md_code(present.location_text(loc), 200)}" for loc in locs[:10])
+
+
+def _table_kernels(report: dict) -> str:
+    return _name_table(report.get("top_kernels"), "Top kernels", "Kernel", "Share",
+                       lambda r: fmt_pct(r.get("share")))
+
+
+def _table_ops(report: dict) -> str:
+    return _name_table(report.get("top_ops"), "Top ops", "Op", "Mean", lambda r: fmt_us(r.get("mean_us")))
+
+
+def _name_table(rows, title: str, what: str, last: str, last_cell) -> str:
+    """A folded table of named rows (kernels, ops): #, name, count, total, and one more column."""
+    rows = [r for r in rows or [] if isinstance(r, dict)]
+    lines = [f"| # | {what} | Count | Total | {last} |", "|--:|:--|--:|--:|--:|"]
+    for i, r in enumerate(rows[:MAX_ROWS], 1):
+        lines.append(f"| {i} | {md_cell(r.get('name'), MAX_NAME, code=True)} | {present.fmt_count(r.get('count'))} "
+                     f"| {fmt_us(r.get('total_us'))} | {last_cell(r)} |")
+    return _folded(title, lines, len(rows))
+
+
+def _folded(title: str, lines: list[str], total: int) -> str:
+    if total == 0:
+        return f"<details><summary>{title}</summary>\n\nNone in this trace.\n\n</details>"
+    more = f"\n\n_… {total - MAX_ROWS} more in report.json._" if total > MAX_ROWS else ""
+    table = "\n".join(lines)
+    return f"<details><summary>{title} ({total})</summary>\n\n{table}{more}\n\n</details>"
+
+
+def _trace_line(report: dict) -> str:
+    t: dict[str, Any] = report.get("trace") or {}
+    tool = report.get("tool") or {}
+    steps = len(report.get("steps") or [])
+    bits = [f"trace {md_code(t.get('path') or '?', 120)}", md_text(t.get("device") or "CPU only", 80)]
+    if t.get("rank") is not None:
+        bits.append(f"rank {md_text(t.get('rank'), 10)}/{md_text(t.get('world_size') or '?', 10)}")
+    bits.append(f"{steps} step{'s' if steps != 1 else ''} ({md_text(report.get('steps_source') or '?', 30)})")
+    bits.append(f"perfsleuth {md_text(tool.get('version') or '?', 20)}")
+    return "<sub>" + " · ".join(bits) + "</sub>"

@@ -1,0 +1,123 @@
+"""The `Report`: everything one analysis found, and its stable JSON form (`perfsleuth/report@1`).
+
+Rendering (terminal, HTML, Markdown) works from `Report.to_dict()`; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..analysis.attribution import Breakdown
+from ..analysis.steps import Steps
+from ..analysis.tables import time_share
+from ..config import CATEGORIES
+from ..trace.model import Trace
+from ..version import __version__
+
+SCHEMA = "perfsleuth/report@1"
+SET_SCHEMA = "perfsleuth/report-set@1"
+
+
+def _us(ns) -> float:
+    return round(float(ns) / 1000.0, 3)
+
+
+@dataclass
+class Report:
+    trace: Trace
+    steps: Steps
+    breakdown: Breakdown
+    verdict: str
+    verdict_reason: str
+    findings: list = field(default_factory=list)  # finding dicts, ordered by estimated saving
+    top_kernels: list = field(default_factory=list)
+    top_ops: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
+
+    def slim(self) -> "Report":
+        """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
+        between processes."""
+        self.trace.events = self.trace.events.iloc[:0]
+        self.breakdown.signals = {}
+        return self
+
+    @property
+    def warnings(self) -> list:
+        return list(self.trace.warnings) + list(self.steps.warnings)
+
+    @property
+    def time_share(self) -> dict:
+        return time_share(self.breakdown)
+
+    @property
+    def device_busy(self) -> Optional[float]:
+        if not self.breakdown.has_device:
+            return None
+        total = int(self.breakdown.steps["duration"].sum())
+        return round(float(self.breakdown.device_busy_ns.sum()) / total, 4) if total else None
+
+    def step_time_us(self) -> dict:
+        d = self.breakdown.steps["duration"].to_numpy(np.float64) / 1000.0
+        return {"median": round(float(np.median(d)), 3), "mean": round(float(d.mean()), 3),
+                "p90": round(float(np.percentile(d, 90)), 3)}
+
+    def to_dict(self) -> dict:
+        t = self.trace
+        caps = [d.compute_capability for d in t.devices if d.compute_capability is not None]
+        return _clean({
+            "schema": SCHEMA,
+            "tool": {"name": "perfsleuth", "version": __version__},
+            "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
+                      "compute_capability": caps[0] if caps else None, "rank": t.rank,
+                      "world_size": t.world_size, "events": int(t.event_count),
+                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
+            "steps_source": self.steps.source,
+            "steps": [
+                {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
+                 "time_us": {c: _us(r[c]) for c in CATEGORIES}}
+                for r in self.breakdown.steps.to_dict("records")
+            ],
+            "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
+                        "device_busy": self.device_busy},
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "findings": self.findings,
+            "top_kernels": self.top_kernels,
+            "top_ops": self.top_ops,
+            "warnings": self.warnings,
+            **self.extra,
+        })
+
+
+def _clean(obj):
+    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+@dataclass
+class ReportSet:
+    """Several traces (one per rank/worker file in a directory), one report each."""
+
+    path: str
+    reports: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
+
+    def to_dict(self) -> dict:
+        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
+                "path": self.path, "reports": [r.to_dict() for r in self.reports],
+                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}

@@ -1,0 +1,157 @@
+"""Presentation helpers shared by the HTML and Markdown renderers: numbers as text, fix text as blocks.
+
+They read report@1 values (see docs/schema.md) and tolerate what a hand-edited or older report may
+hold: missing keys, None, NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+CATEGORY_LABELS = {
+    "dataloader": "DataLoader",
+    "kernel": "Kernels",
+    "sync": "Sync",
+    "transfer": "Transfer",
+    "host": "Host",
+    "communication": "Communication",
+    "other": "Other",
+}
+DASH = "—"
+_FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+\-.]*)\s*$")
+_INLINE_CODE = re.compile(r"(`+)(.+?)\1")
+
+
+def number(value: Any) -> float | None:
+    """A finite float, or None for None, NaN, infinities, booleans and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)  # numpy scalars, numeric strings
+        except (TypeError, ValueError):
+            return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def fmt_us(us: Any) -> str:
+    """Microseconds as a human duration: `850 µs`, `2.21 ms`, `1.20 s`."""
+    v = number(us)
+    if v is None:
+        return DASH
+    if abs(v) >= 1_000_000:
+        return f"{v / 1_000_000:.2f} s"
+    if abs(v) >= 1_000:
+        return f"{v / 1_000:.2f} ms"
+    return f"{v:.0f} µs" if abs(v) >= 10 else f"{v:.1f} µs"
+
+
+def fmt_pct(share: Any, digits: int = 1) -> str:
+    """A fraction in [0, 1] as a percentage: `81.0%`."""
+    v = number(share)
+    return DASH if v is None else f"{v * 100:.{digits}f}%"
+
+
+def fmt_speedup(x: Any) -> str:
+    v = number(x)
+    return DASH if v is None else f"{v:.2f}×"
+
+
+def fmt_count(n: Any) -> str:
+    v = number(n)
+    return DASH if v is None else f"{int(v):,}"
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """An evidence value as text: shares as percentages, `_us` as durations, numbers compact."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_value(key, v) for v in value[:20]) + (" …" if len(value) > 20 else "")
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {fmt_value(str(k), v)}" for k, v in list(value.items())[:20])
+    v = number(value) if isinstance(value, (int, float)) else None
+    if v is None:
+        return DASH if isinstance(value, float) else str(value)
+    key = key.lower()
+    if key.endswith(("share", "_fraction")) and 0.0 <= v <= 1.0:
+        return fmt_pct(v)
+    if key.endswith(("_us", "_us_per_step")):
+        return fmt_us(v) + (" per step" if key.endswith("_per_step") else "")
+    if key.endswith("bytes") or key.endswith("_bytes_per_step"):
+        return fmt_bytes(v)
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{v:.4g}"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+def fix_blocks(text: Any) -> list[dict]:
+    """Split a rule's fix text into blocks: `{"kind": "text", "parts": [(is_code, str), ...]}`
+    paragraphs with inline code spans, and `{"kind": "code", "lang": ..., "code": ...}` fenced blocks.
+
+    Nothing here is markup yet: each renderer escapes the parts for its own format.
+    """
+    blocks: list[dict] = []
+    lines = ("" if text is None else str(text)).replace("\r\n", "\n").split("\n")
+    para: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i].strip())
+        if not m:
+            if lines[i].strip():
+                para.append(lines[i].strip())
+            elif para:
+                blocks.append(_paragraph(para))
+                para = []
+            i += 1
+            continue
+        if para:
+            blocks.append(_paragraph(para))
+            para = []
+        fence, lang, body = m.group(1), m.group(2), []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            body.append(lines[i])
+            i += 1
+        blocks.append({"kind": "code", "lang": lang, "code": "\n".join(body)})
+        i += 1
+    if para:
+        blocks.append(_paragraph(para))
+    return blocks
+
+
+def _paragraph(lines: list[str]) -> dict:
+    text = " ".join(lines)
+    parts: list[tuple[bool, str]] = []
+    pos = 0
+    for m in _INLINE_CODE.finditer(text):
+        if m.start() > pos:
+            parts.append((False, text[pos : m.start()]))
+        parts.append((True, m.group(2).strip() or m.group(2)))
+        pos = m.end()
+    if pos < len(text):
+        parts.append((False, text[pos:]))
+    return {"kind": "text", "parts": parts}
+
+
+def location_text(loc: Any) -> str:
+    """`train.py:57 in train_step` from a finding location dict."""
+    if not isinstance(loc, dict):
+        return str(loc)
+    where = str(loc.get("file") or "?")
+    if loc.get("line") is not None:
+        where += f":{loc['line']}"
+    if loc.get("function"):
+        where += f" in {loc['function']}"
+    return where

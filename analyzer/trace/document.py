@@ -1,0 +1,127 @@
+"""How a trace document is cut for decoding, and by whom (see docs/perf.md).
+
+- With workers, a large plain document is cut into byte ranges (byteranges.py) that forked workers
+  decode straight from the memory-mapped file; a large .json.gz is inflated into shared memory while
+  the workers decode the ranges already inflated (gzstream.py).
+- Otherwise, and whenever a range does not decode: the top level is decoded once with every event
+  left as a raw slice (kineto.split_document), and the slices are decoded CHUNK events per task (in
+  workers too when there are enough chunks). This path also words every error about bad JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import TraceError
+from . import byteranges, gzstream, kineto, workers
+
+CHUNK = 100_000  # events per task on the sequential path (and per progress step)
+PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
+MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
+
+
+def _identity(columns: dict) -> dict:
+    return columns
+
+
+def decode_events(path: Path, raw, warnings: list, transform: Callable = _identity, jobs: int = 1,
+                  progress: Optional[Callable[[int, int], None]] = None) -> tuple:
+    """(header, `transform(columns)` of each chunk of events in document order, entries of traceEvents)
+    for the file as read by kineto.read_file (closed here). Columns: X events as arrays and lists, M
+    events as tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
+    parallel = jobs > 1 and workers.can_fork()
+    done, buf, ranges_tried = None, raw, False
+    if isinstance(raw, kineto.MappedFile):  # cut on the mapping; each range read (pread) by a worker
+        ranges_tried = True
+        with contextlib.closing(raw):
+            if parallel:
+                done = _ranges(path, raw.map, partial(_file_pieces, raw.fd), transform, jobs, progress)
+            if done is None:
+                buf = raw.read_all()  # the sequential path decodes private bytes, never the mapping
+    elif raw[:2] == kineto.GZIP_MAGIC:
+        done, inflated = _inflating(path, raw, transform, jobs, progress) if parallel else (None, None)
+        ranges_tried = inflated is not None  # inflated while cutting: the ranges failed already
+        if done is None:
+            buf = inflated if ranges_tried else kineto.inflate(path, raw)
+    if done is None and parallel and not ranges_tried:
+        done = _ranges(path, buf, partial(_span_pieces, buf), transform, jobs, progress)
+    if done is not None:
+        header, outs, entries, new = done
+        warnings.extend(w for w in new if w not in warnings)
+        return header, outs, entries
+    return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress)
+
+
+def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress) -> Optional[tuple]:
+    """(header, outputs, entries, warnings) with the document cut into byte ranges (byteranges.py) that
+    forked workers decode, or None when it is small, cannot be placed, or a range does not decode."""
+    if len(buf) < byteranges.MIN_BYTES:
+        return None
+    planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
+    if planned is None:
+        return None
+    done = workers.run(path, pieces_of, planned[1], transform, jobs, _end, len(buf), progress, fallible=True)
+    return None if done is None else (planned[0], *done)
+
+
+def _span_pieces(buf, span: tuple):
+    return byteranges.pieces(buf, *span)
+
+
+def _file_pieces(fd: int, span: tuple):
+    start, end = span
+    data = os.pread(fd, end - start, start)  # the file may have been cut short since it was planned
+    if len(data) != end - start:
+        raise TraceError(f"fd {fd}", "the file changed while it was read")  # fallible: the caller reads it again
+    return byteranges.pieces(data, 0, len(data))
+
+
+def _end(span: tuple) -> int:
+    return span[1]
+
+
+def _inflating(path: Path, gz, transform, jobs: int, progress) -> tuple:
+    """(header, outputs, entries, warnings) decoded while the document is inflated, or None; and
+    the inflated document when that much was done (the fallback then starts from it)."""
+    buf = gzstream.shared_buffer(gz)
+    if buf is None:
+        return None, None
+    stream = gzstream.Stream(gz, buf, byteranges.range_size(len(buf), jobs))
+    total = len(buf)
+    with workers.Decoder(path, partial(_span_pieces, buf), transform, jobs, fallible=True) as decoder:
+        try:
+            for span in stream:
+                decoder.submit(span)
+                if progress is not None:
+                    progress(stream.pos // 2, total)  # the first half of the bar: inflating
+        except zlib.error:
+            return None, None  # corrupt: kineto.inflate says so
+        finished = stream.finish(kineto._HEADER)
+        if finished is None:
+            return None, buf if stream.complete else None
+        header, rest = finished
+        for span in rest:
+            decoder.submit(span)
+        done = decoder.results(lambda span: (total + span[1]) // 2, total, progress)
+    return (None, buf) if done is None else ((header, *done), None)
+
+
+def _sequential(path: Path, buf, warnings: list, transform, jobs: int, progress) -> tuple:
+    header, parts = kineto.split_document(path, buf, warnings)
+    starts = range(0, len(parts), CHUNK)
+    outs, _, new = workers.run(path, partial(_parts_pieces, parts), starts, transform,
+                               jobs if len(starts) >= MIN_PARALLEL_CHUNKS else 1,
+                               lambda i: min(i + CHUNK, len(parts)), len(parts), progress)
+    warnings.extend(w for w in new if w not in warnings)
+    return header, outs, len(parts)
+
+
+def _parts_pieces(parts: list, i: int):
+    """Chunk i of the sequential path as JSON array documents of PIECE events each."""
+    stop = min(i + CHUNK, len(parts))
+    return (b"[" + b",".join(parts[j:min(j + PIECE, stop)]) + b"]" for j in range(i, stop, PIECE))

@@ -1,0 +1,317 @@
+"""The Kineto Chrome-trace format: reading a file, its top level, and decoding pieces of its event
+list into columns. The only module that knows the JSON; document.py decides how a document is cut.
+
+A piece (~5k events, so they are still in the CPU cache when read out) is decoded into typed,
+GC-untracked Structs that name only the fields the analysis reads (a union tagged by `ph` skips
+flows, instants and counters undecoded), turned into numpy columns with C-level `map(attrgetter)`
+loops, and dropped: no Python object per event is held for the whole file. Sane events take the
+strict (fast) Structs; a piece that does not fit them (string timestamps, ids beyond int64, ...) is
+decoded again with lenient Structs and sanitised value by value.
+"""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import stat
+import zlib
+from itertools import chain
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import msgspec
+import numpy as np
+
+from ..errors import TraceError
+
+MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+# --- strict structs: the fast path ---------------------------------------------------------------
+class _Args(msgspec.Struct, gc=False):
+    external_id: int = msgspec.field(default=-1, name="External id")
+    correlation: int = -1
+    bytes: int = -1
+    python_id: int = msgspec.field(default=-1, name="Python id")
+    python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
+    input_type: Optional[list[str]] = msgspec.field(default=None, name="Input type")
+    name: Optional[str] = None  # metadata events: process / thread name
+
+
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event: the only kind the analysis times."""
+
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    ts: float = float("nan")
+    dur: float = 0.0
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+class _Meta(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+def _skipped_phase(ph: str) -> type:
+    """Other Chrome-trace phases (flows, instants, counters, ...): the decoder skips their content."""
+    return msgspec.defstruct(f"_Phase_{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+
+
+# Tagged by "ph": msgspec picks the struct from the phase and skips what the analysis never reads.
+# A phase not listed here sends its chunk to the lenient path below.
+_EVENT = Union[(_Complete, _Meta) + tuple(_skipped_phase(p) for p in "BEiICbnestfPNODVvRc")]
+
+
+class Header(msgspec.Struct):
+    """The top level of the document; each event is left undecoded (a raw slice of the buffer)."""
+
+    traceEvents: Optional[list[msgspec.Raw]] = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    schemaVersion: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+_HEADER = msgspec.json.Decoder(Header)
+_SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
+_STRICT = msgspec.json.Decoder(list[_EVENT])
+_LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
+INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class MappedFile:
+    """A large plain file: memory-mapped for the few small reads that place the cuts (byteranges.py),
+    read by workers with pread (`fd`) and by the sequential path with read_all: decoding never runs on
+    the mapping, so a file cut short meanwhile reads as bad JSON instead of killing the process (SIGBUS)."""
+
+    def __init__(self, fh):
+        self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.fd = os.dup(fh.fileno())
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def read_all(self) -> bytes:
+        size = os.fstat(self.fd).st_size
+        return os.pread(self.fd, size, 0) if size else b""
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+def read_file(path: Path):
+    """The file as stored: a MappedFile for a large plain file, else its bytes (gzip left compressed)."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            info = os.fstat(fh.fileno())
+            if magic != GZIP_MAGIC and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
+                try:
+                    return MappedFile(fh)
+                except (OSError, ValueError):
+                    pass  # no mmap here (some file systems): read it
+            raw = magic + fh.read()
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
+    if not raw:
+        raise TraceError(path, "empty file")
+    return raw
+
+
+def inflate(path: Path, raw):
+    """`raw` gunzipped when it is gzip, else `raw`."""
+    if raw[:2] != GZIP_MAGIC:
+        return raw
+    try:
+        raw = gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+    if not raw:
+        raise TraceError(path, "empty file (after gunzip)")
+    return raw
+
+
+def _json_error(path: Path, exc: Exception) -> TraceError:
+    msg = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        return TraceError(path, f"not a PyTorch profiler trace ({msg})")
+    return TraceError(path, f"not valid JSON ({msg})")
+
+
+def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list]:
+    """Top level and the per-event raw slices. A bare JSON list of events is accepted (old traces)."""
+    try:
+        return _split(path, raw)
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise _json_error(path, exc) from None
+    warnings.append("invalid UTF-8 bytes in the trace were replaced with U+FFFD")
+    try:
+        return _split(path, bytes(raw).decode("utf-8", errors="replace").encode("utf-8"))
+    except msgspec.DecodeError as exc:
+        raise _json_error(path, exc) from None
+
+
+def _split(path: Path, raw: bytes) -> tuple[Header, list]:
+    first = raw[:64].lstrip()[:1]
+    if first == b"[":
+        return Header(), _SPLIT.decode(raw)
+    if first != b"{":
+        msgspec.json.decode(raw)  # raises the decoder's own message for non-JSON
+        raise TraceError(path, "not a PyTorch profiler trace (the JSON is not an object with 'traceEvents')")
+    try:
+        header = _HEADER.decode(raw)  # one pass: top level + the slice of every event
+    except msgspec.ValidationError as exc:
+        if "traceEvents" in str(exc):
+            raise TraceError(path, "not a PyTorch profiler trace ('traceEvents' is not a list)") from None
+        raise
+    if header.traceEvents is None:
+        raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents' list)")
+    parts, header.traceEvents = header.traceEvents, None
+    return header, parts
+
+
+def merge(pieces: list) -> dict:
+    """The columns of consecutive pieces as one chunk's."""
+    if len(pieces) == 1:
+        return pieces[0]
+    out: dict = {}
+    for key in dict.fromkeys(k for p in pieces for k in p):
+        first = next(p[key] for p in pieces if key in p)
+        if isinstance(first, np.ndarray):
+            out[key] = np.concatenate([p[key] for p in pieces])
+        elif isinstance(first, list):
+            out[key] = list(chain.from_iterable(p[key] for p in pieces))
+        else:  # counts: entries, skipped
+            out[key] = sum(p.get(key, 0) for p in pieces)
+    return out
+
+
+def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
+    try:
+        return _strict_columns(_STRICT.decode(blob))
+    except msgspec.ValidationError:
+        pass  # not a sane chunk: lenient decoding below
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise _json_error(path, exc) from None
+        msg = "invalid UTF-8 bytes in the trace were replaced with U+FFFD"
+        if msg not in warnings:
+            warnings.append(msg)
+        blob = blob.decode("utf-8", errors="replace").encode("utf-8")
+    except (OverflowError, TypeError, ValueError):
+        pass
+    try:
+        return _lax_columns(_LAX.decode(blob))
+    except msgspec.DecodeError as exc:
+        raise _json_error(path, exc) from None
+
+
+def _ints(values, n: int) -> np.ndarray:
+    return np.fromiter(values, dtype=np.int64, count=n)
+
+
+def _ids(values: list) -> np.ndarray:
+    """Optional integer ids (JSON null allowed) -> int64 with -1 for null."""
+    arr = np.array(values, dtype=np.float64)  # None -> nan; ids stay exact below 2**53
+    return np.where(np.isnan(arr), -1, arr).astype(np.int64)
+
+
+def _int_or_string(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """int64 column (-1 for strings) and the mask of the strings."""
+    strings = np.array([type(v) is str for v in values], dtype=bool)
+    return np.array([-1 if type(v) is str else v for v in values], dtype=np.int64), strings
+
+
+def _strict_columns(evs: list) -> dict:
+    """Columns of the complete ("X") events of one chunk; metadata ("M") events as tuples."""
+    meta = [(e.pid, e.tid, e.name, e.args.name) for e in evs if type(e) is _Meta]
+    xs = [e for e in evs if type(e) is _Complete]
+    n = len(xs)
+    args = list(map(attrgetter("args"), xs))
+    try:
+        pid, tid = _ints(map(attrgetter("pid"), xs), n), _ints(map(attrgetter("tid"), xs), n)
+        string_pid = np.zeros(n, dtype=bool)
+    except (TypeError, ValueError):  # "Spans"/"Traces" pseudo processes have string pids
+        pid, string_pid = _int_or_string(list(map(attrgetter("pid"), xs)))
+        tid, _ = _int_or_string(list(map(attrgetter("tid"), xs)))
+    return {
+        "cat": list(map(attrgetter("cat"), xs)),
+        "name": list(map(attrgetter("name"), xs)),
+        "pid": pid, "tid": tid, "string_pid": string_pid,
+        "ts": np.fromiter(map(attrgetter("ts"), xs), dtype=np.float64, count=n),
+        "dur": np.fromiter(map(attrgetter("dur"), xs), dtype=np.float64, count=n),
+        "corr": _ints(map(attrgetter("correlation"), args), n),
+        "ext": _ints(map(attrgetter("external_id"), args), n),
+        "bytes": _ints(map(attrgetter("bytes"), args), n),
+        "py_id": _ints(map(attrgetter("python_id"), args), n),
+        "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
+        "input_type": list(map(attrgetter("input_type"), args)),
+        "meta": meta,
+        "entries": len(evs),
+    }
+
+
+def _lax_int(v) -> int:
+    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
+        return v
+    if isinstance(v, str):
+        try:
+            x = int(v, 0)
+            return x if _I64_MIN <= x <= _I64_MAX else -1
+        except ValueError:
+            return -1
+    return -1
+
+
+def _lax_float(v) -> float:
+    return float(v) if type(v) in (int, float) and abs(v) < 1e300 else float("nan")
+
+
+def _lax_str(v) -> str:
+    return v if isinstance(v, str) else "" if v is None else str(v)
+
+
+def _lax_columns(items: list) -> dict:
+    """Sanitise value by value: anything that is not an event object is skipped."""
+    evs = [e for e in items if isinstance(e, dict)]
+    meta = [(e.get("pid"), e.get("tid"), e.get("name"),
+             e["args"].get("name") if isinstance(e.get("args"), dict) else None)
+            for e in evs if e.get("ph") == "M"]
+    xs = [e for e in evs if e.get("ph") == "X"]
+    args = [e["args"] if isinstance(e.get("args"), dict) else {} for e in xs]
+
+    def arg(key):
+        return np.array([_lax_int(a.get(key)) for a in args], dtype=np.int64)
+
+    pid = [e.get("pid") for e in xs]
+    return {
+        "cat": [_lax_str(e.get("cat")) for e in xs],
+        "name": [_lax_str(e.get("name")) for e in xs],
+        "pid": np.array([_lax_int(p) for p in pid], dtype=np.int64),
+        "tid": np.array([_lax_int(e.get("tid")) for e in xs], dtype=np.int64),
+        "string_pid": np.array([isinstance(p, str) for p in pid], dtype=bool),
+        "ts": np.array([_lax_float(e.get("ts")) for e in xs], dtype=np.float64),
+        "dur": np.array([_lax_float(e.get("dur")) for e in xs], dtype=np.float64),
+        "corr": arg("correlation"), "ext": arg("External id"), "bytes": arg("bytes"),
+        "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
+        "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
+        "meta": meta,
+        "skipped": len(items) - len(evs),
+        "entries": len(items),
+    }

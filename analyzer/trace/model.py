@@ -1,0 +1,316 @@
+"""Load a PyTorch profiler (Kineto) Chrome trace into one columnar `Trace`.
+
+Decoding lives in kineto.py (typed msgspec Structs, chunked: only the fields the analysis reads are
+materialised); this module turns the column chunks into the event table and the trace metadata.
+
+Times are int64 nanoseconds relative to the earliest complete event (`t0_us` keeps the origin), so
+interval arithmetic downstream is exact. Event kinds are normalised across trace ages and vendors
+(`Kernel`/`kernel`, `Runtime`/`cuda_runtime`/`cuda_driver`, HIP names, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from ..errors import TraceError
+from . import document, kineto
+
+log = logging.getLogger(__name__)
+
+# --- normalised event kinds ---------------------------------------------------------------------
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, DEVICE_SYNC, OTHER = range(10)
+KIND_NAMES = (
+    "kernel", "memcpy", "memset", "runtime", "cpu_op", "annotation", "gpu_annotation", "python",
+    "device_sync", "other",
+)
+DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)  # work that occupies the device
+_KIND_OF_CAT = {
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
+    "gpu_memset": MEMSET, "memset": MEMSET,
+    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": RUNTIME, "xpu_runtime": RUNTIME,
+    "mtia_runtime": RUNTIME, "privateuse1_runtime": RUNTIME, "hip_runtime": RUNTIME,
+    "cpu_op": CPU_OP, "operator": CPU_OP,
+    "user_annotation": ANNOTATION,
+    "gpu_user_annotation": GPU_ANNOTATION,
+    "python_function": PYTHON,
+    "cuda_sync": DEVICE_SYNC,
+}
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+# --- the model ------------------------------------------------------------------------------------
+@dataclass
+class Device:
+    name: str
+    compute_major: Optional[int] = None
+    compute_minor: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    num_sms: Optional[int] = None
+
+    @property
+    def compute_capability(self) -> Optional[float]:
+        if self.compute_major is None:
+            return None
+        return float(f"{self.compute_major}.{self.compute_minor or 0}")
+
+
+@dataclass
+class Trace:
+    """One trace file, parsed once. `events` has one row per complete ("X") event:
+
+    ts, end, dur -- int64 ns relative to `t0_us`;  kind -- int8 code into KIND_NAMES;
+    name -- categorical;  pid, tid -- int64 (-1 where the trace used a string);
+    corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
+    py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
+    "Input type" of cpu ops joined with "," ("" when not recorded).
+    """
+
+    path: str
+    events: pd.DataFrame
+    t0_us: float = 0.0
+    raw_event_count: int = 0  # entries of traceEvents, all phases
+    event_count: int = 0  # complete events analysed (kept when `events` is dropped after analysis)
+    devices: list = field(default_factory=list)
+    device_type: str = "cpu"  # cuda | rocm | cpu | other
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    backend: Optional[str] = None
+    thread_names: dict = field(default_factory=dict)
+    has_stacks: bool = False
+    has_shapes: bool = False
+    warnings: list = field(default_factory=list)
+
+    @property
+    def device_name(self) -> Optional[str]:
+        names = sorted({d.name for d in self.devices if d.name})
+        return ", ".join(names) if names else None
+
+    def kind(self, *kinds: int) -> pd.DataFrame:
+        return self.events[self.events["kind"].isin(kinds)]
+
+
+# --- loading --------------------------------------------------------------------------------------
+def find_trace_files(path: Path) -> list[Path]:
+    """Trace files under a directory (tensorboard_trace_handler output: one per worker/rank)."""
+    return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+
+
+def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None,
+               jobs: int = 1) -> Trace:
+    """Parse one trace file (.json or .json.gz; gzip is detected by content).
+
+    `progress(done, total)` is called after each chunk of events (for a progress bar; only the ratio
+    means anything). `jobs` > 1 decodes the chunks of a large trace in that many forked processes."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(path, "no such file or directory")
+    if path.is_dir():
+        raise TraceError(path, "is a directory (use analyze_path for directories)")
+    warnings: list[str] = []
+    buf = kineto.read_file(path)
+    header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
+    del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
+    trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
+    _read_header(trace, header)
+    frames = [_take_chunk(out, trace) for out in outs]
+    del outs
+    trace.events = _assemble(frames, trace)
+    if trace.events.empty:
+        if any("not event objects" in w for w in trace.warnings):
+            raise TraceError(path, "not a PyTorch profiler trace (traceEvents holds no event objects)")
+        raise TraceError(path, "the trace has no complete events to analyze")
+    trace.event_count = len(trace.events)
+    trace.has_stacks = bool((trace.events["kind"] == PYTHON).any())
+    trace.has_shapes = bool((trace.events["in_type"].cat.codes > 0).any())
+    trace.device_type = _device_type(trace, header)
+    if trace.devices and trace.device_type == "cpu":
+        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
+                              "(was the profiler's CUDA activity enabled?)")
+    return trace
+
+
+def _int_or_none(v) -> Optional[int]:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v == v:
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            return None
+    return None
+
+
+def _read_header(trace: Trace, header: kineto.Header) -> None:
+    props = header.deviceProperties if isinstance(header.deviceProperties, list) else []
+    for p in props:
+        if not isinstance(p, dict):
+            continue
+        name = p.get("name")
+        trace.devices.append(Device(
+            name=str(name) if name is not None else "unknown device",
+            compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
+            memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
+    dist = header.distributedInfo
+    if isinstance(dist, dict):
+        trace.rank = _int_or_none(dist.get("rank"))
+        trace.world_size = _int_or_none(dist.get("world_size"))
+        trace.backend = str(dist["backend"]) if dist.get("backend") is not None else None
+
+
+def _empty_frame() -> pd.DataFrame:
+    cols = {c: pd.Series(dtype="int64") for c in ("ts", "end", "dur") + kineto.INT_COLUMNS}
+    cols["kind"] = pd.Series(dtype="int8")
+    cols["name"] = pd.Series(dtype="category")
+    cols["in_type"] = pd.Series(dtype="category")
+    return pd.DataFrame(cols)
+
+
+def _kinds(cats: list) -> np.ndarray:
+    codes, uniques = pd.factorize(pd.Series(cats, dtype=object), use_na_sentinel=False)
+    table = np.array([_KIND_OF_CAT.get(str(u).lower(), OTHER) for u in uniques], dtype=np.int8)
+    return table[codes] if len(table) else np.empty(0, np.int8)
+
+
+_FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
+_NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
+_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "end")  # the frame's columns
+
+
+def _chunk_frame(c: dict) -> tuple:
+    """(columns of the complete events of one chunk, times still in float µs; metadata tuples; count
+    of skipped entries). Pure: it may run in a worker process."""
+    # Spans/Traces pseudo-processes (string pids) are the profiler's own bookkeeping, not work.
+    keep = ~c["string_pid"]
+    cols = {k: c[k][keep] for k in _FLOAT_COLUMNS + kineto.INT_COLUMNS}
+    kind = _kinds(c["cat"])
+    names = np.array(c["name"], dtype=object)
+    in_type = np.full(len(names), "", dtype=object)
+    ops = np.flatnonzero(kind == CPU_OP)
+    in_type[ops] = [",".join(t) if t else "" for t in (c["input_type"][i] for i in ops.tolist())]
+    cols["kind"] = kind[keep]
+    cols["name"] = pd.Categorical(names[keep])
+    cols["in_type"] = pd.Categorical(in_type[keep])
+    return cols, c["meta"], c.get("skipped", 0)
+
+
+def _take_chunk(out: tuple, trace: Trace) -> dict:
+    cols, meta, skipped = out
+    if skipped:
+        trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
+    for pid, tid, name, value in meta:
+        if name == "thread_name" and isinstance(value, str):
+            trace.thread_names[(pid, tid)] = value
+    return cols
+
+
+def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
+    """One frame from the chunks' columns: times to int ns from the earliest event, sorted by start,
+    without events that have no timestamp, absurd times, or that repeat an earlier event exactly.
+    Works on numpy columns and builds the DataFrame once (pandas row filters copy every column)."""
+    frames[:] = [f for f in frames if len(f["ts"])]
+    if not frames:
+        return _empty_frame()
+    cols = {k: np.concatenate([f[k] for f in frames]) for k in _NUMERIC}
+    names = union_categoricals([f["name"] for f in frames])
+    in_types = union_categoricals([f["in_type"] for f in frames])
+    frames.clear()  # the caller's list: each column is held once from here on
+    if "" not in in_types.categories:
+        in_types = in_types.add_categories([""])
+    cols["name"] = names
+    cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
+    rows = _normalise_times(cols, trace)
+    if rows is None:
+        return _empty_frame()
+    for k in list(cols):  # one column at a time, so that one column is the only extra copy
+        cols[k] = cols[k].take(rows)
+    dup = _duplicates(cols)
+    if dup.any():
+        trace.warnings.append(f"{int(dup.sum())} duplicate events were ignored")
+        for k in list(cols):
+            cols[k] = cols[k][~dup]
+    cols["end"] = cols["ts"] + cols["dur"]
+    return pd.DataFrame({k: cols[k] for k in _ORDER}, copy=False)  # no consolidating copy
+
+
+_IDENTITY = ("ts", "dur", "kind", "name", "pid", "tid", "corr", "ext")
+
+
+def _duplicates(cols: dict) -> np.ndarray:
+    """Rows (sorted by start) that repeat an earlier event exactly. A repeat starts when the event it
+    repeats does, so only rows that share their start with a neighbour get the exact comparison."""
+    ts = cols["ts"]
+    same = ts[1:] == ts[:-1]
+    cand = np.zeros(len(ts), dtype=bool)
+    cand[1:] |= same
+    cand[:-1] |= same
+    dup = np.zeros(len(ts), dtype=bool)
+    if cand.any():
+        idx = np.flatnonzero(cand)
+        sub = pd.DataFrame({c: cols[c].codes[idx] if c == "name" else cols[c][idx] for c in _IDENTITY})
+        dup[idx] = sub.duplicated().to_numpy()
+    return dup
+
+
+def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
+    """Turn ts/dur into int64 ns from the earliest event (in place) and return the rows to keep, in
+    start order; None when no event has a usable timestamp."""
+    warnings = trace.warnings
+    ts, dur = cols["ts"], cols["dur"]
+    bad_ts = ~np.isfinite(ts)
+    if bad_ts.any():
+        warnings.append(f"{int(bad_ts.sum())} events without a numeric timestamp were dropped")
+    bad_dur = (~np.isfinite(dur) | (dur < 0)) & ~bad_ts
+    if bad_dur.any():
+        warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
+                        "were counted as zero-length")
+    if bad_ts.all():
+        return None
+    t0 = float(ts[~bad_ts].min())
+    with np.errstate(invalid="ignore"):
+        ts_ns = np.rint((ts - t0) * 1000.0)
+        dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
+        huge = ((np.abs(ts_ns) > 9e18) | (dur_ns > 9e18)) & ~bad_ts
+    if huge.any():
+        warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped")
+    keep = ~(bad_ts | huge)
+    cols["ts"] = np.where(keep, ts_ns, 0).astype(np.int64)
+    cols["dur"] = np.where(keep, dur_ns, 0).astype(np.int64)
+    trace.t0_us = t0
+    rows = np.flatnonzero(keep)
+    return rows[np.argsort(cols["ts"][rows], kind="stable")]
+
+
+_HIP = re.compile(r"^hip[A-Z]")
+
+
+def _device_type(trace: Trace, header: kineto.Header) -> str:
+    ev = trace.events
+    has_device_work = bool(ev["kind"].isin(DEVICE_KINDS).any())
+    runtime_names = ev.loc[ev["kind"] == RUNTIME, "name"].cat.remove_unused_categories().cat.categories
+    if header.roctracer_version is not None or header.hip_runtime_version is not None or any(
+        _HIP.match(n) for n in runtime_names
+    ):
+        return "rocm"
+    if any(n.startswith("cu") for n in runtime_names) or any(
+        "nvidia" in d.name.lower() or "tesla" in d.name.lower() for d in trace.devices
+    ):
+        return "cuda" if has_device_work or len(runtime_names) else "cpu"
+    if any(d.name.lower().startswith(("amd", "instinct")) for d in trace.devices) and has_device_work:
+        return "rocm"
+    if has_device_work:
+        return "other"
+    return "cpu"
