@@ -39,7 +39,7 @@ def rules(report: dict) -> set:
 
 def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     """The user's command line, for real: a subprocess, the default output folder, the script stopped."""
-    proc = subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", "run", *SMALL,
+    proc = subprocess.run([sys.executable, "-m", "perfsleuth", "run", *SMALL,
                            str(SCRIPTS / "dataloader_starved.py"), "--steps", "30"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -293,3 +293,27 @@ def test_analyze_never_imports_torch():
     code = "import sys, perfsleuth.commands.cli, perfsleuth.commands.run; assert 'torch' not in sys.modules, 'torch imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_machine_and_the_loaders_are_recorded_in_the_trace(tmp_path):
+    """`run` writes host and DataLoader facts into the trace (add_metadata_json), so `analyze` of the file
+    later knows the cores, threads and loader settings a forecast needs."""
+    from perfsleuth.trace.model import load_trace
+
+    code, _, _ = cli(*SMALL, "--no-stack", "-o", str(tmp_path / "o"), str(SCRIPTS / "few_workers.py"),
+                     "--steps", "12", "--threads", "1")
+    assert code == 0
+    meta = load_trace(tmp_path / "o" / "trace.pt.trace.json.gz").run_metadata
+    assert meta["version"] == 1
+    host = meta["host"]
+    assert host["cpu_count"] == os.cpu_count()
+    assert host["affinity_cpus"] == len(os.sched_getaffinity(0))
+    assert host["torch_threads"] == 1 and host["accelerator"] == "cpu"
+    assert meta["loaders"] == [{"dataset": "SlowDataset", "num_workers": 1, "batch_size": 8, "pin_memory": False,
+                                "persistent_workers": False, "prefetch_factor": 2, "collate_fn": "default_collate"}]
+
+
+def test_traces_not_recorded_by_run_have_no_run_metadata():
+    from perfsleuth.trace.model import load_trace
+
+    assert load_trace(ROOT.parent / "shared" / "traces" / "cpu_only_tiny.pt.trace.json.gz").run_metadata == {}

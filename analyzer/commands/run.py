@@ -20,6 +20,7 @@ import contextlib
 import gc
 import gzip
 import importlib.util
+import json
 import logging
 import os
 import runpy
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
+from . import run_facts
 from .run_paths import rank_info, trace_name
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class ProfileSession:
         self._optimizer: Optional[weakref.ref] = None
         self._undo: list = []
         self._iterators: weakref.WeakSet = weakref.WeakSet()
+        self._loaders: list = []  # settings of the DataLoaders iterated (the loader itself may be gone): into the trace
 
     @property
     def profiled_steps(self) -> int:
@@ -104,7 +107,19 @@ class ProfileSession:
                              on_trace_ready=self._on_trace_ready)
         self._prof.start()
         self._install_hooks()
+        if c.wait == 0:  # already recording (warm-up): metadata is kept from here on
+            self._record_metadata()
         return self
+
+    def _record_metadata(self) -> None:
+        """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
+        records (warm-up or active), the last value of a key winning: called at each such step."""
+        try:
+            rank, world = rank_info()
+            meta = run_facts.metadata(run_facts.host_facts(rank, world), self._loaders)
+            self._prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
+        except Exception as exc:  # never the user's run's problem
+            log.warning("could not record machine facts in the trace: %s", exc)
 
     def step(self, source: str, optimizer: Any = None) -> None:
         if not self._counts(source, optimizer):
@@ -117,6 +132,8 @@ class ProfileSession:
             return
         self.steps += 1
         self._prof.step()
+        if not self.window_done and self.steps >= self.config.wait:
+            self._record_metadata()
         if self.window_done:
             self.finish(keep_hooks=self.raise_on_complete)
             if self.raise_on_complete:
@@ -159,6 +176,15 @@ class ProfileSession:
         __next__.__code__ = __next__.__code__.replace(co_filename=OWN_FRAME)
         base.__next__ = __next__
         self._undo.append(lambda: setattr(base, "__next__", original))
+        loader_cls, original_iter = dl.DataLoader, dl.DataLoader.__iter__
+
+        def __iter__(loader):
+            run_facts.remember_loader(session._loaders, loader)
+            return original_iter(loader)
+
+        __iter__.__code__ = __iter__.__code__.replace(co_filename=OWN_FRAME)
+        loader_cls.__iter__ = __iter__
+        self._undo.append(lambda: setattr(loader_cls, "__iter__", original_iter))
 
     def _on_trace_ready(self, prof) -> None:
         self.window_done = self.steps >= self.config.window

@@ -79,6 +79,7 @@ class Header(msgspec.Struct):
     schemaVersion: Any = None
     roctracer_version: Any = None
     hip_runtime_version: Any = None
+    perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (commands/run_facts.py)
 
 
 _HEADER = msgspec.json.Decoder(Header)

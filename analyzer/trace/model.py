@@ -89,6 +89,9 @@ class Trace:
     has_stacks: bool = False
     has_shapes: bool = False
     warnings: list = field(default_factory=list)
+    # What `perfsleuth run` / `profile()` recorded about the machine and the DataLoaders (the trace's
+    # top-level `perfsleuth` object, see commands/run_facts.py); {} for other traces.
+    run_metadata: dict = field(default_factory=dict)
 
     @property
     def device_name(self) -> Optional[str]:
@@ -164,6 +167,8 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
             name=str(name) if name is not None else "unknown device",
             compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
             memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
+    if isinstance(header.perfsleuth, dict):
+        trace.run_metadata = header.perfsleuth
     dist = header.distributedInfo
     if isinstance(dist, dict):
         trace.rank = _int_or_none(dist.get("rank"))
