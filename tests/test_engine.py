@@ -278,13 +278,25 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, shared_traces):
         assert r.output.count("\n") == 1 and msg in r.output and "Traceback" not in r.output
 
 
-def test_cli_set_and_pyproject_change_what_fires(tmp_path, shared_traces, monkeypatch):
-    trace = str(shared_traces / "a100_cuda_event_sync.json.gz")
+def _item_that_waits(path: Path) -> str:
+    """One step whose `.item()` waits on a busy device and drains it: item-sync fires (high)."""
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.launch("k1", host=(0, 5), device=(10, 300))  # [10, 310)
+    tb.op("aten::item", 100, 220)
+    tb.op("aten::_local_scalar_dense", 101, 218)
+    tb.copy("Memcpy DtoH (Device -> Pageable)", host=(102, 216), device=(311, 1), nbytes=4)
+    tb.launch("k2", host=(500, 5), device=(510, 400))
+    return str(tb.write(path))
+
+
+def test_cli_set_and_pyproject_change_what_fires(tmp_path, monkeypatch):
+    trace = _item_that_waits(tmp_path / "t.json.gz")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "r.json"
     assert invoke("analyze", trace, "--json", str(out)).exit_code == 0
     assert [f["rule"] for f in json.loads(out.read_text())["findings"]] == ["item-sync"]
-    assert invoke("analyze", trace, "--json", str(out), "--force", "--set", "item-sync.min_share=0.05").exit_code == 0
+    assert invoke("analyze", trace, "--json", str(out), "--force", "--set", "item-sync.min_share=0.5").exit_code == 0
     assert json.loads(out.read_text())["findings"] == []
     (tmp_path / "pyproject.toml").write_text('[tool.perfsleuth.thresholds.item-sync]\nmin_calls_per_step = 2\n')
     assert invoke("analyze", trace, "--json", str(out), "--force").exit_code == 0

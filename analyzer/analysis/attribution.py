@@ -29,6 +29,7 @@ from ..trace.names import (
 from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
 from .steps import STEP_RE, Steps
+from .syncwait import after_copy_start, blocking_calls, charge, device_pending
 
 
 @dataclass
@@ -52,7 +53,7 @@ def _copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
     rt = rt[name_mask(rt["name"], is_copy_call)]
     dev = of_kind(ev, MEMCPY)
     dev = dev[dev["corr"] >= 0][["corr", "name"]].drop_duplicates("corr")
-    out = rt[["ts", "end", "name", "corr"]].merge(dev, on="corr", how="left", suffixes=("", "_dev"))
+    out = rt[["ts", "end", "name", "corr", "pid", "tid"]].merge(dev, on="corr", how="left", suffixes=("", "_dev"))
     parsed = {n: parse_memcpy(n) for n in out["name_dev"].dropna().unique()}
     out["direction"] = out["name_dev"].map(lambda n: parsed.get(n, (None,) * 3)[0])
     out["src"] = out["name_dev"].map(lambda n: parsed.get(n, (None,) * 3)[1])
@@ -71,6 +72,7 @@ def device_signals(ev: pd.DataFrame) -> dict:
         "device_comm": _iv(kern, comm_mask & ~mem_mask),
         "device_memory": iv.union(_iv(of_kind(ev, MEMCPY, MEMSET)), _iv(kern, mem_mask)),
         "device_any": _iv(of_kind(ev, *DEVICE_KINDS)),
+        "device_pending": device_pending(ev),  # running or queued (from the launch call on)
     }
 
 
@@ -105,9 +107,15 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
         rt = of_kind(ev, RUNTIME)
         out["host_transfer"] = _iv(_in_step_code(blocking[~to_host], steps))
         syncs = _in_step_code(rt[rt["name"].isin(SYNC_CALLS)], steps)
-        reads = _device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies)
-        out["host_sync"] = iv.union(_iv(syncs), _iv(_in_step_code(reads, steps)),
-                                    _iv(_in_step_code(blocking[to_host], steps)))
+        reads = _in_step_code(_device_reads(ann[ann["name"].isin(ITEM_OPS)], syncs, copies), steps)
+        dtoh = _in_step_code(blocking[to_host], steps)
+        parts = (syncs, reads, dtoh)
+        calls = blocking_calls(np.concatenate([p["ts"].to_numpy(np.int64) for p in parts]),
+                               np.concatenate([p["end"].to_numpy(np.int64) for p in parts]),
+                               np.concatenate([after_copy_start(syncs, copies)] +
+                                              [p["ts"].to_numpy(np.int64) for p in parts[1:]]))
+        out["host_sync_calls"] = calls  # (start, end, judge): see syncwait.charge
+        out["host_sync"] = calls[:2]
     else:
         ops = of_kind(ev, CPU_OP)
         comm = name_mask(ops["name"], is_comm)
@@ -123,11 +131,13 @@ def _priority(sig: dict, has_device: bool, windows: iv.Intervals) -> list:
     if not has_device:
         return [("dataloader", sig["host_dataloader"]), ("kernel", sig["cpu_compute"]),
                 ("communication", sig["cpu_comm"]), ("host", sig["host_busy"])]
-    drain = iv.gaps_until_next(sig["host_sync"][1], sig["device_any"], windows)
-    sig["sync_drain"] = drain
+    # A sync costs only while the host waited on a busy device, and its drain only when that wait
+    # drained the device (syncwait.py); a sync on an idle device is host time (host_busy covers it).
+    waited, drain = charge(sig["host_sync_calls"], sig["device_pending"], sig["device_any"], windows)
+    sig["sync_waited"], sig["sync_drain"] = waited, drain
     return [("kernel", sig["device_compute"]), ("communication", sig["device_comm"]),
             ("transfer", sig["device_memory"]), ("transfer", sig["host_transfer"]),
-            ("sync", sig["host_sync"]), ("dataloader", sig["host_dataloader"]), ("sync", drain),
+            ("sync", waited), ("dataloader", sig["host_dataloader"]), ("sync", drain),
             ("host", sig["host_busy"])]
 
 

@@ -61,13 +61,15 @@ def total(iv: Intervals) -> int:
     return int((iv[1] - iv[0]).sum())
 
 
-def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals) -> Intervals:
-    """For each time t in `after`: [t, next start of `busy` after t), kept only when t and that next
-    start lie in the same window (a gap never crosses a window boundary, and no gap is open-ended)."""
+def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals,
+                    search_from: np.ndarray | None = None) -> Intervals:
+    """For each time t in `after`: [t, next start of `busy` at or after t), kept only when t and that next
+    start lie in the same window (a gap never crosses a window boundary, and no gap is open-ended).
+    With `search_from` (one per t, each >= t) the next start is looked for at or after that time instead."""
     s = busy[0]
     if s.size == 0 or after.size == 0:
         return EMPTY
-    k = np.searchsorted(s, after, side="left")
+    k = np.searchsorted(s, after if search_from is None else search_from, side="left")
     has = k < s.size
     t, nxt = after[has], s[k[has]]
     ws, we = windows

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
+from ..analysis.syncwait import SYNC_AFTER_COPY_NS, blocking_calls, charge, waited_at
 from ..trace.model import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from ..trace.names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, is_copy_call, is_dataloader, name_mask, parse_memcpy
 from ..trace.selection import of_kind
@@ -15,7 +16,6 @@ from .locations import sync_sites
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
 FILL_OPS = frozenset({"aten::zero_", "aten::fill_"})
-SYNC_AFTER_COPY_NS = 50_000  # a synchronize this soon after a copy call (nothing in between) belongs to it
 
 HOST_FACTS = {
     "dataloader_single_process": ("bool", "DataLoader events come from _SingleProcessDataLoaderIter (num_workers=0)"),
@@ -39,11 +39,17 @@ HOST_FACTS = {
     "sync_calls_per_step": ("count/step", "explicit synchronize runtime calls (cudaStreamSynchronize, ...)"),
     "sync_dtoh_copies_per_step": ("count/step", "device-to-host copy calls (those inside aten::item included)"),
     "sync_item_us_per_step": ("us/step", "host time inside those reads"),
-    "sync_item_idle_us_per_step": ("us/step", "device idle time caused by scalar reads: inside them and in the "
-                                   "drain after them until the next device work (an upper bound of the saving)"),
+    "sync_item_waited_calls_per_step": ("count/step", "those reads that started while the device had work running or "
+                                        "queued (the others waited for nothing and cost only their call time)"),
+    "sync_item_idle_us_per_step": ("us/step", "device idle time caused by scalar reads that waited on a busy device: "
+                                   "inside them while the host waited, and in the drain after a wait that emptied "
+                                   "the device until the next device work (an upper bound of the saving)"),
     "sync_explicit_calls_per_step": ("count/step", "synchronize calls made by the step's code (torch.cuda.synchronize(), "
                                      "event/stream synchronize) outside reads and copies, inside the step's host window"),
-    "sync_explicit_idle_us_per_step": ("us/step", "device idle time inside those calls and in the drain after them"),
+    "sync_explicit_waited_calls_per_step": ("count/step", "those synchronize calls that started while the device had "
+                                            "work running or queued"),
+    "sync_explicit_idle_us_per_step": ("us/step", "device idle time inside those calls while the host waited on a busy "
+                                       "device, and in the drain after a wait that emptied the device"),
     "optimizer_name": ("text", "optimizer class from the Optimizer.step#NAME.step annotation ('' if none)"),
     "optimizer_fused": ("bool", "the optimizer step is fused or foreach (Fused* class, _fused_/_foreach_ ops)"),
     "optimizer_us_per_step": ("us/step", "host time inside Optimizer.step annotations"),
@@ -178,20 +184,33 @@ def _syncs(ctx: Context) -> tuple[dict, dict]:
         "sync_calls_per_step": ctx.per_step(int(ctx.kind(RUNTIME)["name"].isin(SYNC_CALLS).sum())),
         "sync_dtoh_copies_per_step": ctx.per_step(len(dtoh)),
         "sync_item_us_per_step": ctx.per_step_us(ctx.in_steps_ns(read_iv)),
+        "sync_item_waited_calls_per_step": ctx.per_step(_waited(ctx, reads["ts"])),
         "sync_item_idle_us_per_step": ctx.per_step_us(_idle_ns(ctx, read_iv)),
         "sync_explicit_calls_per_step": ctx.per_step(len(explicit)),
+        "sync_explicit_waited_calls_per_step": ctx.per_step(_waited(ctx, explicit["ts"])),
         "sync_explicit_idle_us_per_step": ctx.per_step_us(_idle_ns(ctx, span(explicit))),
     }
     return v, {"sync_sites": sync_sites(ctx.trace, reads, ctx.n_steps),
                "explicit_sync_sites": sync_sites(ctx.trace, explicit, ctx.n_steps)}
 
 
-def _idle_ns(ctx: Context, waits: iv.Intervals) -> int:
-    """Device idle time inside host waits and in the drain after each until new device work starts."""
-    if not ctx.breakdown.has_device or "device_any" not in ctx.breakdown.signals:
+def _waited(ctx: Context, starts: pd.Series) -> int:
+    """How many of the calls starting at `starts` found the device with work running or queued."""
+    pending = ctx.breakdown.signals.get("device_pending")
+    if not ctx.breakdown.has_device or pending is None:
         return 0
-    busy = ctx.breakdown.signals["device_any"]
-    lost = intersect(iv.union(waits, iv.gaps_until_next(waits[1], busy, ctx.windows)), ctx.windows)
+    return int(waited_at(starts.to_numpy(np.int64), pending).sum())
+
+
+def _idle_ns(ctx: Context, waits: iv.Intervals) -> int:
+    """Device idle time while the host waited on a busy device inside `waits`, and in the drain after a
+    wait that emptied the device until new device work starts (the attribution's rule, syncwait.py)."""
+    sig = ctx.breakdown.signals
+    if not ctx.breakdown.has_device or "device_pending" not in sig:
+        return 0
+    busy = sig["device_any"]
+    waited, drain = charge(blocking_calls(*waits), sig["device_pending"], busy, ctx.windows)
+    lost = intersect(iv.union(waited, drain), ctx.windows)
     return max(iv.total(lost) - overlap_ns(lost, busy), 0)
 
 
