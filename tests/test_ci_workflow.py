@@ -153,7 +153,7 @@ def test_compare_step_records_the_gate_and_writes_the_comment(steps, job):
     p = _run_step(steps["Compare with the base branch"], work, env)
     assert p.returncode == 0, p.stderr  # the gate's exit code is recorded, the step itself passes
     assert (tmp / "out").read_text() == "exit=1\n"  # +52 % between the A100 and the V100 run
-    assert "gate failed: step time +52.3%" in p.stderr
+    assert "gate failed: step time +52.0%" in p.stderr
     diff_md = (work / "diff.md").read_text()
     assert len(diff_md) < MAX_CHARS
     assert json.loads((work / "diff.json").read_text())["verdict"]["changed"] is True
@@ -206,6 +206,6 @@ def test_real_comment_is_within_the_limit(steps, job):
     assert r.returncode == 0, r.stderr
     assert _run_step(steps["Post the PR comment"], work, env).returncode == 0
     posted = (tmp / "posted.md").read_text(encoding="utf-8")
-    assert posted.startswith("### perfsleuth diff: median step **+52.3%** (▲ regression)")
+    assert posted.startswith("### perfsleuth diff: median step **+52.0%** (▲ regression)")
     assert "<details><summary>Full report of this pull request</summary>" in posted
     assert len(posted) < GITHUB_COMMENT_LIMIT

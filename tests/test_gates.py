@@ -219,8 +219,8 @@ def test_gates_in_a_real_process(shared_traces, tmp_path):
     assert p.stderr == "perfsleuth: gate failed: verdict sync-bound (--fail-on sync-bound)\n"
     p = run("diff", str(shared_traces / CONTROL), str(shared_traces / TEST), "--fail-on-regression", "10%")
     assert p.returncode == 1
-    assert p.stderr == ("perfsleuth: gate failed: step time +52.3% (median 76.76 ms → 116.91 ms, outside noise "
-                        "±4.91 ms) exceeds --fail-on-regression 10%\n")
+    assert p.stderr == ("perfsleuth: gate failed: step time +52.0% (median 76.76 ms → 116.69 ms, outside noise "
+                        "±2.92 ms) exceeds --fail-on-regression 10%\n")
     p = run("diff", str(shared_traces / CONTROL), str(shared_traces / CONTROL), "--fail-on-regression", "1%")
     assert (p.returncode, p.stderr) == (0, "")
     p = run("diff", str(shared_traces / CONTROL), "missing.json.gz")

@@ -73,7 +73,7 @@ def test_step_outliers_finding_later_step(tmp_path):
 def test_step_outliers_first_step_is_warm_up(tmp_path):
     f = fired(analyze(steps_trace([3000, 1000, 1000]), tmp_path)[0])["step-outliers"]
     assert f["severity"] == "medium"  # 3.0x the median
-    assert "first profiled step" in f["message"] and "schedule(wait=1, warmup=2, active=5)" in f["fix"]
+    assert "warm-up step at the start of the trace" in f["message"] and "schedule(wait=1, warmup=2, active=5)" in f["fix"]
 
 
 def healthy_trace() -> RuleTraceBuilder:

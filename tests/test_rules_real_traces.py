@@ -11,8 +11,9 @@ EXPECTED = {
     "a100_alexnet_small.json.gz": {"pin-memory": "low"},
     "a100_cuda_event_sync.json.gz": {},  # its .item() and synchronize find the device idle
     "a100_nccl_2ranks.json.gz": {"cuda-graphs": "high", "amp": "medium", "channels-last": "low"},
-    "a100_rank0_of16_nccl.json.gz": {"item-sync": "high", "exposed-communication": "medium", "step-outliers": "low",
-                                     "amp": "medium", "pin-memory": "low"},
+    # the first step (372 ms against 216) is warm-up: in the steady steps host overhead reaches 32 %
+    "a100_rank0_of16_nccl.json.gz": {"item-sync": "high", "cuda-graphs": "medium", "exposed-communication": "medium",
+                                     "step-outliers": "low", "amp": "medium", "pin-memory": "low"},
     "a100_trace_diff_control.json.gz": {"exposed-communication": "medium", "amp": "medium", "item-sync": "low"},
     "a100_triton_example.json.gz": {},
     "b200_eager_inference.json.gz": {"cuda-graphs": "high", "pin-memory": "low"},
@@ -57,13 +58,14 @@ def test_every_real_trace_is_listed(shared_traces):
 
 def test_a100_rank0_item_calls_are_cpu_side_and_its_syncs_are_tensor_reads(real):
     """945 aten::item calls, none with a copy or synchronize inside (CPU metrics); the device reads are
-    30 blocking device-to-host copies (6 per step); they wait on a busy device and leave it idle 92 ms per step."""
+    blocking device-to-host copies, 21 in the 4 steady steps; all wait on a busy device and leave it idle
+    71 ms per step."""
     report, facts = real("a100_rank0_of16_nccl.json.gz")
-    assert report["verdict"] == "sync-bound"
-    assert facts["sync_item_calls_per_step"] == 6.0 and facts["sync_dtoh_copies_per_step"] == 6.0
-    assert facts["sync_item_waited_calls_per_step"] == 6.0 and facts["sync_item_idle_us_per_step"] == 91601.8
+    assert report["verdict"] == "sync-bound" and facts["steps"] == 4 and facts["warmup_steps"] == 1
+    assert facts["sync_item_calls_per_step"] == 5.25 and facts["sync_dtoh_copies_per_step"] == 5.25
+    assert facts["sync_item_waited_calls_per_step"] == 5.25 and facts["sync_item_idle_us_per_step"] == 70542.25
     f = next(f for f in report["findings"] if f["rule"] == "item-sync")
-    assert f["estimated_saving_us"] == 91601.8 and f["locations"] == []
+    assert f["estimated_saving_us"] == 70542.25 and f["locations"] == []
     assert "with_stack=True" in f["message"]
     _, control = real("a100_trace_diff_control.json.gz")
     assert control["sync_item_calls_per_step"] == 10.0  # 4 device aten::item + 6 DtoH copies per step

@@ -28,18 +28,24 @@ from ..trace.names import (
 )
 from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
+from .phases import STEADY
 from .steps import STEP_RE, Steps
 from .syncwait import after_copy_start, blocking_calls, charge, device_pending
 
 
 @dataclass
 class Breakdown:
-    """`steps`: name, start, end, duration and one int64-ns column per category (rows sum to duration)."""
+    """`steps`: name, start, end, duration, phase and one int64-ns column per category (rows sum to duration)."""
 
     steps: pd.DataFrame
     device_busy_ns: np.ndarray  # per step: time the device runs anything (zeros on CPU-only traces)
     has_device: bool
     signals: dict  # name -> Intervals, for facts and tests
+
+    def steady(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """The steady steps' rows and their device busy time: what shares, verdict and facts use."""
+        keep = (self.steps["phase"] == STEADY).to_numpy() if "phase" in self.steps else np.ones(len(self.steps), bool)
+        return self.steps[keep], self.device_busy_ns[keep]
 
 
 def _iv(df: pd.DataFrame, rows=slice(None)) -> iv.Intervals:
@@ -172,7 +178,8 @@ def attribute(trace: Trace, steps: Steps) -> Breakdown:
         dev_hit = in_step & iv.covers(sig["device_any"], seg_start)
         np.add.at(busy, step_idx[dev_hit], seg_len[dev_hit])
 
-    out = pd.DataFrame({"name": fr["name"].to_numpy(), "start": st, "end": en, "duration": en - st})
+    out = pd.DataFrame({"name": fr["name"].to_numpy(), "start": st, "end": en, "duration": en - st,
+                        "phase": fr["phase"].to_numpy() if "phase" in fr else STEADY})
     for j, c in enumerate(CATEGORIES):
         out[c] = table[:, j]
     return Breakdown(steps=out, device_busy_ns=busy, has_device=has_device, signals=sig)

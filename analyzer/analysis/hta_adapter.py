@@ -90,10 +90,13 @@ def _quiet():
 
 
 def _window(ev: pd.DataFrame, steps) -> pd.DataFrame:
-    """Events that start inside the steps (as the report's top tables count them); all without steps."""
+    """Events that start inside the steady steps (as the report's top tables count them; warm-up steps lead and
+    a partial one ends the trace, so the steady steps are one stretch); all without steps."""
     if steps is None or getattr(steps, "frame", None) is None or steps.frame.empty:
         return ev
-    lo, hi = int(steps.frame["start"].min()), int(steps.frame["end"].max())
+    fr = steps.frame[steps.steady_mask()] if hasattr(steps, "steady_mask") else steps.frame
+    fr = fr if len(fr) else steps.frame
+    lo, hi = int(fr["start"].min()), int(fr["end"].max())
     ts = ev["ts"].to_numpy()
     return ev[(ts >= lo) & (ts < hi)]
 

@@ -77,3 +77,17 @@ def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals,
     j = np.searchsorted(ws, nxt, side="right") - 1
     same = (i >= 0) & (i == j) & (nxt <= we[np.clip(i, 0, None)])
     return merge(t[same], nxt[same])
+
+
+def covered_before(iv: Intervals, points: np.ndarray) -> np.ndarray:
+    """For each point x: the length of the part of `iv` that lies before x (so the coverage of [a, b)
+    is covered_before(iv, b) - covered_before(iv, a))."""
+    s, e = iv
+    x = np.asarray(points, dtype=np.int64)
+    if s.size == 0:
+        return np.zeros(x.shape, dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+    i = np.searchsorted(s, x, side="right") - 1
+    c = np.clip(i, 0, None)
+    inside = np.clip(x - s[c], 0, e[c] - s[c])
+    return np.where(i >= 0, cum[c] + inside, 0)

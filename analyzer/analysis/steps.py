@@ -9,6 +9,9 @@ A step starts where its host annotation starts and is extended to the end of the
 launched (kernels, copies and memsets whose runtime call lies inside the host window). Steps are
 then made disjoint: a step starts no earlier than the previous step ends, so every microsecond of the
 profiled timeline belongs to at most one step and nothing is counted twice.
+
+Each step is then classed warm-up, steady or partial (`phases.py`, column `phase`): shares, the verdict,
+the facts and the top tables use the steady steps only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import name_mask
 from ..trace.selection import of_kind
 from . import intervals as iv
+from .phases import PARTIAL, STEADY, WARMUP, classify
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -31,7 +35,8 @@ PROFILER_STEP, OPTIMIZER_STEP, WHOLE_TRACE = "ProfilerStep", "Optimizer.step", "
 
 @dataclass
 class Steps:
-    """`frame` columns: name, host_start, host_end, start, end (int64 ns)."""
+    """`frame` columns: name, host_start, host_end, start, end (int64 ns), phase (warmup | steady | partial)
+    and phase_reason ('' for steady steps)."""
 
     frame: pd.DataFrame
     source: str
@@ -39,6 +44,18 @@ class Steps:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    def steady_mask(self) -> np.ndarray:
+        if "phase" not in self.frame:
+            return np.ones(len(self.frame), dtype=bool)
+        return (self.frame["phase"] == STEADY).to_numpy()
+
+    def counts(self) -> dict:
+        """{"steady": n, "warmup": n, "partial": n}."""
+        if "phase" not in self.frame:
+            return {STEADY: len(self.frame), WARMUP: 0, PARTIAL: 0}
+        ph = self.frame["phase"]
+        return {k: int((ph == k).sum()) for k in (STEADY, WARMUP, PARTIAL)}
 
     def host_windows(self) -> iv.Intervals:
         """The merged host windows of the steps: where the step's own code runs."""
@@ -128,7 +145,9 @@ def find_steps(trace: Trace) -> Steps:
         frame = frame[~empty]
     if (np.diff(host_start) < 0).any() or (host_end[:-1] > host_start[1:]).any():
         warnings.append("step annotations overlap on the host; overlapping parts were given to the earlier step")
-    return Steps(frame.reset_index(drop=True), source, warnings)
+    frame = frame.reset_index(drop=True)
+    phase, reason, notes = classify(trace, frame, source)
+    return Steps(frame.assign(phase=phase, phase_reason=reason), source, warnings + notes)
 
 
 def _make_disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,5 +1,5 @@
-"""Tables derived from the steps: the share of each category, and the kernels and ops that take the
-most time inside the steps."""
+"""Tables derived from the steady steps: the share of each category, and the kernels and ops that take
+the most time inside them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ..config import CATEGORIES
 from ..trace.model import CPU_OP, DEVICE_KINDS, Trace
 from ..trace.names import is_comm, is_memory_kernel, name_mask
 from ..trace.selection import of_kind
+from . import intervals as iv
 from .attribution import Breakdown
 from .steps import Steps
 
@@ -19,15 +20,19 @@ def _us(ns) -> float:
 
 
 def time_share(b: Breakdown) -> dict:
-    total = int(b.steps["duration"].sum())
-    return {c: (round(int(b.steps[c].sum()) / total, 4) if total else 0.0) for c in CATEGORIES}
+    """Share of each category in the summed duration of the steady steps."""
+    st, _ = b.steady()
+    total = int(st["duration"].sum())
+    return {c: (round(int(st[c].sum()) / total, 4) if total else 0.0) for c in CATEGORIES}
 
 
 def _in_steps(ev: pd.DataFrame, steps: Steps) -> pd.DataFrame:
-    fr = steps.frame
+    """Events that start inside a steady step."""
+    fr = steps.frame[steps.steady_mask()]
     if fr.empty:
         return ev.iloc[:0]
-    return ev[(ev["ts"] >= int(fr["start"].min())) & (ev["ts"] < int(fr["end"].max()))]
+    windows = iv.merge(fr["start"].to_numpy(np.int64), fr["end"].to_numpy(np.int64))
+    return ev[iv.covers(windows, ev["ts"].to_numpy(np.int64))]
 
 
 def top_kernels(trace: Trace, steps: Steps, n: int) -> list:

@@ -140,14 +140,21 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
     }
 
 
+def steady(report: dict) -> list:
+    """The steady steps (`steps[].phase`, docs/schema.md): warm-up and partial steps are not compared. A report
+    without phases is all steady; one whose steps are all set apart falls back to all of them."""
+    kept = [s for s in report["steps"] if s.get("phase", "steady") == "steady"]
+    return kept or list(report["steps"])
+
+
 def _durations(report: dict) -> np.ndarray:
-    return np.array([float(s["duration_us"]) for s in report["steps"]], dtype=np.float64)
+    return np.array([float(s["duration_us"]) for s in steady(report)], dtype=np.float64)
 
 
 def _side(report: dict) -> dict:
     t = report.get("trace") if isinstance(report.get("trace"), dict) else {}
     return {"path": t.get("path"), "device": t.get("device"), "verdict": report["verdict"],
-            "steps": len(report["steps"]), "steps_source": report.get("steps_source")}
+            "steps": len(steady(report)), "steps_source": report.get("steps_source")}
 
 
 def spread(values: np.ndarray) -> dict:
@@ -186,14 +193,14 @@ def step_change(base: np.ndarray, head: np.ndarray, config: DiffConfig) -> dict:
 
 
 def _category_values(report: dict, c: str) -> np.ndarray:
-    return np.array([float((s.get("time_us") or {}).get(c) or 0.0) for s in report["steps"]], dtype=np.float64)
+    return np.array([float((s.get("time_us") or {}).get(c) or 0.0) for s in steady(report)], dtype=np.float64)
 
 
 def _share(report: dict, c: str) -> float:
     share = ((report.get("summary") or {}).get("time_share") or {}).get(c)
     if isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share):
         return float(share)
-    total = sum(float(s["duration_us"]) for s in report["steps"])
+    total = sum(float(s["duration_us"]) for s in steady(report))
     return round(float(_category_values(report, c).sum()) / total, 4) if total else 0.0
 
 
@@ -236,7 +243,7 @@ def _named_changes(base: dict, head: dict, key: str, config: DiffConfig, full_li
     sides = []
     for rep, full in zip((base, head), full_lists):
         rows = [r for r in rep.get(key) or [] if isinstance(r, dict) and isinstance(r.get("name"), str)]
-        n = len(rep["steps"])
+        n = len(steady(rep))
         table = {}
         for r in rows:
             if r["name"] not in table:
@@ -267,6 +274,9 @@ def _warnings(base: dict, head: dict, step: dict, unmatched: int, config: DiffCo
     for label, rep in (("base", base), ("head", head)):
         if rep.get("steps_source") == "whole-trace":
             out.append(f"{label}: no step annotations; the whole trace is one step")
+        apart = len(rep["steps"]) - len(steady(rep))
+        if apart:
+            out.append(f"{label}: {apart} warm-up or partial step{'s' if apart != 1 else ''} left out of the comparison")
     bd, hd = (r.get("trace", {}).get("device") if isinstance(r.get("trace"), dict) else None for r in (base, head))
     if bd and hd and bd != hd:
         out.append(f"the traces come from different devices ({bd} vs {hd})")

@@ -17,7 +17,8 @@ from ..trace.selection import of_kind
 
 @dataclass
 class Context:
-    """What every fact provider needs: the trace, the step windows, events inside them, helpers."""
+    """What every fact provider needs: the trace, the steady step windows, events inside them, helpers.
+    `n_steps` and `total_ns` count the steady steps only (warm-up and partial steps are left out)."""
 
     trace: Trace
     steps: Steps
@@ -56,7 +57,8 @@ class Context:
 
 
 def make_context(trace: Trace, steps: Steps, breakdown: Breakdown) -> Context:
-    st = breakdown.steps
+    """Over the steady steps: every fact (and every forecast built on them) follows the steady state."""
+    st, _ = breakdown.steady()
     windows = iv.merge(st["start"].to_numpy(np.int64), st["end"].to_numpy(np.int64))
     return Context(trace=trace, steps=steps, breakdown=breakdown, windows=windows,
                    n_steps=len(st), total_ns=int(st["duration"].sum()))

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.attribution import CATEGORIES, Breakdown
+from ..analysis.phases import PARTIAL, WARMUP
 from ..analysis.steps import Steps
 from ..trace.model import Trace
 from .common import Context, make_context
@@ -27,14 +28,19 @@ from .device import DEVICE_FACTS, device_facts
 from .host import HOST_FACTS, host_facts
 
 CORE_FACTS = {
-    "steps": ("count", "number of steps analysed"),
+    "steps": ("count", "number of steady steps analysed (warm-up and partial steps left out)"),
     "step_source": ("text", "how steps were found: ProfilerStep, Optimizer.step or whole-trace"),
-    "step_us": ("us", "mean step duration"),
-    "step_median_us": ("us", "median step duration"),
-    "step_max_us": ("us", "slowest step duration"),
-    "step_max_ratio": ("ratio", "slowest step / median step (1.0 with fewer than two steps)"),
-    "step_slowest_index": ("index", "position of the slowest step among the analysed steps (0 = first)"),
-    "step_excess_us_per_step": ("us/step", "mean of max(0, step - median step): the time outlier steps add"),
+    "step_us": ("us", "mean steady step duration"),
+    "step_median_us": ("us", "median steady step duration"),
+    "complete_steps": ("count", "steps that ran to their end: the steady ones and the warm-up ones"),
+    "warmup_steps": ("count", "leading steps classed warm-up (initialisation, autotuning, compilation, or far slower "
+                              "than the rest; docs/attribution.md#steady-state)"),
+    "step_max_us": ("us", "slowest complete step duration (warm-up included)"),
+    "step_max_ratio": ("ratio", "slowest complete step / median steady step (1.0 with fewer than two complete steps)"),
+    "step_slowest_index": ("index", "position of the slowest step among the complete steps (0 = first)"),
+    "step_slowest_is_warmup": ("bool", "the slowest complete step is a warm-up step"),
+    "step_excess_us_per_step": ("us/step", "mean over complete steps of max(0, step - median steady step): the time "
+                                           "outlier steps add"),
     "device_is_gpu": ("bool", "the trace has device work on a CUDA or ROCm GPU"),
     "device_type": ("text", "cuda, rocm, cpu or other"),
     "device_vendor": ("text", "nvidia, amd or unknown"),
@@ -83,9 +89,14 @@ def _device_vendor(trace: Trace) -> str:
 
 
 def core_facts(ctx: Context) -> tuple[dict, dict]:
-    trace, st = ctx.trace, ctx.breakdown.steps
+    trace = ctx.trace
+    st, busy_ns = ctx.breakdown.steady()
     dur = st["duration"].to_numpy(np.float64) / 1000.0
     median = float(np.median(dur)) if len(dur) else 0.0
+    every = ctx.breakdown.steps
+    complete = every[every["phase"] != PARTIAL] if "phase" in every else every
+    whole = complete["duration"].to_numpy(np.float64) / 1000.0
+    slowest = int(np.argmax(whole)) if len(whole) else 0
     caps = [d.compute_capability for d in trace.devices if d.compute_capability is not None]
     has_device = ctx.breakdown.has_device
     v = {
@@ -93,20 +104,23 @@ def core_facts(ctx: Context) -> tuple[dict, dict]:
         "step_source": ctx.steps.source,
         "step_us": round(float(dur.mean()), 3) if len(dur) else 0.0,
         "step_median_us": round(median, 3),
-        "step_max_us": round(float(dur.max()), 3) if len(dur) else 0.0,
-        "step_max_ratio": round(float(dur.max()) / median, 4) if len(dur) > 1 and median > 0 else 1.0,
-        "step_slowest_index": int(np.argmax(dur)) if len(dur) else 0,
-        "step_excess_us_per_step": round(float(np.clip(dur - median, 0, None).mean()), 3) if len(dur) else 0.0,
+        "complete_steps": len(complete),
+        "warmup_steps": int((complete["phase"] == WARMUP).sum()) if "phase" in complete else 0,
+        "step_max_us": round(float(whole.max()), 3) if len(whole) else 0.0,
+        "step_max_ratio": round(float(whole.max()) / median, 4) if len(whole) > 1 and median > 0 else 1.0,
+        "step_slowest_index": slowest,
+        "step_slowest_is_warmup": bool(len(whole) and "phase" in complete and complete["phase"].iloc[slowest] == WARMUP),
+        "step_excess_us_per_step": round(float(np.clip(whole - median, 0, None).mean()), 3) if len(whole) else 0.0,
         "device_is_gpu": bool(has_device and trace.device_type in ("cuda", "rocm")),
         "device_type": trace.device_type,
         "device_vendor": _device_vendor(trace),
         "device_compute_capability": float(caps[0]) if caps else 0.0,
-        "device_busy_share": ctx.share(ctx.breakdown.device_busy_ns.sum()) if has_device else 0.0,
+        "device_busy_share": ctx.share(busy_ns.sum()) if has_device else 0.0,
         "world_size": int(trace.world_size) if trace.world_size else 1,
         "has_stacks": bool(trace.has_stacks),
         "has_shapes": bool(trace.has_shapes),
     }
-    for c in CATEGORIES:
+    for c in CATEGORIES:  # the steady steps' breakdown
         v[f"{c}_share"] = ctx.share(st[c].sum())
         v[f"{c}_us_per_step"] = ctx.per_step_us(st[c].sum())
     return v, {}

@@ -274,7 +274,7 @@ def _comm(ctx: Context) -> dict:
     kern = ctx.kind(KERNEL)
     comm = kern[name_mask(kern["name"], is_comm)]
     comm_ns = ctx.in_steps_ns(span(comm))
-    exposed = int(ctx.breakdown.steps["communication"].sum()) if ctx.breakdown.has_device else 0
+    exposed = int(ctx.breakdown.steady()[0]["communication"].sum()) if ctx.breakdown.has_device else 0
     return {
         "comm_kernels_per_step": ctx.per_step(len(comm)),
         "comm_kernel_us_per_step": ctx.per_step_us(comm_ns),

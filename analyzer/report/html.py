@@ -111,7 +111,8 @@ def view(report: dict, pid: str = "") -> dict:
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
         "top_finding": findings[0] if findings else None,
         "chart": chart(report.get("steps") or [], step_time.get("median")),
-        "shares": shares(summary.get("time_share") or {}, report.get("steps") or []),
+        "shares": shares(summary.get("time_share") or {}, present.steady_steps(report)),
+        "apart": [{**a, "reason": shorten(a["reason"], 500)} for a in present.set_apart(report)[:MAX_TABLE_ROWS]],
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
         "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
         "findings_more": max(0, len(findings) - MAX_FINDINGS),
@@ -185,7 +186,7 @@ def _meta(report: dict, trace: dict) -> list[tuple[str, str]]:
         ("Python stacks", present.fmt_value("", trace.get("has_stacks"))),
         ("Input shapes", present.fmt_value("", trace.get("has_shapes"))),
         ("Steps from", show(report.get("steps_source"))),
-        ("Steps analysed", present.fmt_count(len(report.get("steps") or []))),
+        ("Steps analysed", present.steps_text(report)),
         ("Schema", show(report.get("schema"))),
     ]
 
@@ -205,7 +206,8 @@ def shares(time_share: dict, steps: list) -> list[dict]:
 
 def chart(steps: list, median: Any) -> dict:
     """Geometry of the per-step stacked bar chart in a fixed viewBox (SVG units)."""
-    bars_src, group = _group_steps([s for s in steps if isinstance(s, dict)])
+    steps = [s for s in steps if isinstance(s, dict)]
+    bars_src, group = _group_steps(steps)
     n = len(bars_src)
     ymax, ticks = _axis(max([d for _, d, _ in bars_src] + [number(median) or 0.0, 1.0]))
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
@@ -213,12 +215,16 @@ def chart(steps: list, median: Any) -> dict:
     bar_w = min(max(slot * (0.8 if n <= 100 else 0.9), 0.3), MAX_BAR_WIDTH)
     scale = plot_h / ymax
     bars = [_bar(i, name, dur, parts, slot, bar_w, scale) for i, (name, dur, parts) in enumerate(bars_src)]
+    for b, st in zip(bars, steps if group == 1 else []):  # warm-up / partial steps: drawn faded, set apart
+        label = present.PHASE_LABELS.get(present.step_phase(st), "")
+        b["apart"], b["title"] = label, (f"{label} (not in the shares): " if label else "") + b["title"]
     compact = n > SEGMENT_TITLES_UP_TO
     med = number(median)
     return {
         "width": _W, "height": _H, "left": _LEFT, "right": _W - _RIGHT, "top": _TOP,
         "bottom": _H - _BOTTOM, "bars": [_fmt_bar(b) for b in bars],
         "compact": compact, "paths": _compact_paths(bars) if compact else [], "count": len(steps), "group": group,
+        "apart": sum(1 for b in bars if b.get("apart")),
         "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", _tick_label(v)) for v in ticks],
         "xticks": _xticks(bars_src, slot, group),
         "median_y": f"{_H - _BOTTOM - med * scale:.1f}" if med is not None and n else None,
@@ -256,7 +262,7 @@ def _bar(i, name, dur, parts, slot, bar_w, scale) -> dict:
         segs.append({"cat": c, "y": y, "h": h, "title": f"{CATEGORY_LABELS[c]}: {fmt_us(parts[c])} ({share})"})
     top = sorted(((parts[c], c) for c in CATEGORIES if parts[c] > 0), reverse=True)[:3]
     summary = ", ".join(f"{CATEGORY_LABELS[c]} {fmt_pct(v / dur if dur else 0, 0)}" for v, c in top)
-    return {"name": name, "x": x, "w": bar_w, "y": y, "h": _H - _BOTTOM - y, "segments": segs,
+    return {"name": name, "x": x, "w": bar_w, "y": y, "h": _H - _BOTTOM - y, "segments": segs, "apart": "",
             "title": f"{name}: {fmt_us(dur)}" + (f" — {summary}" if summary else "")}
 
 

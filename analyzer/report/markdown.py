@@ -40,7 +40,7 @@ def render_markdown(report: dict) -> str:
 
 def _render_one(report: dict, max_chars: int) -> str:
     """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped)."""
-    head = "\n\n".join(p for p in (_headline(report), _warnings(report), _categories(report)) if p)
+    head = "\n\n".join(p for p in (_headline(report), _warnings(report), _categories(report), _apart(report)) if p)
     tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report)))
     budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
@@ -111,7 +111,7 @@ def _warnings(report: dict) -> str:
 
 def _categories(report: dict) -> str:
     share = (report.get("summary") or {}).get("time_share") or {}
-    steps = [s for s in report.get("steps") or [] if isinstance(s, dict)]
+    steps = present.steady_steps(report)
     rows = ["| Category | Share | Mean per step |", "|:--|--:|--:|"]
     pie = []
     for c in CATEGORIES:
@@ -125,6 +125,19 @@ def _categories(report: dict) -> str:
         return table + "\n\n_No step time to chart._"
     chart = "```mermaid\npie showData title Share of step time (%)\n" + "\n".join(pie) + "\n```"
     return f"{table}\n\n{chart}"
+
+
+def _apart(report: dict) -> str:
+    """The warm-up and partial steps: named, with why, outside the shares."""
+    apart = present.set_apart(report)
+    if not apart:
+        return ""
+    lines = ["**Set apart** (not in the shares, the verdict or the findings; `step-outliers` still counts them):", ""]
+    lines += [f"- {a['label']} {md_code(a['name'], MAX_NAME)}: {md_text(a['reason'] or fmt_us(a['duration_us']), 300)}"
+              for a in apart[:MAX_ROWS]]
+    if len(apart) > MAX_ROWS:
+        lines.append(f"- … {len(apart) - MAX_ROWS} more in report.json")
+    return "\n".join(lines)
 
 
 def _finding_list(report: dict) -> list[dict]:
@@ -222,10 +235,9 @@ def _folded(title: str, lines: list[str], total: int) -> str:
 def _trace_line(report: dict) -> str:
     t: dict[str, Any] = report.get("trace") or {}
     tool = report.get("tool") or {}
-    steps = len(report.get("steps") or [])
     bits = [f"trace {md_code(t.get('path') or '?', 120)}", md_text(t.get("device") or "CPU only", 80)]
     if t.get("rank") is not None:
         bits.append(f"rank {md_text(t.get('rank'), 10)}/{md_text(t.get('world_size') or '?', 10)}")
-    bits.append(f"{steps} step{'s' if steps != 1 else ''} ({md_text(report.get('steps_source') or '?', 30)})")
+    bits.append(f"{present.steps_text(report)} ({md_text(report.get('steps_source') or '?', 30)})")
     bits.append(f"perfsleuth {md_text(tool.get('version') or '?', 20)}")
     return "<sub>" + " · ".join(bits) + "</sub>"

@@ -57,13 +57,28 @@ class Report:
     def device_busy(self) -> Optional[float]:
         if not self.breakdown.has_device:
             return None
-        total = int(self.breakdown.steps["duration"].sum())
-        return round(float(self.breakdown.device_busy_ns.sum()) / total, 4) if total else None
+        st, busy = self.breakdown.steady()
+        total = int(st["duration"].sum())
+        return round(float(busy.sum()) / total, 4) if total else None
 
     def step_time_us(self) -> dict:
-        d = self.breakdown.steps["duration"].to_numpy(np.float64) / 1000.0
+        """Over the steady steps."""
+        d = self.breakdown.steady()[0]["duration"].to_numpy(np.float64) / 1000.0
+        if not d.size:
+            return {"median": None, "mean": None, "p90": None}
         return {"median": round(float(np.median(d)), 3), "mean": round(float(d.mean()), 3),
                 "p90": round(float(np.percentile(d, 90)), 3)}
+
+    def _step_rows(self) -> list:
+        reasons = self.steps.frame["phase_reason"].to_numpy() if "phase_reason" in self.steps.frame else None
+        rows = []
+        for i, r in enumerate(self.breakdown.steps.to_dict("records")):
+            row = {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
+                   "time_us": {c: _us(r[c]) for c in CATEGORIES}, "phase": r.get("phase", "steady")}
+            if row["phase"] != "steady" and reasons is not None and i < len(reasons):
+                row["phase_reason"] = str(reasons[i])
+            rows.append(row)
+        return rows
 
     def to_dict(self) -> dict:
         t = self.trace
@@ -76,13 +91,9 @@ class Report:
                       "world_size": t.world_size, "events": int(t.event_count),
                       "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
             "steps_source": self.steps.source,
-            "steps": [
-                {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
-                 "time_us": {c: _us(r[c]) for c in CATEGORIES}}
-                for r in self.breakdown.steps.to_dict("records")
-            ],
+            "steps": self._step_rows(),
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
-                        "device_busy": self.device_busy},
+                        "device_busy": self.device_busy, "steps": self.steps.counts()},
             "verdict": self.verdict,
             "verdict_reason": self.verdict_reason,
             "findings": self.findings,

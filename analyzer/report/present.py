@@ -24,6 +24,40 @@ _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+\-.]*)\s*$")
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 
 
+STEADY = "steady"
+PHASE_LABELS = {"warmup": "warm-up", "partial": "partial"}
+
+
+def step_phase(step: Any) -> str:
+    """A report step's phase: warmup, steady or partial (steady when the report predates phases)."""
+    phase = step.get("phase") if isinstance(step, dict) else None
+    return phase if phase in ("warmup", "partial") else STEADY
+
+
+def steady_steps(report: dict) -> list[dict]:
+    """The steps that shares, the verdict and the findings rest on (docs/schema.md, `steps[].phase`)."""
+    return [s for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) == STEADY]
+
+
+def set_apart(report: dict) -> list[dict]:
+    """The warm-up and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
+    return [{"name": str(s.get("name") or "?"), "phase": step_phase(s), "label": PHASE_LABELS[step_phase(s)],
+             "duration_us": s.get("duration_us"), "reason": str(s.get("phase_reason") or "")}
+            for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) != STEADY]
+
+
+def steps_text(report: dict) -> str:
+    """`5 steady steps + 1 warm-up` / `3 steps`: how many steps the numbers rest on, and what was set apart."""
+    n = len(steady_steps(report))
+    apart = set_apart(report)
+    text = f"{n} {'steady ' if apart else ''}step{'s' if n != 1 else ''}"
+    for phase, label in PHASE_LABELS.items():
+        k = sum(1 for a in apart if a["phase"] == phase)
+        if k:
+            text += f" + {k} {label}"
+    return text
+
+
 def number(value: Any) -> float | None:
     """A finite float, or None for None, NaN, infinities, booleans and non-numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

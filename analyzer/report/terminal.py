@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
+from .present import set_apart, steady_steps, steps_text
 
 BAR_WIDTH = 30
+MAX_APART = 10
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
@@ -38,19 +40,26 @@ def render_terminal(report: dict) -> str:
     lines = [
         f"perfsleuth {report['tool']['version']} — {_clean(t['path'])}",
         f"device: {_clean(device)} ({t['device_type']}){rank}   events: {t['events']:,}",
-        f"steps: {len(report['steps'])} ({report['steps_source']})   step time: median "
+        f"steps: {steps_text(report)} ({report['steps_source']})   step time: median "
         f"{_fmt_us(s['step_time_us']['median'])}, p90 {_fmt_us(s['step_time_us']['p90'])}"
         + ("" if s.get("device_busy") is None else f"   device busy: {s['device_busy']:.0%}"),
         "",
         f"{'category':<14}{'share':>7}  {'per step':>10}  ",
     ]
-    steps = report["steps"]
+    steps = steady_steps(report)
     for c in CATEGORIES:
         share = s["time_share"][c]
         mean_us = sum(st["time_us"][c] for st in steps) / len(steps) if steps else 0.0
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
     if t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
+    apart = set_apart(report)
+    if apart:
+        lines += ["", "set apart (not in the shares, the verdict or the findings; step-outliers still counts them):"]
+        for a in apart[:MAX_APART]:
+            lines.append(f"  {a['label']:<8} {_clean(a['name'])}: {_clean(a['reason']) or _fmt_us(a['duration_us'])}")
+        if len(apart) > MAX_APART:
+            lines.append(f"  … {len(apart) - MAX_APART} more in report.json")
     lines += ["", f"verdict: {report['verdict'].upper()}", f"  {report.get('verdict_reason', '')}"]
     findings = report.get("findings") or []
     if findings:
