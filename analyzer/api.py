@@ -46,9 +46,12 @@ def _findings(report: Report, config: Config) -> list:
     from .engine.catalog import load_catalog
     from .engine.evaluate import evaluate
     from .facts.core import compute_facts
+    from .facts.stacks import join_companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    join_companion(facts, report.trace)  # source lines and dtypes from perfsleuth run's stacks window
+    return evaluate(rules, facts)
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,

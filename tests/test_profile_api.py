@@ -14,7 +14,7 @@ from perfsleuth.report.model import Report
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "cpu"))
 import toy  # noqa: E402
 
-SMALL = dict(wait=1, warmup=1, active=3)
+SMALL = dict(wait=1, warmup=1, active=3, stack_steps=0)  # boundary counting: no stacks window (see below)
 
 
 def model_and_opt(features=32, lr=0.01):
@@ -88,7 +88,7 @@ def test_wrapped_step_function_counts_calls_and_keeps_working_after_the_window()
 
 def test_manual_steps_turn_the_automatic_boundaries_off():
     model, opt = model_and_opt()
-    with perfsleuth.profile(wait=0, warmup=1, active=2, manual_steps=True) as prof:
+    with perfsleuth.profile(wait=0, warmup=1, active=2, stack_steps=0, manual_steps=True) as prof:
         for i, (x, y) in enumerate(batches(10)):
             train_step(model, opt, x, y)
             train_step(model, opt, x, y)  # two optimizer steps per iteration: prof.step() decides
@@ -98,7 +98,7 @@ def test_manual_steps_turn_the_automatic_boundaries_off():
 
 def test_first_manual_step_switches_from_automatic_boundaries():
     model, opt = model_and_opt()
-    with perfsleuth.profile(wait=1, warmup=1, active=2) as prof:
+    with perfsleuth.profile(wait=1, warmup=1, active=2, stack_steps=0) as prof:
         for i, (x, y) in enumerate(batches(10)):
             train_step(model, opt, x, y)
             prof.step()

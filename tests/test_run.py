@@ -46,19 +46,23 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     [folder] = (tmp_path / "perfsleuth-out").iterdir()
     assert folder.name.startswith("dataloader_starved-")
     assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json", "summary.md",
-                                                          "trace.pt.trace.json.gz"]
+                                                          "trace.pt.trace.json.gz", "trace.stacks.pt.trace.json.gz"]
     rep = report_in(folder)
     assert rep["verdict"] == "dataloader-bound"
     assert rep["summary"]["time_share"]["dataloader"] > 0.5  # 8 samples x 4 ms against a 64-wide MLP
     assert rep["steps_source"] == "ProfilerStep"
     assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
-    assert rep["trace"]["has_stacks"] is True and rep["trace"]["has_shapes"] is True
+    # the analysed window has no Python stacks and no shapes; the 2 steps after it, in the companion, do
+    assert rep["trace"]["has_stacks"] is False and rep["trace"]["has_shapes"] is False
+    assert rep["trace"]["stacks_trace"] == f"perfsleuth-out/{folder.name}/trace.stacks.pt.trace.json.gz"
+    assert rep["measurement"]["unprofiled_step_us"] is None  # --wait 1: the only wait step is the start-up
     assert rep["trace"]["device_type"] == "cpu"
     assert "num-workers" in rules(rep)  # the fix for this script: DataLoader workers
     assert "verdict: DATALOADER-BOUND" in proc.stdout
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
-    assert "perfsleuth: stopped the script after step 5 (profiled 3); --full runs it to the end" in proc.stderr
+    # 5 steps make the window, one more passes before the stacks window's 2 (step_clock.OpenAnnotations)
+    assert "perfsleuth: stopped the script after step 8 (profiled 3); --full runs it to the end" in proc.stderr
     with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
         assert json.load(f)["traceEvents"]
 
@@ -171,6 +175,10 @@ def test_exception_inside_the_window_keeps_what_was_recorded(tmp_path):
     assert "during the profiled window (2 of 3 steps recorded)" in err
     rep = report_in(tmp_path / "o")
     assert "the run ended inside the active window (2 of 3 steps): the last step is partial" in rep["warnings"]
+    # the trace names the partial step; it is counted alike everywhere and left out of the statistics
+    assert [s["phase"] for s in rep["steps"]] == ["steady", "steady", "partial"]
+    assert rep["summary"]["steps"] == {"steady": 2, "warmup": 0, "partial": 1}
+    assert "steps: 2 steady steps + 1 partial (ProfilerStep)" in out
 
 
 def test_ctrl_c_analyzes_what_was_collected_then_exits_130(tmp_path):
@@ -264,7 +272,9 @@ def test_helpers():
     assert rank_info({"RANK": "3", "WORLD_SIZE": "8"}) == (3, 8)
     assert rank_info({"RANK": "3"}) == (None, None) and rank_info({}) == (None, None)
     assert trace_name(None) == "trace.pt.trace.json.gz" and trace_name(2) == "rank2.pt.trace.json.gz"
-    assert RunConfig().window == 8 and RunConfig(wait=0, warmup=0, active=1).window == 1
+    # wait 5 (timed without the profiler), warmup 2, active 5; then 2 steps with stacks after a gap step
+    assert RunConfig().window == 12 and RunConfig(wait=0, warmup=0, active=1).window == 1
+    assert RunConfig().stacks_window == 2 and RunConfig(with_stack=True).stacks_window == 0
 
 
 def test_default_out_dir_is_unique(tmp_path, monkeypatch):

@@ -72,14 +72,14 @@ def classify(trace: Trace, frame: pd.DataFrame, source: str, rule: SteadyRule = 
     if len(complete) >= 2 and source != "whole-trace":
         start, end = frame["start"].to_numpy(np.int64)[complete], frame["end"].to_numpy(np.int64)[complete]
         counts, ev_ns = _evidence(trace, start, end)
-        lead = _leading_warmup((end - start).astype(np.float64), ev_ns, rule)
+        lead = leading_warmup((end - start).astype(np.float64), ev_ns, rule)
         for i in range(lead):  # the leading warm-up steps only: a handful
             phase[complete[i]] = WARMUP
             reason[complete[i]] = _reason(end[i] - start[i], np.median(end[lead:] - start[lead:]), counts[i], ev_ns[i])
     return phase, reason, _warnings(phase, source, rule)
 
 
-def _leading_warmup(dur: np.ndarray, ev_ns: np.ndarray, rule: SteadyRule) -> int:
+def leading_warmup(dur: np.ndarray, ev_ns: np.ndarray, rule: SteadyRule) -> int:
     """How many leading steps are warm-up (at least one step stays steady)."""
     p = 0
     while p < len(dur) - 1:

@@ -236,13 +236,16 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
 @main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
-              help="Steps skipped before profiling.")
+              help="Steps run before profiling, timed without the profiler (the unprofiled step time).")
 @click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
               help="Steps traced and discarded (profiler start-up).")
 @click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
               help="Steps recorded and analyzed.")
-@click.option("--no-stack", is_flag=True, help="No Python stacks: less overhead, no source lines in findings.")
-@click.option("--no-shapes", is_flag=True, help="No input shapes and dtypes.")
+@click.option("--no-stack", is_flag=True,
+              help="No Python stacks at all: skips the short stacks window after the analysed one, so findings "
+                   "carry no source lines.")
+@click.option("--no-shapes", is_flag=True,
+              help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
 @output_options
 @click.argument("target")
@@ -257,14 +260,15 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
       perfsleuth run train.py --lr 0.1
       perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
     The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
-    stops once the window (wait + warmup + active steps) is recorded; --full lets it finish.
+    stops once the window (wait + warmup + active steps, then 2 steps with Python stacks for source
+    lines) is recorded; --full lets it finish. Steps are timed with and without the profiler.
     See docs/run.md for what profiling costs and how to lower it.
     """
     from . import run as runner
     from . import run_paths
 
-    config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
-                       record_shapes=not no_shapes, stop_after_window=not full)
+    config = RunConfig(wait=wait, warmup=warmup, active=active, stack_steps=0 if no_stack else RunConfig.stack_steps,
+                       stack_shapes=not no_shapes, stop_after_window=not full)
     job = runner.resolve_target(target, script_args, module)
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)
@@ -275,6 +279,8 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
         emit(outcome.report, out_dir=folder, json_path=json_path, html_path=html_path,
              markdown_path=markdown_path, force=True)
         click.echo(f"wrote {outcome.trace_path}")
+        if outcome.report.stacks_trace:
+            click.echo(f"wrote {outcome.report.stacks_trace} (Python stacks, for source lines)")
     if outcome.message:
         click.echo(f"perfsleuth: {outcome.message}", err=True)
     sys.exit(outcome.exit_code)

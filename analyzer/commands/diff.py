@@ -3,6 +3,9 @@
 Computation only: two report@1 dicts in, one diff@1 dict out. `load_side` turns a command-line
 argument (a trace, a directory holding one trace, or a report.json) into a report@1 dict.
 
+The step time compared is the one measured without the profiler when both sides have it (reports of
+`perfsleuth run` / `profile()`, `measurement.unprofiled_step_us`), else the profiled steady steps.
+
 Noise model (docs/ci.md#noise): the step time of each side is summarised by its median and its
 median absolute deviation (MAD) over steps. A median change is outside noise only when it exceeds
 `noise_k` times the pooled robust spread, sqrt(sigma_base^2 + sigma_head^2) with sigma = 1.4826 * MAD,
@@ -27,6 +30,7 @@ from ..version import __version__
 
 DIFF_SCHEMA = "perfsleuth/diff@1"
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
+UNPROFILED, PROFILED = "unprofiled", "profiled"  # what `step_time` compares
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 
 
@@ -122,7 +126,10 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
     config = config or DiffConfig()
     validate_report(base, "base report")
     validate_report(head, "head report")
-    step = step_change(_durations(base), _durations(head), config)
+    profiled = step_change(_durations(base), _durations(head), config)
+    b_un, h_un = _unprofiled(base), _unprofiled(head)
+    step = dict(step_change(b_un, h_un, config), basis=UNPROFILED) if b_un.size and h_un.size else dict(
+        profiled, basis=PROFILED)
     kernels = _named_changes(base, head, "top_kernels", config, full_lists)
     ops = _named_changes(base, head, "top_ops", config, full_lists)
     return {
@@ -130,7 +137,8 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "tool": {"name": "perfsleuth", "version": __version__},
         "base": _side(base),
         "head": _side(head),
-        "step_time": step,
+        "step_time": step,  # without the profiler when both sides measured it (perfsleuth run), else profiled
+        **({"step_time_profiled": profiled} if step["basis"] == UNPROFILED else {}),
         "verdict": {"base": base["verdict"], "head": head["verdict"], "changed": base["verdict"] != head["verdict"]},
         "categories": _categories(base, head, step["base"]["median"], config),
         "findings": _findings(base, head),
@@ -145,6 +153,15 @@ def steady(report: dict) -> list:
     without phases is all steady; one whose steps are all set apart falls back to all of them."""
     kept = [s for s in report["steps"] if s.get("phase", "steady") == "steady"]
     return kept or list(report["steps"])
+
+
+def _unprofiled(report: dict) -> np.ndarray:
+    """The step times measured without the profiler (report@1 `measurement`), empty when there are none."""
+    m = report.get("measurement")
+    values = ((m.get("unprofiled_step_us") or {}).get("values") if isinstance(m, dict) else None) or []
+    ok = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+          and v > 0] if isinstance(values, list) else []
+    return np.array(ok, dtype=np.float64)
 
 
 def _durations(report: dict) -> np.ndarray:
@@ -268,6 +285,9 @@ def _named_changes(base: dict, head: dict, key: str, config: DiffConfig, full_li
 
 def _warnings(base: dict, head: dict, step: dict, unmatched: int, config: DiffConfig) -> list:
     out = []
+    if step.get("basis") == PROFILED and any(isinstance(r.get("measurement"), dict) for r in (base, head)):
+        out.append("only one side has step times measured without the profiler: the step time is compared on "
+                   "profiled steps, which the profiler slows")
     if not step["spread_known"]:
         out.append(f"fewer than {config.min_spread_steps} steps on a side: the step-to-step spread is unknown "
                    f"there, so the noise band may be as small as the {config.noise_floor:.0%} floor")

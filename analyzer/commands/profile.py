@@ -49,7 +49,10 @@ class ProfiledReport(Report):
         return cls(**values, trace_file=Path(trace_file))
 
     def __repr__(self) -> str:
-        return f"<ProfiledReport {self.verdict}, {len(self.steps)} steps, trace {self.trace_file}>"
+        from ..report.present import steps_text
+
+        phases = [{"phase": p} for p in self.steps.frame.get("phase", ["steady"] * len(self.steps))]
+        return f"<ProfiledReport {self.verdict}, {steps_text({'steps': phases})}, trace {self.trace_file}>"
 
     def __str__(self) -> str:
         from ..report.terminal import render_terminal
@@ -65,8 +68,9 @@ class ProfiledReport(Report):
                 f'style="width:100%;height:640px;border:0"></iframe>')
 
     def save(self, out_dir, force: bool = False) -> list:
-        """Write report.html, summary.md, report.json and the trace into `out_dir` (which may already hold
-        the trace); an existing file is replaced only with `force`. Returns the paths written."""
+        """Write report.html, summary.md, report.json and the trace (with its stacks companion) into `out_dir`
+        (which may already hold the trace); an existing file is replaced only with `force`. Returns the
+        paths written."""
         from ..report.outputs import write_outputs
 
         out = Path(out_dir)
@@ -78,6 +82,8 @@ class ProfiledReport(Report):
                                 json_path=out / "report.json", force=force)
         if copy:
             written.append(Path(shutil.copy2(self.trace_file, trace)))
+            if self.stacks_trace:  # the stacks companion goes with it (source lines: trace/companion.py)
+                written.append(Path(shutil.copy2(self.stacks_trace, out / Path(self.stacks_trace).name)))
         return written
 
 

@@ -18,45 +18,43 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import importlib.util
 import json
 import logging
 import os
 import runpy
-import shutil
-import sys
-import traceback
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
+from ..trace.companion import companion_name
 from . import run_facts
 from .run_paths import rank_info, trace_name
+from .script_env import OWN_FRAME, format_user_traceback, script_environment, sys_path_first
+from .step_clock import ACTIVE, AFTER, STACKS, WAIT, WARMUP, OpenAnnotations, StacksWindow, StepClock, write_trace
 
 log = logging.getLogger(__name__)
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
-_HERE = os.path.abspath(__file__)
-_RUNPY = os.path.abspath(runpy.__file__)
-OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the script's stack
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Every profiling default, once (the CLI options and `perfsleuth.profile()` read them from here)."""
 
-    wait: int = 1  # steps skipped first (start-up: lazy init, first allocations)
+    wait: int = 5  # steps run unprofiled first, timed: the unprofiled step time (docs/run.md#measurement)
     warmup: int = 2  # steps traced but discarded (profiler start-up cost)
     active: int = 5  # steps recorded and analyzed
-    with_stack: bool = True  # Python source lines for the findings; the largest overhead
-    record_shapes: bool = True  # input shapes and dtypes of every op
+    with_stack: bool = False  # Python stacks in the analysed window itself (they cost most of the overhead)
+    record_shapes: bool = False  # input shapes and dtypes in the analysed window (up to +50 % on tiny ops)
+    stack_steps: int = 2  # then this many steps with stacks (and shapes), for source lines and dtypes (0: none)
+    stack_shapes: bool = True  # input shapes in that stacks window
     stop_after_window: bool = True  # stop the script once the active window is recorded
 
     def __post_init__(self):
-        for name, least in (("wait", 0), ("warmup", 0), ("active", 1)):
+        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("stack_steps", 0)):
             if getattr(self, name) < least:
                 raise UsageError(f"--{name} must be at least {least}")
 
@@ -64,6 +62,11 @@ class RunConfig:
     def window(self) -> int:
         """Steps from the start until the recorded window is complete."""
         return self.wait + self.warmup + self.active
+
+    @property
+    def stacks_window(self) -> int:
+        """Steps of the separate stacks window after the main one (none when the main one has stacks)."""
+        return 0 if self.with_stack else self.stack_steps
 
 
 class _WindowComplete(BaseException):
@@ -80,8 +83,15 @@ class ProfileSession:
         self.raise_on_complete = raise_on_complete
         self.steps = 0  # step boundaries seen while profiling
         self.source: Optional[str] = None  # manual | optimizer | dataloader
-        self.window_done = False
+        self.window_done = False  # the analysed window is recorded
+        self.done = False  # ... and the stacks window after it
         self.trace_written = False
+        self.clock = StepClock()
+        self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
+                            if config.stacks_window else None)
+        self._stacks: Optional[StacksWindow] = None
+        self._stacks_due = False  # the main window is done; the stacks window starts at a safe boundary
+        self._annotations = OpenAnnotations()
         self._prof: Any = None
         self._optimizer: Optional[weakref.ref] = None
         self._undo: list = []
@@ -107,37 +117,81 @@ class ProfileSession:
                              on_trace_ready=self._on_trace_ready)
         self._prof.start()
         self._install_hooks()
+        self._annotations.watching = True
+        self._undo.append(self._annotations.install())
         if c.wait == 0:  # already recording (warm-up): metadata is kept from here on
             self._record_metadata()
         return self
 
-    def _record_metadata(self) -> None:
-        """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
-        records (warm-up or active), the last value of a key winning: called at each such step."""
+    def _meta(self, prof: Any = None, **extra) -> dict:
+        rank, world = rank_info()
+        c = self.config
+        return {**run_facts.metadata(run_facts.host_facts(rank, world), self._loaders), "clock": self.clock.metadata(),
+                "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
+                             "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
+                             "stack_shapes": c.stack_shapes},
+                "stacks_trace": self.stacks_path.name if self.stacks_path else None, **extra}
+
+    def _record_metadata(self, **extra) -> None:
+        """Machine, loader and step-clock facts into the trace (run_facts.py, step_clock.py). torch keeps
+        metadata added while it records (warm-up or active), the last value of a key winning: called at
+        each boundary of the recorded window, before the profiler steps (the last one stops it)."""
         try:
-            rank, world = rank_info()
-            meta = run_facts.metadata(run_facts.host_facts(rank, world), self._loaders)
-            self._prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
+            self._prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(self._meta(**extra)))
         except Exception as exc:  # never the user's run's problem
             log.warning("could not record machine facts in the trace: %s", exc)
 
     def step(self, source: str, optimizer: Any = None) -> None:
         if not self._counts(source, optimizer):
             return
-        if self.window_done:
-            if self.raise_on_complete:
-                raise _WindowComplete()  # again: the script swallowed the first one
-            return
-        if self._prof is None:  # stopped early (Ctrl-C, the end of a `with` block)
-            return
+        self.clock.enter()
+        try:
+            self._advance()
+        finally:
+            self.clock.leave(self.steps, self._phase())
+        if self.done and self.raise_on_complete:
+            raise _WindowComplete()  # (again, when the script swallowed the first one)
+
+    def _phase(self) -> str:
+        """What the step starting now runs under (step_clock.py)."""
+        c, j = self.config, self.steps
+        if self._prof is not None:
+            return WAIT if j < c.wait else WARMUP if j < c.wait + c.warmup else ACTIVE
+        return STACKS if self._stacks is not None else AFTER
+
+    def _advance(self) -> None:
+        if self.done or (self._prof is None and self._stacks is None and not self._stacks_due):
+            return  # after the windows, or stopped early
         self.steps += 1
+        if self._stacks_due:  # a step or more after the main window, with none of its annotations open
+            if self._annotations.clear:
+                self._stacks_due = False
+                self._stacks = StacksWindow(self.stacks_path, self.config.stacks_window, self.config.stack_shapes,
+                                            lambda: self._meta(role="stacks", main_trace=self.trace_path.name)).start()
+        elif self._stacks is not None:  # the short stacks window after the analysed one
+            if self._stacks.step():
+                self._complete()
+        else:
+            self._step_main()
+
+    def _step_main(self) -> None:
+        if self.steps > self.config.wait:  # the step that just ended was traced: its time goes in now
+            self._record_metadata()
         self._prof.step()
-        if not self.window_done and self.steps >= self.config.wait:
+        if self.steps == self.config.wait:  # the profiler starts tracing with the next step
             self._record_metadata()
         if self.window_done:
-            self.finish(keep_hooks=self.raise_on_complete)
-            if self.raise_on_complete:
-                raise _WindowComplete()
+            prof, self._prof = self._prof, None
+            prof.__exit__(None, None, None)
+            self._annotations.watching = False
+            if self.stacks_path is None:
+                self._complete()
+            else:
+                self._stacks_due = True
+
+    def _complete(self) -> None:
+        self.done = True
+        self.finish(keep_hooks=self.raise_on_complete)
 
     def _counts(self, source: str, optimizer: Any) -> bool:
         """Does a boundary from `source` count? (precedence: manual > optimizer > dataloader)"""
@@ -188,25 +242,22 @@ class ProfileSession:
 
     def _on_trace_ready(self, prof) -> None:
         self.window_done = self.steps >= self.config.window
-        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.trace_path.with_name(f".{self.trace_path.name}.tmp.json")
-        part = self.trace_path.with_name(f".{self.trace_path.name}.part")
-        try:
-            prof.export_chrome_trace(str(tmp))
-            with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(part, self.trace_path)  # a reader never sees half a trace
-        finally:
-            tmp.unlink(missing_ok=True)
-            part.unlink(missing_ok=True)
+        write_trace(prof, self.trace_path)
         self.trace_written = True
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
     def finish(self, keep_hooks: bool = False) -> None:
-        """Stop the profiler (a window cut short is still exported); remove the hooks unless asked."""
+        """Stop the profiler (a window cut short is still exported, its last step named partial in the
+        trace); stop and write the stacks window; remove the hooks unless asked."""
+        c = self.config
+        if self._prof is not None and c.wait + c.warmup <= self.steps < c.window:  # recording: a step is cut short
+            self._record_metadata(partial_step=f"ProfilerStep#{self.steps}")
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
+        stacks, self._stacks = self._stacks, None
+        if stacks is not None:
+            stacks.finish()
         if not keep_hooks:
             while self._undo:
                 self._undo.pop()()
@@ -253,7 +304,7 @@ class RunOutcome:
 def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
     """A missing script or module is a UsageError (one line, exit 2), found before torch is imported."""
     if module:
-        with _sys_path_first(os.getcwd()):
+        with sys_path_first(os.getcwd()):
             try:
                 spec = importlib.util.find_spec(name)
             except (ImportError, ValueError):
@@ -275,7 +326,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     ended = "finished"
-    with _script_environment(target):
+    with script_environment(target):
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
@@ -343,49 +394,3 @@ def _execute(target: Target) -> None:
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
     else:
         runpy.run_path(str(target.path), run_name="__main__")
-
-
-@contextlib.contextmanager
-def _script_environment(target: Target):
-    """sys.argv as the script expects it; its folder (the working directory for -m) first on sys.path;
-    sys.argv, sys.path and the working directory restored afterwards."""
-    saved_argv, saved_cwd = sys.argv, os.getcwd()
-    sys.argv = [str(target.path) if target.path else target.name, *target.args]
-    first = saved_cwd if target.module else os.path.dirname(os.path.abspath(target.path))
-    try:
-        with _sys_path_first(first):
-            yield
-    finally:
-        sys.argv = saved_argv
-        os.chdir(saved_cwd)  # a script that changed directory: the reports still go where asked
-
-
-@contextlib.contextmanager
-def _sys_path_first(folder: str):
-    saved = list(sys.path)
-    sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
-
-
-def format_user_traceback(exc: BaseException) -> str:
-    """The script's traceback as Python would print it, without perfsleuth's and runpy's frames."""
-    te = traceback.TracebackException.from_exception(exc)
-    seen: set = set()
-    todo = [te]
-    while todo:
-        t = todo.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        t.stack = traceback.StackSummary.from_list([f for f in t.stack if not _ours(f.filename)])
-        todo += [x for x in (t.__cause__, t.__context__) if x is not None]
-    return "".join(te.format())
-
-
-def _ours(filename: str) -> bool:
-    name = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return name in (_HERE, _RUNPY) or filename in ("<frozen runpy>", OWN_FRAME)
-

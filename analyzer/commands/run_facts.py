@@ -6,7 +6,13 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "host": {"cpu_count", "affinity_cpus", "torch_threads", "torch_interop_threads",
                             "omp_num_threads", "loadavg", "torch_version", "accelerator", "rank", "world_size"},
                    "loaders": [{"dataset", "num_workers", "batch_size", "pin_memory", "persistent_workers",
-                                "prefetch_factor", "collate_fn"}, ...]}
+                                "prefetch_factor", "collate_fn"}, ...],
+                   "clock": {"unit": "us", "unprofiled_us": [...], "profiled_us": [...], "profiled_steps": [...],
+                             "warmup_us": [...], "stacks_us": [...]},          # step_clock.py: steps timed
+                   "schedule": {"wait", "warmup", "active", "with_stack", "stack_steps", "record_shapes"},
+                   "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
+                   "partial_step": "ProfilerStep#N",                           # only when the run ended inside it
+                   "role": "stacks", "main_trace": "..."}                      # only in the stacks companion
 
 `trace/model.py` reads it back as `Trace.run_metadata` (an empty dict for other traces). Torch is
 imported inside the functions only.

@@ -47,8 +47,10 @@ CORE_FACTS = {
     "device_compute_capability": ("capability", "compute capability of the first device (e.g. 8.0); 0 when unknown"),
     "device_busy_share": ("share", "share of step time the device runs anything"),
     "world_size": ("count", "ranks in the job (1 when the trace has no distributedInfo)"),
-    "has_stacks": ("bool", "the trace has python_function events (with_stack=True)"),
-    "has_shapes": ("bool", "the trace has cpu_op input types (record_shapes=True)"),
+    "has_stacks": ("bool", "the trace, or the stacks window perfsleuth run recorded beside it, has python_function "
+                           "events (with_stack=True): findings can name source lines"),
+    "has_shapes": ("bool", "the trace, or the stacks window perfsleuth run recorded beside it, has cpu_op input "
+                           "types (record_shapes=True)"),
 }
 for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_share"] = ("share", f"share of step time attributed to {_c} (the breakdown)")

@@ -59,7 +59,9 @@ def _headline_text(d: dict) -> str:
     st = d["step_time"]
     change = ("no change" if number(st["change_us"]) == 0
               else f"{_signed_us(st['change_us'])}, {_signed_pct(st.get('change'))}")
-    return f"median step {fmt_us(st['base']['median'])} → {fmt_us(st['head']['median'])} ({change}): {st['call']}"
+    basis = " without the profiler" if st.get("basis") == "unprofiled" else ""
+    return (f"median step{basis} {fmt_us(st['base']['median'])} → {fmt_us(st['head']['median'])} ({change}): "
+            f"{st['call']}")
 
 
 def _noise_sentence(st: dict) -> str:
@@ -148,7 +150,8 @@ def _md_headline(d: dict) -> str:
     st, v = d["step_time"], d["verdict"]
     verdict = (f"verdict {md_code(v['base'], 40)} → {md_code(v['head'], 40)}" if v["changed"]
                else f"verdict {md_code(v['head'], 40)} (unchanged)")
-    return (f"### perfsleuth diff: median step **{_signed_pct(st.get('change'))}** "
+    basis = " without the profiler" if st.get("basis") == "unprofiled" else ""
+    return (f"### perfsleuth diff: median step{basis} **{_signed_pct(st.get('change'))}** "
             f"({md_text(_call(st['call']))}) · {verdict}\n\n> {md_text(_noise_sentence(st))}")
 
 
@@ -156,7 +159,8 @@ def _md_step_table(d: dict) -> str:
     st = d["step_time"]
     b, h = st["base"], st["head"]
     return "\n".join([
-        "| Step time | Base | Head | Change |", "|:--|--:|--:|--:|",
+        f"| Step time{' (without the profiler)' if st.get('basis') == 'unprofiled' else ''} | Base | Head | Change |",
+        "|:--|--:|--:|--:|",
         f"| Median | {fmt_us(b['median'])} | {fmt_us(h['median'])} | **{_signed_us(st['change_us'])}** "
         f"({_signed_pct(st.get('change'))}) |",
         f"| Spread (MAD) | {fmt_us(b['mad'])} | {fmt_us(h['mad'])} | noise band ±{fmt_us(st['noise_us'])} |",

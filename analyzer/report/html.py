@@ -45,7 +45,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        us=fmt_us, pct=fmt_pct, speedup=present.fmt_speedup, count=present.fmt_count, short=shorten
+        us=fmt_us, pct=fmt_pct, speedup=present.fmt_speedup, count=present.fmt_count, short=shorten,
+        ratio=present.fmt_ratio
     )
     return env
 
@@ -107,6 +108,11 @@ def view(report: dict, pid: str = "") -> dict:
         "verdict_class": _verdict_class(verdict),
         "verdict_reason": report.get("verdict_reason") or "",
         "step_time": {k: step_time.get(k) for k in ("median", "mean", "p90")},
+        "measured": dict(zip(("line", "flag"), present.measurement_lines(report))),
+        "unprofiled": ((report.get("measurement") or {}).get("unprofiled_step_us") or {}).get("median")
+        if isinstance(report.get("measurement"), dict) else None,
+        "overhead": (report.get("measurement") or {}).get("overhead") if isinstance(report.get("measurement"), dict)
+        else None,
         "device_busy": number(summary.get("device_busy")),
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
         "top_finding": findings[0] if findings else None,

@@ -78,8 +78,13 @@ def _headline(report: dict) -> str:
         f"### perfsleuth: {md_code(report.get('verdict') or 'unknown', 40)} · median step "
         f"**{fmt_us(step)}** · device busy **{busy_text}**"
     ]
+    measured, flag = present.measurement_lines(report)
+    if flag:
+        lines.append(f"> ⚠️ **{md_text(flag, 600)}**")
     if report.get("verdict_reason"):
         lines.append(f"> {md_text(report['verdict_reason'], 600)}")
+    if measured:
+        lines.append(md_text(measured, 400))
     findings = _finding_list(report)
     if findings:
         top = findings[0]

@@ -12,9 +12,11 @@ from typing import Optional
 import numpy as np
 
 from ..analysis.attribution import Breakdown
+from ..analysis.measurement import measure
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
 from ..config import CATEGORIES
+from ..trace.companion import companion_of
 from ..trace.model import Trace
 from ..version import __version__
 
@@ -47,7 +49,20 @@ class Report:
 
     @property
     def warnings(self) -> list:
-        return list(self.trace.warnings) + list(self.steps.warnings)
+        m = self.measurement
+        flag = [m["note"]] if m and m.get("distorted") else []
+        return list(self.trace.warnings) + list(self.steps.warnings) + flag
+
+    @property
+    def measurement(self) -> Optional[dict]:
+        """Unprofiled against profiled step times, from the clock `perfsleuth run` recorded (None otherwise)."""
+        return measure(self.trace.run_metadata, self.steps)
+
+    @property
+    def stacks_trace(self) -> Optional[str]:
+        """The stacks companion beside the trace (source lines), when there is one."""
+        path = companion_of(self.trace.path, self.trace.run_metadata)
+        return str(path) if path else None
 
     @property
     def time_share(self) -> dict:
@@ -89,11 +104,12 @@ class Report:
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
                       "compute_capability": caps[0] if caps else None, "rank": t.rank,
                       "world_size": t.world_size, "events": int(t.event_count),
-                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
+                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes, "stacks_trace": self.stacks_trace},
             "steps_source": self.steps.source,
             "steps": self._step_rows(),
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
                         "device_busy": self.device_busy, "steps": self.steps.counts()},
+            "measurement": self.measurement,
             "verdict": self.verdict,
             "verdict_reason": self.verdict_reason,
             "findings": self.findings,

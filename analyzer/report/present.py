@@ -58,6 +58,25 @@ def steps_text(report: dict) -> str:
     return text
 
 
+def measurement_lines(report: dict) -> tuple[str, str]:
+    """(`measured: …` line, distortion warning or ''), from report@1's `measurement` ('' , '' without one)."""
+    m = report.get("measurement")
+    if not isinstance(m, dict):
+        return "", ""
+    un, pr = (m.get(k) if isinstance(m.get(k), dict) else {} for k in ("unprofiled_step_us", "profiled_step_us"))
+    if number(un.get("median")) is None or number(pr.get("median")) is None:
+        return (f"measured: {m.get('note')}" if m.get("note") else ""), ""
+    line = (f"measured step time: {fmt_us(un.get('median'))} without the profiler (median of {fmt_count(un.get('n'))}), "
+            f"{fmt_us(pr.get('median'))} profiled: overhead {fmt_ratio(m.get('overhead'))}")
+    flag = f"PROFILER DISTORTION: {m.get('note')}" if m.get("distorted") else ""
+    return line, flag
+
+
+def fmt_ratio(x: Any) -> str:
+    v = number(x)
+    return DASH if v is None else f"{v:.2f}×"
+
+
 def number(value: Any) -> float | None:
     """A finite float, or None for None, NaN, infinities, booleans and non-numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
-from .present import set_apart, steady_steps, steps_text
+from .present import measurement_lines, set_apart, steady_steps, steps_text
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -43,6 +43,7 @@ def render_terminal(report: dict) -> str:
         f"steps: {steps_text(report)} ({report['steps_source']})   step time: median "
         f"{_fmt_us(s['step_time_us']['median'])}, p90 {_fmt_us(s['step_time_us']['p90'])}"
         + ("" if s.get("device_busy") is None else f"   device busy: {s['device_busy']:.0%}"),
+        *[_clean(x) for x in measurement_lines(report) if x],
         "",
         f"{'category':<14}{'share':>7}  {'per step':>10}  ",
     ]

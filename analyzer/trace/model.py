@@ -105,7 +105,10 @@ class Trace:
 # --- loading --------------------------------------------------------------------------------------
 def find_trace_files(path: Path) -> list[Path]:
     """Trace files under a directory (tensorboard_trace_handler output: one per worker/rank)."""
-    return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+    files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+    from .companion import without_companions  # a run's stacks companion belongs to its main trace
+
+    return without_companions(files)
 
 
 def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None,

@@ -1,0 +1,159 @@
+"""Measuring without distorting: a cheap clock on every step, and the short stacks window.
+
+`StepClock` times each step with `time.perf_counter` at the step boundaries the session already hooks,
+profiled or not: the time between leaving one boundary hook and entering the next, so perfsleuth's own
+work at a boundary (starting the profiler, writing a trace) is not in any step. Each step is labelled
+with the phase it ran in:
+
+    wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) | stacks | after
+
+Torch keeps only metadata added while it records, so the clock's values go into the trace during the
+recorded window (the session calls `metadata()` at each recorded boundary): the unprofiled steps are the
+`wait` steps before it, which is why the default schedule waits 5 steps (the first interval is never
+timed: it holds the script's start-up; the next one often warms up). `analysis/measurement.py` turns the
+values into the report's `measurement`.
+
+`StacksWindow` is the second, short profiler session after the main window: Python stacks on, a few
+steps, written beside the main trace as its companion (`trace/companion.py`); its only use is source
+lines for the findings. It starts one step or more after the main window ends (`OpenAnnotations`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+WAIT, WARMUP, ACTIVE, STACKS, AFTER = "wait", "warmup", "active", "stacks", "after"
+
+
+class StepClock:
+    """Durations of the steps between boundary hooks (µs), by the phase each step ran in."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self._open: Optional[tuple] = None  # (step index, phase, when the step began)
+        self.intervals: list = []  # (step index, phase, µs); step j runs between boundaries j and j + 1
+
+    def enter(self) -> None:
+        """A boundary hook starts: the step that just ended is timed (the one before the first boundary
+        holds the script's start-up: it is never opened, so never timed)."""
+        if self._open is not None:
+            j, phase, began = self._open
+            self.intervals.append((j, phase, round((self.clock() - began) * 1e6, 3)))
+            self._open = None
+
+    def leave(self, j: int, phase: str) -> None:
+        """The boundary hook returns: step `j` starts now, in `phase`."""
+        self._open = (j, phase, self.clock())
+
+    def values(self, phase: str) -> list:
+        return [us for _, p, us in self.intervals if p == phase]
+
+    def metadata(self) -> dict:
+        """The trace's `perfsleuth.clock`: unprofiled (wait) and profiled (active) step times, µs."""
+        active = [(j, us) for j, p, us in self.intervals if p == ACTIVE]
+        return {"unit": "us", "unprofiled_us": self.values(WAIT), "profiled_us": [us for _, us in active],
+                "profiled_steps": [f"ProfilerStep#{j}" for j, _ in active], "warmup_us": self.values(WARMUP),
+                "stacks_us": self.values(STACKS)}
+
+
+class OpenAnnotations:
+    """Counts the user's `record_function` blocks that began while the analysed window's profiler was on
+    and have not ended yet. A torch profiler session must not start while such a block is open: the block's
+    end would be recorded into the new session with the old one's (freed) bookkeeping, which crashes the
+    process. So the stacks window starts at the first boundary after the main window where none is open,
+    and never inside the step in which the main window stopped (that step's `Optimizer.step` annotation
+    began under it)."""
+
+    def __init__(self):
+        self.watching = False  # True while the main session runs
+        self.open: dict = {}  # id(record_function) -> blocks begun under the main session, not yet ended
+
+    def install(self) -> Callable[[], None]:
+        """Wrap record_function's __enter__/__exit__; returns the undo."""
+        from torch.autograd import profiler
+
+        cls, enter, exit_ = profiler.record_function, profiler.record_function.__enter__, profiler.record_function.__exit__
+        watch = self
+
+        def __enter__(rf):
+            if watch.watching:
+                watch.open[id(rf)] = watch.open.get(id(rf), 0) + 1
+            return enter(rf)
+
+        def __exit__(rf, *exc):
+            n = watch.open.pop(id(rf), 0)
+            if n > 1:
+                watch.open[id(rf)] = n - 1
+            return exit_(rf, *exc)
+
+        cls.__enter__, cls.__exit__ = __enter__, __exit__
+
+        def undo():
+            cls.__enter__, cls.__exit__ = enter, exit_
+        return undo
+
+    @property
+    def clear(self) -> bool:
+        return not self.open
+
+
+def write_trace(prof: Any, path: Path) -> None:
+    """Export a torch profiler's trace gzipped to `path`, atomically (a reader never sees half a trace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.json")
+    part = path.with_name(f".{path.name}.part")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(part, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+
+
+class StacksWindow:
+    """A short profiler session with Python stacks, `steps` steps long, written to `path` when done."""
+
+    def __init__(self, path: Path, steps: int, record_shapes: bool, meta: Callable[[], dict]):
+        self.path, self.steps, self.record_shapes, self.meta = Path(path), steps, record_shapes, meta
+        self.seen = 0
+        self.written = False
+        self._prof: Any = None
+
+    def start(self) -> "StacksWindow":
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._prof = profile(activities=activities, record_shapes=self.record_shapes, with_stack=True)
+        self._prof.start()
+        return self
+
+    def step(self) -> bool:
+        """One boundary; True once the window is recorded and written."""
+        self.seen += 1
+        self._prof.step()
+        if self.seen >= self.steps:
+            self.finish()
+        return self.written
+
+    def finish(self) -> None:
+        """Stop and write what was recorded (also when the run ends inside the window); idempotent."""
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        try:  # what the run recorded, the stacks window's step times included (role "stacks")
+            prof.add_metadata_json("perfsleuth", json.dumps(self.meta()))
+        except Exception:  # never the user's run's problem
+            pass
+        prof.__exit__(None, None, None)
+        if self.seen:
+            write_trace(prof, self.path)
+            self.written = True
