@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 from .analysis.attribution import attribute
 from .analysis.steps import find_steps
 from .analysis.tables import time_share, top_kernels, top_ops
-from .analysis.verdict import decide
+from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
 from .errors import TraceError
 from .report.model import Report, ReportSet
@@ -31,9 +31,12 @@ def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     verdict, reason = decide(time_share(breakdown), config)
+    share = time_share(breakdown)
+    gpu = bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
-                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
-    report.findings = _findings(report, config)
+                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
+                    degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
+    _findings(report, config)
     if config.hta:
         from .analysis.hta_adapter import hta_analyses
 
@@ -41,14 +44,22 @@ def _analyze(trace: Trace, config: Config) -> Report:
     return report
 
 
-def _findings(report: Report, config: Config) -> list:
-    """Rule engine hook (issue 3): findings ordered by estimated saving (docs/rules.md)."""
+def _findings(report: Report, config: Config) -> None:
+    """Rule engine hook: findings in order (docs/rules.md), the rules that could not be checked, the
+    host-time explanation and the device generation."""
     from .engine.catalog import load_catalog
-    from .engine.evaluate import evaluate
+    from .engine.evaluate import evaluate, not_checked
+    from .engine.explain import host_time
     from .facts.core import compute_facts
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    report.findings = evaluate(rules, facts)
+    report.not_checked = not_checked(rules, facts, report.findings)
+    report.host_time = host_time(report.verdict, report.findings, facts)
+    report.generation = {"name": facts.values["device_generation"] or None,
+                         "compute_capability": facts.values["device_compute_capability"] or None,
+                         "source": facts.values["device_generation_source"]}
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,

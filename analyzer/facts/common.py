@@ -145,3 +145,13 @@ def innermost_enclosing(points: pd.DataFrame, spans: pd.DataFrame, max_back: int
         out[hit] = c[hit]
         todo &= ~hit & ~(ok & ~same)  # stop at a hit or when we ran past this thread's spans
     return out
+
+
+def subtract(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
+    """a minus b as sorted disjoint intervals."""
+    a, b = iv.union(a), iv.union(b)
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    lo, hi = min(int(a[0][0]), int(b[0][0])), max(int(a[1][-1]), int(b[1][-1]))
+    outside_b = iv.merge(np.concatenate([[lo], b[1]]), np.concatenate([b[0], [hi]]))
+    return intersect(a, outside_b)

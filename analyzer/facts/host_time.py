@@ -1,0 +1,140 @@
+"""What the host does with its time: runtime and driver calls (device malloc/free, launches, syncs),
+ops, Python between ops, garbage collection, and the user functions it all comes from.
+
+"Host time" is the time the breakdown charged to `host` (analysis/attribution.py: the device idle
+-- or, on a CPU-only trace, no op computing -- while the host runs something). It is split among its
+consumers in this order, each taking what the ones before left: runtime/driver calls by name, then
+outermost ops by name, then the rest, which is Python and framework code between ops (split by the
+user function it runs in when the trace has python stacks).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import intervals as iv
+from ..trace.model import ANNOTATION, PYTHON, RUNTIME
+from ..trace.names import name_mask
+from ..trace.selection import of_kind
+from .common import Context, overlap_ns, span, subtract
+from .locations import location_rows, sites, startup_names, user_frames
+from .ops import dispatched, outermost
+
+# Device memory allocation and release (not the stream-ordered *Async pool calls, which are cheap).
+ALLOC_CALLS = re.compile(r"^(?:cuda|hip)(?:Malloc|Free|MallocManaged|ExtMallocWithFlags)$|^cuMem(?:Alloc|Free)(?:_v2)?$")
+LAUNCH_CALLS = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|^cuLaunch")
+GC_FRAMES = frozenset({"<built-in function collect>"})  # gc.collect() calls in python stacks
+MAX_OPS_NAMED = 30  # op names whose host time is measured one by one (the largest by time)
+TOP_CONSUMERS = 5
+
+HOST_TIME_FACTS = {
+    "runtime_calls_per_step": ("count/step", "runtime and driver API calls (cudaLaunchKernel, hipFree, ...)"),
+    "runtime_us_per_step": ("us/step", "host time inside runtime and driver API calls"),
+    "alloc_calls_per_step": ("count/step", "device memory allocations and frees (cudaMalloc, cudaFree, hipMalloc, "
+                             "hipFree, cuMemAlloc, cuMemFree; not the *Async pool calls)"),
+    "alloc_us_per_step": ("us/step", "host time inside those allocation and free calls"),
+    "launch_calls_per_step": ("count/step", "kernel launch calls (cudaLaunchKernel, hipLaunchKernel, ...)"),
+    "launch_us_per_step": ("us/step", "host time inside kernel launch calls"),
+    "gc_calls_per_step": ("count/step", "gc.collect() calls seen in python stacks (automatic collections are not "
+                          "recorded)"),
+    "gc_us_per_step": ("us/step", "host time inside gc.collect() calls"),
+    "host_python_us_per_step": ("us/step", "host time (the breakdown's) outside any op or runtime call: Python and "
+                                "framework code between ops"),
+    "host_top_share": ("fraction", "share of the host time taken by its largest consumer (host_consumers[0])"),
+}
+
+
+def _named(df: pd.DataFrame, rx) -> pd.DataFrame:
+    return df[name_mask(df["name"], lambda n: bool(rx.search(n)))]
+
+
+def main_thread(ctx: Context) -> tuple:
+    """(pid, tid) of the thread that runs the steps (the ProfilerStep annotations), else the busiest."""
+    ann = of_kind(ctx.trace.events, ANNOTATION)
+    steps = ann[name_mask(ann["name"], lambda n: n.startswith("ProfilerStep#"))]
+    src = steps if len(steps) else dispatched(ctx)
+    if src.empty:
+        src = of_kind(ctx.trace.events, PYTHON)
+    if src.empty:
+        return (-1, -1)
+    top = src.groupby(["pid", "tid"])["dur"].sum().idxmax()
+    return int(top[0]), int(top[1])
+
+
+def time_by_user_frame(ctx: Context, where: iv.Intervals) -> pd.DataFrame:
+    """ns of `where` per user frame of the main thread: index frame name, columns count, ns."""
+    py = of_kind(ctx.trace.events, PYTHON)
+    if py.empty or iv.total(where) == 0:
+        return pd.DataFrame(columns=["count", "ns"])
+    pid, tid = main_thread(ctx)
+    py = py[(py["pid"] == pid) & (py["tid"] == tid)]
+    cuts = np.concatenate([where[0], where[1], py["ts"].to_numpy(np.int64), py["end"].to_numpy(np.int64)])
+    cuts = iv.distinct(cuts)
+    starts, lens = cuts[:-1], np.diff(cuts)
+    keep = iv.covers(where, starts)
+    starts, lens = starts[keep], lens[keep]
+    points = pd.DataFrame({"ts": starts, "pid": pid, "tid": tid})
+    frames = user_frames(ctx.trace, points).to_numpy() if len(points) else np.array([], object)
+    df = pd.DataFrame({"name": frames, "count": 1, "ns": lens.astype(np.float64)})
+    df = df[df["name"] != ""]
+    return df.groupby("name").sum().sort_values("ns", ascending=False)
+
+
+def host_time_facts(ctx: Context) -> tuple[dict, dict]:
+    host = ctx.breakdown.signals.get("as_host", iv.EMPTY)
+    host_ns = iv.total(host)
+    rt = ctx.kind(RUNTIME)
+    alloc, launch = _named(rt, ALLOC_CALLS), _named(rt, LAUNCH_CALLS)
+    consumers = []
+    for name, g in rt.groupby("name", observed=True):
+        ns = overlap_ns(span(g), host)
+        if ns:
+            consumers.append(_consumer(ctx, str(name), "runtime call", ns, g))
+    after_rt = subtract(host, span(rt))
+    top = outermost(dispatched(ctx))
+    by_op = top.groupby("name", observed=True)["dur"].sum().sort_values(ascending=False).head(MAX_OPS_NAMED)
+    for name in by_op.index:
+        g = top[top["name"] == name]
+        ns = overlap_ns(span(g), after_rt)
+        if ns:
+            consumers.append(_consumer(ctx, str(name), "op", ns, g))
+    rest = subtract(after_rt, span(top))
+    python_ns = iv.total(rest)
+    by_frame = time_by_user_frame(ctx, rest) if ctx.trace.has_stacks else pd.DataFrame(columns=["count", "ns"])
+    for name, r in by_frame.head(TOP_CONSUMERS).iterrows():
+        consumers.append({"name": str(name), "kind": "python", "us_per_step": ctx.per_step_us(r["ns"]),
+                          "share": ctx.share(r["ns"]), "calls_per_step": None, "max_call_us": None})
+    unnamed = python_ns - int(by_frame["ns"].sum()) if len(by_frame) else python_ns
+    if unnamed > 0:
+        consumers.append({"name": "Python and framework code between ops", "kind": "python",
+                          "us_per_step": ctx.per_step_us(unnamed), "share": ctx.share(unnamed),
+                          "calls_per_step": None, "max_call_us": None})
+    consumers.sort(key=lambda r: -r["us_per_step"])
+    gc = of_kind(ctx.trace.events, PYTHON)
+    gc = gc[gc["name"].isin(GC_FRAMES) & iv.covers(ctx.windows, gc["ts"].to_numpy(np.int64))]
+    hot = time_by_user_frame(ctx, host) if ctx.trace.has_stacks else pd.DataFrame(columns=["count", "ns"])
+    values = {
+        "runtime_calls_per_step": ctx.per_step(len(rt)),
+        "runtime_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(rt))),
+        "alloc_calls_per_step": ctx.per_step(len(alloc)),
+        "alloc_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(alloc))),
+        "launch_calls_per_step": ctx.per_step(len(launch)),
+        "launch_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(launch))),
+        "gc_calls_per_step": ctx.per_step(len(gc)),
+        "gc_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(gc))),
+        "host_python_us_per_step": ctx.per_step_us(python_ns),
+        "host_top_share": round(consumers[0]["us_per_step"] * ctx.n_steps * 1000.0 / host_ns, 4)
+        if consumers and host_ns else 0.0,
+    }
+    return values, {"host_consumers": consumers[: 2 * TOP_CONSUMERS],
+                    "host_sites": location_rows(hot, ctx.n_steps, startup_names(ctx.trace)) if len(hot) else [],
+                    "alloc_sites": sites(ctx.trace, alloc, ctx.n_steps)}
+
+
+def _consumer(ctx: Context, name: str, kind: str, ns: int, events: pd.DataFrame) -> dict:
+    return {"name": name, "kind": kind, "us_per_step": ctx.per_step_us(ns), "share": ctx.share(ns),
+            "calls_per_step": ctx.per_step(len(events)),
+            "max_call_us": round(float(events["dur"].max()) / 1000.0, 3) if len(events) else None}
