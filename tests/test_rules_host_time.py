@@ -220,3 +220,54 @@ def test_a_rule_that_fired_is_never_listed_as_not_checked(tmp_path):
     report, facts = analyze(gemm_trace(2000), tmp_path)  # no run facts, yet the suspicion fires
     assert "cpu-threads" in fired(report)
     assert not_checked(list(rules.values()), facts, report["findings"]) == []
+
+
+# --- host time explained -------------------------------------------------------------------------
+def test_host_consumers_exact(tmp_path):
+    """One 1000 µs step, a 100 µs kernel: the host runs a 300 µs cudaFree, a 200 µs op (which launched the
+    kernel) and Python; gc.collect() shows in the stack. Host time goes to runtime call, op, python in turn."""
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.op("aten::mul", 0, 200)
+    tb.launch("void k<float>", host=(10, 5), device=(20, 100))
+    tb.runtime("cudaFree", 300, 300)
+    train = tb.py("train.py(5): train", 0, 1000)
+    tb.py("<built-in function collect>", 700, 50, parent=train)
+    report, facts = analyze(tb, tmp_path)
+    assert facts["host_us_per_step"] == 900.0  # everything but the kernel
+    rows = {r["name"]: (r["kind"], r["us_per_step"]) for r in facts.tables["host_consumers"]}
+    # aten::mul is host time only while the kernel does not run ([0, 20) and [120, 200)), less its launch
+    assert rows == {"cudaFree": ("runtime call", 300.0), "aten::mul": ("op", 95.0),
+                    "cudaLaunchKernel": ("runtime call", 5.0), "train.py(5): train": ("python", 500.0)}
+    assert facts["host_python_us_per_step"] == 500.0 and facts["host_top_share"] == round(500 / 900, 4)
+    assert facts["gc_calls_per_step"] == 1.0 and facts["gc_us_per_step"] == 50.0
+    assert facts["alloc_calls_per_step"] == 1.0 and facts["launch_calls_per_step"] == 1.0
+    site = facts.tables["host_sites"][0]
+    assert (site["file"], site["line"], site["function"], site["us_per_step"]) == ("train.py", 5, "train", 900.0)
+    ht = report["host_time"]  # allocator-churn names a cause of host time: no "spread" statement
+    assert report["verdict"] == "host-bound" and ht["findings"] == ["allocator-churn"] and ht["statement"] == ""
+    assert [c["name"] for c in ht["consumers"]] == ["train.py(5): train", "cudaFree", "aten::mul", "cudaLaunchKernel"]
+
+
+@pytest.mark.parametrize("name, first", [
+    ("mi250_rocm_minitoy.json.gz", "hipLaunchKernel (3.31 ms per step, 71.0% of the step; one call took 6.54 ms"),
+    ("a100_triton_example.json.gz", None),
+    ("a100_alexnet_small.json.gz", "cudaDeviceGetStreamPriorityRange"),
+])
+def test_host_bound_real_traces_never_come_alone(shared_traces, name, first):
+    """A host-bound verdict has a host finding, or the statement of who consumed the host time."""
+    report = analyze_file(shared_traces / name).to_dict()
+    assert report["verdict"] == "host-bound"
+    ht = report["host_time"]
+    assert ht["findings"] or ht["statement"].startswith("host time is spread: ")
+    if first:
+        assert ht["statement"].split(" are ", 1)[1].startswith(first)
+
+
+def test_every_host_bound_real_trace_is_explained(shared_traces):
+    for path in sorted(shared_traces.glob("*.gz")):
+        report = analyze_file(path).to_dict()
+        if report["verdict"] == "host-bound":
+            ht = report["host_time"]
+            assert ht["findings"] or ht["statement"], path.name
+            assert bool(ht["statement"]) is not bool(ht["findings"]), path.name

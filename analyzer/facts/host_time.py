@@ -19,7 +19,7 @@ from ..analysis import intervals as iv
 from ..trace.model import ANNOTATION, PYTHON, RUNTIME
 from ..trace.names import name_mask
 from ..trace.selection import of_kind
-from .common import Context, overlap_ns, span, subtract
+from .common import Context, covered_ns, span, subtract
 from .locations import location_rows, sites, startup_names, user_frames
 from .ops import dispatched, outermost
 
@@ -88,19 +88,10 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
     host_ns = iv.total(host)
     rt = ctx.kind(RUNTIME)
     alloc, launch = _named(rt, ALLOC_CALLS), _named(rt, LAUNCH_CALLS)
-    consumers = []
-    for name, g in rt.groupby("name", observed=True):
-        ns = overlap_ns(span(g), host)
-        if ns:
-            consumers.append(_consumer(ctx, str(name), "runtime call", ns, g))
+    consumers = _by_name(ctx, rt, host, "runtime call")
     after_rt = subtract(host, span(rt))
     top = outermost(dispatched(ctx))
-    by_op = top.groupby("name", observed=True)["dur"].sum().sort_values(ascending=False).head(MAX_OPS_NAMED)
-    for name in by_op.index:
-        g = top[top["name"] == name]
-        ns = overlap_ns(span(g), after_rt)
-        if ns:
-            consumers.append(_consumer(ctx, str(name), "op", ns, g))
+    consumers += _by_name(ctx, top, after_rt, "op")[:MAX_OPS_NAMED]
     rest = subtract(after_rt, span(top))
     python_ns = iv.total(rest)
     by_frame = time_by_user_frame(ctx, rest) if ctx.trace.has_stacks else pd.DataFrame(columns=["count", "ns"])
@@ -134,7 +125,14 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
                     "alloc_sites": sites(ctx.trace, alloc, ctx.n_steps)}
 
 
-def _consumer(ctx: Context, name: str, kind: str, ns: int, events: pd.DataFrame) -> dict:
-    return {"name": name, "kind": kind, "us_per_step": ctx.per_step_us(ns), "share": ctx.share(ns),
-            "calls_per_step": ctx.per_step(len(events)),
-            "max_call_us": round(float(events["dur"].max()) / 1000.0, 3) if len(events) else None}
+def _by_name(ctx: Context, events: pd.DataFrame, where: iv.Intervals, kind: str) -> list:
+    """Consumer rows: per event name, how much of `where` its events cover (largest first)."""
+    if events.empty:
+        return []
+    ns = covered_ns(where, events["ts"].to_numpy(np.int64), events["end"].to_numpy(np.int64))
+    df = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "ns": ns, "dur": events["dur"].to_numpy()})
+    g = df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), longest=("dur", "max"))
+    g = g[g["ns"] > 0].sort_values("ns", ascending=False)
+    return [{"name": str(name), "kind": kind, "us_per_step": ctx.per_step_us(r["ns"]), "share": ctx.share(r["ns"]),
+             "calls_per_step": ctx.per_step(r["calls"]), "max_call_us": round(float(r["longest"]) / 1000.0, 3)}
+            for name, r in g.iterrows()]

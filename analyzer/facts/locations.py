@@ -26,7 +26,7 @@ import pandas as pd
 from ..analysis import intervals as iv
 from ..trace.model import PYTHON, Trace
 from ..trace.names import name_mask
-from ..trace.selection import of_kind
+from ..trace.selection import derived, of_kind
 from .common import last_started, thread_key
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -82,6 +82,10 @@ def startup_names(trace: Trace) -> frozenset:
     line they were on then, not their function's first line): the frames that enclose the profiler's own
     start frame (`torch/autograd/profiler.py: _start_trace`). A trace without that frame (older torch,
     edited traces) gives none: its lines are taken as function lines."""
+    return derived(trace.events, ("startup_names",), lambda: _startup_names(trace))
+
+
+def _startup_names(trace: Trace) -> frozenset:
     py = _python(trace)
     if py.empty:
         return frozenset()

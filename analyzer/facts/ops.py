@@ -26,6 +26,7 @@ OP_FACTS = {
     "ops_per_step": ("count/step", "cpu ops dispatched (every op, those called by other ops included)"),
     "ops_top_per_step": ("count/step", "outermost cpu ops: ops called from Python, not from inside another op"),
     "op_top_median_us": ("us", "median duration of an outermost op"),
+    "op_top_mean_us": ("us", "mean duration of an outermost op (a few slow ops pull it far above the median)"),
     "ops_small_per_step": ("count/step", "outermost ops shorter than 100 µs"),
     "tiny_ops_us_per_step": ("us/step", "time in outermost ops shorter than 100 µs plus the Python gaps (< 100 µs) "
                              "between two of them on the same thread"),
@@ -78,6 +79,7 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
         "ops_per_step": ctx.per_step(len(ops)),
         "ops_top_per_step": ctx.per_step(len(top)),
         "op_top_median_us": round(float(np.median(dur)) / 1000.0, 3) if len(dur) else 0.0,
+        "op_top_mean_us": round(float(dur.mean()) / 1000.0, 3) if len(dur) else 0.0,
         "ops_small_per_step": ctx.per_step(int(small.sum())),
         "tiny_ops_us_per_step": ctx.per_step_us(tiny_ns),
         "tiny_ops_share": ctx.share(tiny_ns),

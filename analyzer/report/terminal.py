@@ -67,7 +67,7 @@ def render_terminal(report: dict) -> str:
             gain = f.get("estimated_speedup")
             gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
             lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}{gain_txt}")
-            for loc in (f.get("locations") or [])[:1]:
+            for loc in (f.get("locations") or [])[:2]:
                 lines.append(f"      at {_clean(location_text(loc))}")
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
