@@ -53,6 +53,10 @@ def _named(df: pd.DataFrame, rx) -> pd.DataFrame:
 
 def main_thread(ctx: Context) -> tuple:
     """(pid, tid) of the thread that runs the steps (the ProfilerStep annotations), else the busiest."""
+    return ctx.cached("main_thread", lambda: _main_thread(ctx))
+
+
+def _main_thread(ctx: Context) -> tuple:
     ann = of_kind(ctx.trace.events, ANNOTATION)
     steps = ann[name_mask(ann["name"], lambda n: n.startswith("ProfilerStep#"))]
     src = steps if len(steps) else dispatched(ctx)

@@ -66,15 +66,21 @@ def is_user_frame(name: str) -> bool:
 
 
 def _python(trace: Trace) -> pd.DataFrame:
-    return of_kind(trace.events, PYTHON).reset_index(drop=True)
+    return derived(trace.events, ("python",), lambda: of_kind(trace.events, PYTHON).reset_index(drop=True))
 
 
-def _parent_rows(py: pd.DataFrame) -> np.ndarray:
-    """Row of each frame's parent in `py` (-1 for none)."""
-    ids, parent = py["py_id"].to_numpy(np.int64), py["py_parent"].to_numpy(np.int64)
-    order = np.argsort(ids, kind="stable")
-    pos = np.clip(np.searchsorted(ids[order], parent), 0, len(ids) - 1)
-    return np.where(ids[order][pos] == parent, order[pos], -1) if len(ids) else parent
+def _tree(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """For the frames of `_python(trace)`: the row of each frame's parent (-1 for none), and which
+    frames are user code; once per analysis (several tables of source locations need them)."""
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        py = _python(trace)
+        ids, parent = py["py_id"].to_numpy(np.int64), py["py_parent"].to_numpy(np.int64)
+        order = np.argsort(ids, kind="stable")
+        pos = np.clip(np.searchsorted(ids[order], parent), 0, len(ids) - 1)
+        rows = np.where(ids[order][pos] == parent, order[pos], -1) if len(ids) else parent
+        return rows, name_mask(py["name"], is_user_frame)
+
+    return derived(trace.events, ("python_tree",), make)
 
 
 def startup_names(trace: Trace) -> frozenset:
@@ -102,8 +108,8 @@ def user_frames(trace: Trace, points: pd.DataFrame) -> pd.Series:
     py = _python(trace)
     if py.empty or points.empty:
         return pd.Series([""] * len(points), dtype=object)
-    parent_row = _parent_rows(py)
-    end, user = py["end"].to_numpy(np.int64), name_mask(py["name"], is_user_frame)
+    parent_row, user = _tree(trace)
+    end = py["end"].to_numpy(np.int64)
     t = points["ts"].to_numpy(np.int64)
     cur = last_started(points, py)
     for need_user in (False, True):  # first up to a frame that encloses the point, then up to user code
@@ -161,8 +167,7 @@ def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
     win = iv.merge(windows["ts"].to_numpy(np.int64), windows["end"].to_numpy(np.int64))
     ts = py["ts"].to_numpy(np.int64)
     inside = same & iv.covers(win, ts)
-    user = name_mask(py["name"], is_user_frame)
-    parent_row = _parent_rows(py)
+    parent_row, user = _tree(trace)
     cand = np.flatnonzero(inside & user)
     cur, nested = parent_row[cand], np.zeros(len(cand), dtype=bool)
     for _ in range(MAX_DEPTH):  # climb while still inside the window: a user frame above means nested

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
+from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP
 from ..trace.names import name_mask
 from .common import Context, span, thread_key
@@ -20,7 +21,6 @@ from .locations import sites
 
 SMALL_OP_NS = 100_000  # an outermost op under 100 µs is "small": its fixed cost is a large part of it
 SMALL_GAP_NS = 100_000  # Python between two small ops shorter than this belongs to the loop that runs them
-OPTIMIZER_PREFIX = "Optimizer.step#"
 
 OP_FACTS = {
     "ops_per_step": ("count/step", "cpu ops dispatched (every op, those called by other ops included)"),
@@ -72,8 +72,9 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     gap = np.r_[ts[1:] - end[:-1], 0] if len(ts) else ts
     loop = np.r_[(key[1:] == key[:-1]) & small[1:], False] & small & (gap > 0) & (gap < SMALL_GAP_NS)
     tiny_ns = int(dur[small].sum()) + int(gap[loop].sum())
-    opt = ctx.kind(ANNOTATION, CPU_OP)
-    opt_win = span(opt[name_mask(opt["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))])
+    ann = ctx.kind(ANNOTATION, CPU_OP)
+    opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
+    opt_win = span(opt)
     in_opt = iv.covers(opt_win, ts)
     values = {
         "ops_per_step": ctx.per_step(len(ops)),
@@ -88,5 +89,4 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     small_ops = top[small]
     weights = small_ops["dur"].to_numpy(np.float64)
     return values, {"small_op_sites": sites(ctx.trace, small_ops, ctx.n_steps, weights=weights),
-                    "optimizer_sites": sites(ctx.trace, opt[name_mask(opt["name"], lambda n: n.startswith(
-                        OPTIMIZER_PREFIX))], ctx.n_steps)}
+                    "optimizer_sites": sites(ctx.trace, opt, ctx.n_steps)}
