@@ -267,12 +267,15 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
 @click.option("--no-stack", is_flag=True, help="No Python stacks: less overhead, no source lines in findings.")
 @click.option("--no-shapes", is_flag=True, help="No input shapes and dtypes.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
+@click.option("--no-fallback-window", "no_fallback", is_flag=True,
+              help="Record nothing before the first step (faster when the script runs many torch ops before "
+                   "it, e.g. preprocessing); a script without any step then gets no report.")
 @output_options
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, out_dir, json_path,
-                html_path, markdown_path, force) -> None:
+def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, no_fallback, out_dir,
+                json_path, html_path, markdown_path, force) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
@@ -290,7 +293,7 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
     from .target import resolve_target
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
-                       record_shapes=not no_shapes, stop_after_window=not full)
+                       record_shapes=not no_shapes, stop_after_window=not full, fallback_window=not no_fallback)
     job = resolve_target(target, script_args, module)
     runner.require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)

@@ -47,6 +47,10 @@ class RunConfig:
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.
     stop_after_window: bool = False
+    # Record lightly (no stacks, no shapes) until the first step boundary, so that a run without any
+    # boundary is analysed as one window. Costs ~10-20 us and ~1.7 KB per torch op run before the first
+    # step (docs/run.md); off: such a run gets no report.
+    fallback_window: bool = True
 
     def __post_init__(self):
         for name, least in (("wait", 0), ("warmup", 0), ("active", 1)):
@@ -89,7 +93,8 @@ class ProfileSession:
     Until the first step boundary a light recorder runs (no stacks, no shapes, no schedule): if no
     boundary ever comes, its recording is the trace, analysed as one window (`whole_run`); at the
     first boundary it is stopped and thrown away, and the scheduled profiler takes over. With
-    `wait=0` the scheduled profiler records from the start and there is no light recorder."""
+    `wait=0` the scheduled profiler records from the start, and with `fallback_window=False` nothing
+    is recorded before the first boundary: no light recorder either way."""
 
     def __init__(self, config: RunConfig, trace_path: Path, raise_on_complete: bool, manual: bool = False):
         self.config = config
@@ -136,7 +141,7 @@ class ProfileSession:
         if self.config.wait == 0:
             self._prof = self._profiler(light=False)
             self._prof.start()  # already recording (warm-up): metadata is kept from here on
-        else:
+        elif self.config.fallback_window:
             self._light = self._profiler(light=True)
             self._light.start()
         self._record_metadata()
@@ -293,8 +298,9 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
         o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
     elif ended == "finished" and not have:
         o.exit_code = EXIT_FAILED
-        what = ("the script ran no torch operation to profile" if not o.steps
-                else f"the script ended before any profiled step completed ({seen})")
+        light = config.fallback_window and config.wait > 0  # then a run without steps had its light recording
+        what = (f"the script ended before any profiled step completed ({seen})" if o.steps
+                else "the script ran no torch operation to profile" if light else "the script saw no step boundary")
         o.message = (f"no report: {what}. Steps come from optimizer.step(), DataLoader batches or a repeated "
                      f"model call; lower --wait/--warmup, or call prof.step() (perfsleuth docs run)")
     elif ended == "stopped":

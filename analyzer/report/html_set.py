@@ -24,8 +24,7 @@ COMPACT_FINDINGS = 5  # findings listed in a compact section (title, estimate, r
 def render_set_html(data: dict) -> str:
     env = _environment()
     reports = set_order([r for r in data.get("reports") or [] if isinstance(r, dict)])
-    views = [view(r, pid=f"r{i + 1}-") for i, r in enumerate(reports)]
-    rows = [index_row(v, str(data.get("path") or "")) for v in views]
+    rows = [index_row(r, f"r{i + 1}-", str(data.get("path") or "")) for i, r in enumerate(reports)]
     skipped = [{"path": str(s.get("path")), "problem": str(s.get("problem"))}
                for s in (data.get("skipped") or [])[:50] if isinstance(s, dict)]
 
@@ -51,15 +50,17 @@ def render_set_html(data: dict) -> str:
              "compact_more": max(0, len(v["findings"]) + v["findings_more"] - COMPACT_FINDINGS)})
         return Markup(section.render(row=row, body=Markup(body), open=row["n"] == 1, level=level))
 
-    compact = [render(v, row, "compact") for v, row in zip(views, rows)]
     left = MAX_PAGE_BYTES - base
-    sections = []
-    for v, row, small in zip(views, rows, compact):  # compact sections while they fit
+    sections, views = [], []
+    for rep, row in zip(reports, rows):  # compact sections while they fit
+        v = view(rep, pid=row["pid"])
+        small = render(v, row, "compact")
         if _size(small) > left:
             break
         sections.append(small)
+        views.append(v)
         left -= _size(small)
-    for i, (v, row) in enumerate(zip(views, rows[: len(sections)])):  # then full ones, first traces first
+    for i, (v, row) in enumerate(zip(views, rows)):  # then full ones, first traces first
         full = render(v, row, "full")
         extra = _size(full) - _size(sections[i])
         if extra > left:
@@ -73,16 +74,19 @@ def render_set_html(data: dict) -> str:
     return page(rows, sections, counts)
 
 
-def index_row(v: dict, root: str) -> dict:
+def index_row(rep: dict, pid: str, root: str) -> dict:
     """One index row: where the trace is, its rank, verdict, step time, device busy and top finding."""
-    t, top = v["trace"], v["top_finding"]
-    n = int(v["pid"][1:-1])
-    return {"n": n, "path": shorten(member_path(str(t.get("path") or "?"), root), 160),
-            "rank": present.DASH if t.get("rank") is None else t["rank"], "verdict": v["verdict"],
-            "verdict_class": _verdict_class(v["verdict"]), "median": v["step_time"]["median"],
-            "busy": v["device_busy"], "top": str(top.get("rule") or "") if top else "",
+    t = rep.get("trace") if isinstance(rep.get("trace"), dict) else {}
+    summary = rep.get("summary") if isinstance(rep.get("summary"), dict) else {}
+    findings = [f for f in rep.get("findings") or [] if isinstance(f, dict)]
+    top = findings[0] if findings else None
+    verdict = str(rep.get("verdict") or "unknown")
+    return {"n": int(pid[1:-1]), "pid": pid, "path": shorten(member_path(str(t.get("path") or "?"), root), 160),
+            "rank": present.DASH if t.get("rank") is None else t["rank"], "verdict": verdict,
+            "verdict_class": _verdict_class(verdict), "median": (summary.get("step_time_us") or {}).get("median"),
+            "busy": present.number(summary.get("device_busy")), "top": str(top.get("rule") or "") if top else "",
             "top_speedup": present.number(top.get("estimated_speedup")) if top else None,
-            "anchor": f"{v['pid']}section", "id": f"{v['pid']}row"}
+            "anchor": f"{pid}section", "id": f"{pid}row"}
 
 
 def _size(text: str) -> int:
