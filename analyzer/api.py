@@ -97,11 +97,11 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_analyze_member, files, [config] * len(files)))
-    result = ReportSet(path=str(p))
+    result = ReportSet(path=os.path.abspath(p))  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
             log.warning("skipping %s: %s", f, problem)
-            result.skipped.append((str(f), problem))
+            result.skipped.append((os.path.abspath(f), problem))
         else:
             result.reports.append(report)
     if not result.reports:

@@ -68,23 +68,30 @@ def _main_thread(ctx: Context) -> tuple:
     return int(top[0]), int(top[1])
 
 
-def time_by_user_frame(ctx: Context, where: iv.Intervals) -> pd.DataFrame:
-    """ns of `where` per user frame of the main thread: index frame name, columns count, ns."""
+def time_by_user_frame(ctx: Context, host: iv.Intervals, *parts: iv.Intervals) -> list:
+    """For each of `parts` (sub-sets of `host`; `host` itself when none): its ns per user frame of the
+    main thread, as a frame indexed by frame name with columns count and ns. `host` is cut once at the
+    main thread's python frame boundaries and each piece named once; parts weigh the pieces they cover."""
+    parts = parts or (host,)
+    empty = pd.DataFrame(columns=["count", "ns"])
     py = of_kind(ctx.trace.events, PYTHON)
-    if py.empty or iv.total(where) == 0:
-        return pd.DataFrame(columns=["count", "ns"])
+    if py.empty or iv.total(host) == 0:
+        return [empty for _ in parts]
     pid, tid = main_thread(ctx)
     py = py[(py["pid"] == pid) & (py["tid"] == tid)]
-    cuts = np.concatenate([where[0], where[1], py["ts"].to_numpy(np.int64), py["end"].to_numpy(np.int64)])
-    cuts = iv.distinct(cuts)
-    starts, lens = cuts[:-1], np.diff(cuts)
-    keep = iv.covers(where, starts)
-    starts, lens = starts[keep], lens[keep]
-    points = pd.DataFrame({"ts": starts, "pid": pid, "tid": tid})
-    frames = user_frames(ctx.trace, points).to_numpy() if len(points) else np.array([], object)
-    df = pd.DataFrame({"name": frames, "count": 1, "ns": lens.astype(np.float64)})
-    df = df[df["name"] != ""]
-    return df.groupby("name").sum().sort_values("ns", ascending=False)
+    cuts = iv.distinct(np.concatenate([host[0], host[1], py["ts"].to_numpy(np.int64), py["end"].to_numpy(np.int64)]))
+    starts, ends = cuts[:-1], cuts[1:]
+    keep = iv.covers(host, starts)
+    starts, ends = starts[keep], ends[keep]
+    frames = user_frames(ctx.trace, pd.DataFrame({"ts": starts, "pid": pid, "tid": tid})).to_numpy()
+    named = frames != ""
+    out = []
+    for part in parts:
+        ns = covered_ns(part, starts, ends).astype(np.float64)
+        df = pd.DataFrame({"name": frames[named], "count": (ns[named] > 0).astype(np.int64), "ns": ns[named]})
+        g = df.groupby("name").sum()
+        out.append(g[g["ns"] > 0].sort_values("ns", ascending=False))
+    return out
 
 
 def host_time_facts(ctx: Context) -> tuple[dict, dict]:
@@ -98,7 +105,8 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
     consumers += _by_name(ctx, top, after_rt, "op")[:MAX_OPS_NAMED]
     rest = subtract(after_rt, span(top))
     python_ns = iv.total(rest)
-    by_frame = time_by_user_frame(ctx, rest) if ctx.trace.has_stacks else pd.DataFrame(columns=["count", "ns"])
+    empty = pd.DataFrame(columns=["count", "ns"])
+    hot, by_frame = time_by_user_frame(ctx, host, host, rest) if ctx.trace.has_stacks else (empty, empty)
     for name, r in by_frame.head(TOP_CONSUMERS).iterrows():
         consumers.append({"name": str(name), "kind": "python", "us_per_step": ctx.per_step_us(r["ns"]),
                           "share": ctx.share(r["ns"]), "calls_per_step": None, "max_call_us": None})
@@ -110,7 +118,6 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
     consumers.sort(key=lambda r: -r["us_per_step"])
     gc = of_kind(ctx.trace.events, PYTHON)
     gc = gc[gc["name"].isin(GC_FRAMES) & iv.covers(ctx.windows, gc["ts"].to_numpy(np.int64))]
-    hot = time_by_user_frame(ctx, host) if ctx.trace.has_stacks else pd.DataFrame(columns=["count", "ns"])
     values = {
         "runtime_calls_per_step": ctx.per_step(len(rt)),
         "runtime_us_per_step": ctx.per_step_us(ctx.in_steps_ns(span(rt))),
