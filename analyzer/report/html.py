@@ -18,6 +18,7 @@ from ..config import CATEGORIES
 from . import present
 from .escape import html_id, shorten
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
+from .ranks_html import ranks_view
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
 SEGMENT_TITLES_UP_TO = 60  # above this many bars: one path per category + one tooltip box per bar
@@ -65,7 +66,7 @@ def render_html(report: dict) -> str:
     if index:
         title = f"perfsleuth: {index['count']} traces — {shorten(str(index['path']), 80)}"
     return env.get_template("report.html.j2").render(
-        page_title=title, bodies=bodies, index=index, version=str((report.get("tool") or {}).get("version") or ""),
+        page_title=title, bodies=bodies, index=index, ranks=ranks_view(report), version=str((report.get("tool") or {}).get("version") or ""),
         schema=str(report.get("schema") or "perfsleuth/report@1"))
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ..analysis.attribution import Breakdown
+from ..analysis.ranks import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
 from ..config import CATEGORIES
@@ -37,6 +38,8 @@ class Report:
     top_kernels: list = field(default_factory=list)
     top_ops: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
+    # What the cross-rank analysis needs from this rank (analysis/ranks.py); survives slim().
+    rank_summary: Optional[RankSummary] = None
 
     def slim(self) -> "Report":
         """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
@@ -116,8 +119,12 @@ class ReportSet:
     path: str
     reports: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
+    cross: Optional[Any] = None  # analysis.stragglers.CrossRank: the ranks read together (docs/ranks.md)
 
     def to_dict(self) -> dict:
-        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
-                "path": self.path, "reports": [r.to_dict() for r in self.reports],
-                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        out = {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
+               "path": self.path, "reports": [r.to_dict() for r in self.reports],
+               "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        if self.cross is not None:
+            out.update(_clean(self.cross.to_dict()))
+        return out
