@@ -15,7 +15,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 
 # torch is pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build); `analyze` itself never needs it.
-python3 -m pip install -q -e '.[test,hta]' 'torch==2.13.0'
+python3 -m pip install -q -e '.[test,hta,dask]' 'torch==2.13.0'
 
 set +e
 python3 -m pytest "$@"

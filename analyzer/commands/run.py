@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from . import run_facts
+from . import run_facts, run_ranks
 from .run_paths import rank_info, trace_name
 
 log = logging.getLogger(__name__)
@@ -327,7 +327,8 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
     if o.rank not in (None, 0) and o.exit_code == 0:
         o.message = None  # rank 0 speaks for a healthy run
     if have and o.rank in (None, 0):
-        o.report = analyze(o.trace_path, o.warnings)
+        o.report, note = run_ranks.with_other_ranks(analyze(o.trace_path, o.warnings), o.trace_path, o.warnings)
+        o.message = "; ".join(m for m in (o.message, note) if m) or None
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):
