@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
+from .analysis.crossrank import one_job
 from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
 from .analysis.stragglers import analyze_ranks
@@ -99,7 +100,7 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
                   scheduler: Optional[str] = None, root: str = "") -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
     (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
-    (analysis/crossrank.py, analysis/stragglers.py) when two or more could be read."""
+    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job."""
     files = list(files)
     jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
     with cluster.executor(scheduler, jobs) as pool:
@@ -119,6 +120,7 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
-    if len(result.reports) >= 2:
-        result.cross = analyze_ranks([r.rank_summary for r in result.reports], config or Config())
+    summaries = [r.rank_summary for r in result.reports]
+    if one_job(summaries):
+        result.cross = analyze_ranks(summaries, config or Config())
     return result

@@ -194,3 +194,28 @@ def test_config_threshold_decides_stragglers(tmp_path):
     rs = analyze_path(tmp_path, jobs=1)
     strict = analyze_ranks([r.rank_summary for r in rs.reports], Config(straggler_share=0.5))
     assert strict.stragglers == [] and strict.job["verdict"] == "communication-bound"
+
+
+def test_unrelated_traces_get_no_cross_rank_report(tmp_path):
+    """Two single-process traces (rank 0 of 1 each, no collectives): not one job."""
+    for i in range(2):
+        tb = TraceBuilder(rank=0, world_size=1)
+        tb.step(1, 0, 100)
+        tb.launch("volta_sgemm_128x64_nn", host=(5, 3), device=(10, 50))
+        tb.write(tmp_path / f"t{i}.json")
+    data = analyze_path(tmp_path, jobs=1).to_dict()
+    assert len(data["reports"]) == 2
+    assert not {"ranks", "collectives", "stragglers", "job"} & set(data)
+
+
+def test_ranks_of_one_world_without_collectives_still_get_the_table(tmp_path):
+    for r in range(2):
+        tb = TraceBuilder(rank=r, world_size=2)
+        tb.step(1, 0, 100 + 100 * r)
+        tb.launch("volta_sgemm_128x64_nn", host=(5, 3), device=(10, 50))
+        tb.write(tmp_path / f"rank{r}.json")
+    data = analyze_path(tmp_path, jobs=1).to_dict()
+    assert [r["step_time_us"] for r in data["ranks"]] == [100.0, 200.0]
+    assert data["collectives"]["instances"] == 0 and data["stragglers"] == []
+    assert "no collectives in the analysed steps of any rank" in data["job"]["warnings"]
+    assert data["job"]["critical_rank"] == 1  # no waits to go by: the rank with the longest step

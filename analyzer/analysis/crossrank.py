@@ -224,6 +224,19 @@ def by_kind(m: Matched, s: Split, job_steps: float) -> list:
             for r in out.itertuples(index=False)]
 
 
+def one_job(summaries: list) -> bool:
+    """Do these traces look like the ranks of one job? Two or more, of one device type, and either
+    distinct ranks of one world size or collectives that match across them. A folder of unrelated
+    traces gets no cross-rank report."""
+    if len(summaries) < 2 or len({s.device_type for s in summaries}) > 1:
+        return False
+    ranks = [s.rank for s in summaries]
+    worlds = {s.world_size for s in summaries}
+    if None not in ranks and len(set(ranks)) == len(ranks) and len(worlds) == 1 and None not in worlds:
+        return True
+    return len(match(summaries).keys) > 0
+
+
 def order_ranks(summaries: list) -> tuple[list, list]:
     """Summaries sorted by rank (files without a rank, or repeating one, after them in file order)
     and the rank label of each: its rank, else the lowest number no other file has."""

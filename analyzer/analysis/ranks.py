@@ -57,7 +57,12 @@ def summarize_rank(trace: Trace, breakdown: Breakdown, verdict: str) -> RankSumm
     n = max(1, len(steps))
     category_ns = {c: float(steps[c].sum()) / n for c in CATEGORIES}
     colls, source = _collectives(trace, steps)
-    return RankSummary(path=trace.path, rank=trace.rank, world_size=trace.world_size,
+    rank, world = trace.rank, trace.world_size
+    if rank is None:  # no distributedInfo (no process group): the rank `perfsleuth run` saw in RANK
+        host = trace.run_metadata.get("host") if isinstance(trace.run_metadata, dict) else None
+        host = host if isinstance(host, dict) else {}
+        rank, world = _int(host.get("rank")), _int(host.get("world_size"))
+    return RankSummary(path=trace.path, rank=rank, world_size=world,
                        device_type=trace.device_type, verdict=verdict, steps=[str(s) for s in steps["name"]],
                        step_ns=steps["duration"].to_numpy(np.int64).copy(), category_ns=category_ns,
                        collectives=colls, process_groups=dict(trace.process_groups), collective_source=source)
@@ -87,6 +92,10 @@ def _collectives(trace: Trace, steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "start": start[inside] + origin, "end": end[inside] + origin,
     })
     return out.sort_values(["start", "end"], kind="stable").reset_index(drop=True), source
+
+
+def _int(v) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _is_backend_span(name: str) -> bool:
