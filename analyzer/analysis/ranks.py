@@ -83,7 +83,8 @@ def _collectives(trace: Trace, steps: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     st, en = steps["start"].to_numpy(np.int64), steps["end"].to_numpy(np.int64)
     idx = np.searchsorted(st, start, side="right") - 1
     inside = (idx >= 0) & (start < en[np.clip(idx, 0, None)])
-    kinds = {c: collective_kind(c) or c.split("(")[0][:80] for c in comm["name"].cat.remove_unused_categories().cat.categories}
+    names = comm["name"].cat.remove_unused_categories().cat.categories
+    kinds = {c: collective_kind(c) or c.split("(")[0][:80] for c in names}
     origin = int(round(trace.t0_us * 1000.0))
     out = pd.DataFrame({
         "step": idx[inside].astype(np.int32),

@@ -75,7 +75,8 @@ def analyze_ranks(summaries: list, config: Config) -> CrossRank:
         warnings.append("some traces carry no rank, or the same rank as another: they are numbered after the "
                         "others in file order")
     collectives = _collectives(m, s, pr, labels)
-    job = {"ranks": len(ordered), "step_time_us": _us(step), "median_rank_time_us": {c: _us(v) for c, v in median.items()},
+    job = {"ranks": len(ordered), "step_time_us": _us(step),
+           "median_rank_time_us": {c: _us(v) for c, v in median.items()},
            "critical_rank": labels[critical], "exposed_communication_us_per_step": _us(exposed),
            "verdict": verdict, "verdict_reason": reason,
            "rank_verdicts": dict(Counter(x.verdict for x in ordered).most_common())}

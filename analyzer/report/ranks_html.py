@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..config import CATEGORIES
 from .escape import shorten
 from .present import CATEGORY_LABELS, number
-from .ranks_text import MAX_RANK_ROWS, clock_sentence, exposed_sentence, forecast_sentence, has_ranks, straggler_sentence
+from .ranks_text import (MAX_RANK_ROWS, clock_sentence, exposed_sentence, forecast_sentence, has_ranks,
+                         straggler_sentence)
 
 
 def ranks_view(data: dict) -> dict | None:
@@ -25,12 +26,17 @@ def ranks_view(data: dict) -> dict | None:
         cells = [{"category": c, "us": number(t.get(c)),
                   "alpha": round(min(1.0, (number(t.get(c)) or 0.0) / total), 3) if total > 0 else 0.0}
                  for c in CATEGORIES]
-        rows.append({"rank": r.get("rank"), "path": shorten(str(r.get("path") or ""), 160), "step": r.get("step_time_us"),
+        rows.append({"rank": r.get("rank"), "path": shorten(str(r.get("path") or ""), 160),
+                     "step": r.get("step_time_us"),
                      "cells": cells, "waits": r.get("wait_us_per_step"), "caused": r.get("caused_wait_us_per_step"),
                      "verdict": str(r.get("verdict") or ""), "straggler": r.get("rank") in stragglers,
                      "critical": r.get("rank") == job.get("critical_rank")})
+    verdict = str(job.get("verdict") or "unknown")
+    first = (data.get("stragglers") or [{}])[0]
+    shade = str(first.get("cause")) if verdict == "straggler-bound" else verdict.removesuffix("-bound")
     return {
-        "verdict": str(job.get("verdict") or "unknown"), "reason": str(job.get("verdict_reason") or ""),
+        "verdict": verdict, "verdict_class": shade if shade in CATEGORIES else "other",
+        "reason": str(job.get("verdict_reason") or ""),
         "count": job.get("ranks"), "step": job.get("step_time_us"),
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES], "rows": rows,
         "more": max(0, len(data["ranks"]) - MAX_RANK_ROWS),

@@ -48,11 +48,16 @@ def executor(scheduler: Optional[str], jobs: int) -> Iterator[Optional[Executor]
 @contextlib.contextmanager
 def _dask_client(scheduler: str, jobs: int):
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise UsageError("--scheduler needs Dask: pip install 'perfsleuth[dask]'") from None
     with contextlib.ExitStack() as stack:
         if scheduler == LOCAL:
+            # Dask starts its workers with MALLOC_TRIM_THRESHOLD_=65536: glibc then hands memory back
+            # after every large free and faults it in again, which made each analysis ~20 % slower
+            # (docs/perf.md). Our workers allocate and free large arrays; they keep glibc's default.
+            stack.enter_context(dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}))
             cluster = stack.enter_context(LocalCluster(
                 n_workers=max(1, jobs), threads_per_worker=1, processes=True, host="127.0.0.1",
                 dashboard_address=None, silence_logs=logging.ERROR))
