@@ -28,6 +28,7 @@ import numpy as np
 
 from ..config import CATEGORIES, Config
 from . import crossrank as cr
+from .tables import us as _us
 
 STRAGGLER_BOUND, COMMUNICATION_BOUND = "straggler-bound", "communication-bound"
 ASSUMPTIONS = (
@@ -36,10 +37,6 @@ ASSUMPTIONS = (
     "only the wait charged to this rank goes (other stragglers stay as they are)",
     "the saving is at most the straggler's total excess over the median rank (communication aside)",
 )
-
-
-def _us(ns) -> float:
-    return round(float(ns) / 1000.0, 3)
 
 
 @dataclass

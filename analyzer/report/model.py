@@ -15,16 +15,13 @@ from ..analysis.attribution import Breakdown
 from ..analysis.ranks import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
+from ..analysis.tables import us as _us
 from ..config import CATEGORIES
 from ..trace.model import Trace
 from ..version import __version__
 
 SCHEMA = "perfsleuth/report@1"
 SET_SCHEMA = "perfsleuth/report-set@1"
-
-
-def _us(ns) -> float:
-    return round(float(ns) / 1000.0, 3)
 
 
 @dataclass
