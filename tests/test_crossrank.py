@@ -219,3 +219,13 @@ def test_ranks_of_one_world_without_collectives_still_get_the_table(tmp_path):
     assert data["collectives"]["instances"] == 0 and data["stragglers"] == []
     assert "no collectives in the analysed steps of any rank" in data["job"]["warnings"]
     assert data["job"]["critical_rank"] == 1  # no waits to go by: the rank with the longest step
+
+
+def test_collectives_in_steps_no_other_rank_has_are_unmatched():
+    a, b = _summary(0, [1000], steps=1), _summary(1, [200], steps=1)
+    a.steps, b.steps = ["ProfilerStep#0", "ProfilerStep#7"], ["ProfilerStep#9", "ProfilerStep#7"]
+    a.step_ns = b.step_ns = np.array([10_000, 10_000], np.int64)  # each collective is in a step the other lacks
+    m = cr.match([a, b])
+    assert len(m.keys) == 0 and m.unmatched == 2
+    assert m.warnings == ["no collective falls in a step that the ranks share"]
+    assert cr.split(m).transfer.size == 0

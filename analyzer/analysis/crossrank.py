@@ -98,6 +98,9 @@ def match(summaries: list) -> Matched:
         df = df.assign(ordinal=df.groupby(["pos", "pg", "name", "step_name"], sort=False).cumcount())
         key = ["pg", "name", "step_name", "ordinal"]
     df = df.drop_duplicates(key + ["pos"])
+    if df.empty:  # collectives only in steps the ranks do not share
+        return Matched(pd.DataFrame({"pg": [], "name": []}), empty, empty, matched_by, rows, np.zeros(n), 0.0,
+                       np.zeros(n, np.int64), 0, ["no collective falls in a step that the ranks share"])
     base = int(df["start"].min())
     df = df.assign(start=(df["start"] - base).astype(np.float64), end=(df["end"] - base).astype(np.float64))
     wide = df.set_index(key + ["pos"])[["start", "end"]].unstack("pos")
