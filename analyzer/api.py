@@ -108,11 +108,11 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
             results = [_analyze_member(f, config) for f in files]
         else:
             results = list(pool.map(_analyze_member, files, [config] * len(files)))
-    result = ReportSet(path=root)
+    result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
             log.warning("skipping %s: %s", f, problem)
-            result.skipped.append((str(f), problem))
+            result.skipped.append((sources.absolute(f), problem))
         else:
             result.reports.append(report)
     if not result.reports:

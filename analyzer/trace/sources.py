@@ -22,6 +22,13 @@ def is_url(path) -> bool:
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
+def absolute(path) -> str:
+    """A local path made absolute (a report read later, from another folder, names the right file);
+    a URL as it is."""
+    path = os.fspath(path)
+    return path if is_url(path) else os.path.abspath(path)
+
+
 def local_path(path) -> str:
     """`file:///x/y` -> `/x/y`; anything else unchanged."""
     return path[len("file://"):] if isinstance(path, str) and path.startswith("file://") else path
