@@ -256,7 +256,12 @@ def test_torchrun_ranks_write_their_own_trace_and_rank_0_reports(tmp_path):
     assert code == 0 and "verdict:" in out
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz", "report.html", "report.json", "summary.md"]
-    assert report_in(tmp_path / "o")["trace"]["path"].endswith("rank0.pt.trace.json.gz")
+    # Rank 0 found rank 1's trace of this launch: its report is the set of both, with the cross-rank report.
+    data = report_in(tmp_path / "o")
+    assert data["schema"] == "perfsleuth/report-set@1"
+    assert [Path(r["trace"]["path"]).name for r in data["reports"]] == ["rank0.pt.trace.json.gz",
+                                                                         "rank1.pt.trace.json.gz"]
+    assert [r["rank"] for r in data["ranks"]] == [0, 1] and "job verdict:" in out
 
 
 def test_dataloader_workers_are_shut_down_when_the_script_is_stopped(tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from . import run_facts
+from . import run_facts, run_ranks
 from .run_paths import rank_info, trace_name
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
@@ -315,7 +315,9 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
     if o.rank not in (None, 0) and o.exit_code in (0, None):
         o.message = None  # rank 0 speaks for a healthy run
     if have and o.rank in (None, 0):
-        o.report = analyze(o.trace_path.absolute(), o.warnings)
+        own = analyze(o.trace_path.absolute(), o.warnings)
+        o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
+        o.message = "; ".join(m for m in (o.message, note) if m) or None
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):

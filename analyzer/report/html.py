@@ -63,7 +63,8 @@ def render_html(report: dict) -> str:
     body = Markup(env.get_template("_body.html.j2").render(v))  # our own autoescaped output
     title = f"perfsleuth: {v['verdict']} — {shorten(str(v['trace'].get('path') or 'trace'), 80)}"
     return env.get_template("report.html.j2").render(
-        page_title=title, bodies=[body], index=None, version=str((report.get("tool") or {}).get("version") or ""),
+        page_title=title, bodies=[body], index=None, ranks=None,
+        version=str((report.get("tool") or {}).get("version") or ""),
         schema=str(report.get("schema") or "perfsleuth/report@1"))
 
 

@@ -13,6 +13,7 @@ from ..config import CATEGORIES
 from . import present
 from .escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from .present import CATEGORY_LABELS, fmt_pct, fmt_speedup, fmt_us, number
+from .ranks_text import render_ranks_markdown
 
 MAX_CHARS = 60_000
 MAX_FINDINGS = 10
@@ -61,6 +62,9 @@ def _render_set(report_set: dict) -> str:
         if isinstance(s, dict):
             lines.append(f"\n- skipped {md_code(s.get('path'), 120)}: {md_text(s.get('problem'), 200)}")
     out = "\n".join(lines)
+    cross = render_ranks_markdown(report_set)
+    if cross:
+        out += "\n\n" + cross
     for i, r in enumerate(reports):
         if MAX_CHARS - len(out) < SET_SECTION_CHARS + 200:
             out += f"\n\n_… {len(reports) - i} more trace summaries in report.json._"

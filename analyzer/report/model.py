@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ..analysis.attribution import Breakdown
+from ..analysis.ranks import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
+from ..analysis.tables import us as _us
 from ..config import CATEGORIES
 from ..trace.model import Trace
 from ..version import __version__
 
 SCHEMA = "perfsleuth/report@1"
 SET_SCHEMA = "perfsleuth/report-set@1"
-
-
-def _us(ns) -> float:
-    return round(float(ns) / 1000.0, 3)
 
 
 @dataclass
@@ -42,6 +40,8 @@ class Report:
     not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
     host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement
     generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
+    # What the cross-rank analysis needs from this rank (analysis/ranks.py); survives slim().
+    rank_summary: Optional[RankSummary] = None
 
     def slim(self) -> "Report":
         """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
@@ -128,8 +128,12 @@ class ReportSet:
     path: str
     reports: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
+    cross: Optional[Any] = None  # analysis.stragglers.CrossRank: the ranks read together (docs/ranks.md)
 
     def to_dict(self) -> dict:
-        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
-                "path": self.path, "reports": [r.to_dict() for r in self.reports],
-                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        out = {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
+               "path": self.path, "reports": [r.to_dict() for r in self.reports],
+               "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        if self.cross is not None:
+            out.update(_clean(self.cross.to_dict()))
+        return out
