@@ -111,6 +111,8 @@ class ProfileSession:
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
         self._finished = False
+        self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
+        self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
 
     @property
     def source(self) -> Optional[str]:
@@ -150,14 +152,19 @@ class ProfileSession:
 
     def _record_metadata(self) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
-        records (warm-up or active), the last value of a key winning: called at each such step."""
+        records (warm-up or active), the last value of a key winning: called at each such step, it adds
+        them only when there is something new (another profiler, another loader) -- inside a profiled
+        step every Python call is recorded, and the step's time must stay the script's own. Host facts
+        are taken afresh for each profiler: by the scheduled one the script has set its threads."""
         prof = self._light if self._light is not None else self._prof
-        if prof is None:
+        if prof is None or self._meta_sent == (prof, len(self.hooks.loaders)):
             return
         try:
-            rank, world = rank_info()
-            meta = run_facts.metadata(run_facts.host_facts(rank, world), self.hooks.loaders)
+            if self._meta_sent[0] is not prof:  # the script may have set its threads since the last one
+                self._host = run_facts.host_facts(*rank_info())
+            meta = run_facts.metadata(self._host, self.hooks.loaders)
             prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
+            self._meta_sent = (prof, len(self.hooks.loaders))
         except Exception as exc:  # never the user's run's problem
             log.warning("could not record machine facts in the trace: %s", exc)
 
