@@ -186,7 +186,8 @@ def test_findings_take_their_source_lines_from_the_stacks_companion(tmp_path):
     assert item["locations"] == [] and facts["has_stacks"] is False
     joined = analyze_path(tmp_path / "trace.pt.trace.json.gz").to_dict()
     item = next(f for f in joined["findings"] if f["rule"] == "item-sync")
-    assert item["locations"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 1}]
+    assert item["locations"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 1,
+                                  "line_kind": "function"}]
     assert "with_stack=True" not in item["message"]
     assert joined["trace"]["has_stacks"] is False  # the analysed trace itself has none
     assert joined["trace"]["stacks_trace"] == str(tmp_path / "trace.stacks.pt.trace.json.gz")

@@ -97,7 +97,12 @@ def insert_idle_fetch(tb: TraceBuilder, t: int, d: int) -> bool:
 @SETTINGS
 @given(traces(), st.integers(0, 600), st.integers(1, 200))
 def test_adding_idle_dataloader_time_never_lowers_the_dataloader_share(tb, t, d):
-    before = analyze(tb)["summary"]["time_share"]["dataloader"]
+    rep = analyze(tb)
+    before, phases = rep["summary"]["time_share"]["dataloader"], [s["phase"] for s in rep["steps"]]
     assume(insert_idle_fetch(tb, t, d))
-    after = analyze(tb)["summary"]["time_share"]["dataloader"]
+    rep = analyze(tb)
+    # a longer first step may become warm-up and leave the shares (docs/attribution.md#steady-state):
+    # the property is about the same steady steps
+    assume([s["phase"] for s in rep["steps"]] == phases)
+    after = rep["summary"]["time_share"]["dataloader"]
     assert after >= before - 1e-4  # shares are rounded to 4 decimals

@@ -83,7 +83,7 @@ def test_item_source_lines_from_python_stacks(real):
     assert "item-sync" not in {f["rule"] for f in report["findings"]}
     f = next(f for f in report["findings"] if f["rule"] == "explicit-sync")
     assert f["locations"] == [{"file": "moca/library/profiling/profile.py", "line": 34,
-                               "function": "run_torch_profiler", "count": 1, "line_kind": "function"}]
+                               "function": "run_torch_profiler", "count": 1, "line_kind": "running"}]
     _, b200 = real("b200_eager_inference.json.gz")  # its 4 aten::item read CPU tensors: no device read
     assert b200["sync_item_calls_per_step"] == 0.0 and b200.tables["sync_sites"] == []
 

@@ -147,7 +147,7 @@ def test_partial_step_from_run_metadata_is_left_out_and_counted_alike_everywhere
     facts = compute_facts(report.trace, report.steps, report.breakdown)
     assert facts["steps"] == 2 and facts["complete_steps"] == 2 and facts["step_max_us"] == 200.0
     term = render_terminal(d)
-    assert "steps: 2 steady steps + 1 partial (ProfilerStep)" in term
+    assert "steps: 2 steady + 1 partial (ProfilerStep)" in term
     assert "partial  ProfilerStep#5: the run ended inside this step" in term
     assert "2 steady steps + 1 partial (ProfilerStep)" in render_markdown(d)
     assert "2 steady steps + 1 partial" in render_html(d)
@@ -159,7 +159,7 @@ def test_renderers_show_warm_up_apart(tmp_path):
     steady_steps(tb, 5000, 2, 4)
     d, _ = analyze(tb, tmp_path)
     term = render_terminal(d)
-    assert "steps: 4 steady steps + 1 warm-up (ProfilerStep)" in term
+    assert "steps: 4 steady + 1 warm-up (ProfilerStep)" in term
     assert "set apart (not in the shares, the verdict or the findings; step-outliers still counts them):" in term
     assert "  warm-up  ProfilerStep#1: 5.0 ms, 25.0x the median steady step" in term
     assert "kernel          90.0%    180.0 µs" in term  # the mean over the steady steps

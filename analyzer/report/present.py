@@ -47,11 +47,12 @@ def set_apart(report: dict) -> list[dict]:
             for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) != STEADY]
 
 
-def steps_text(report: dict) -> str:
-    """`5 steady steps + 1 warm-up` / `3 steps`: how many steps the numbers rest on, and what was set apart."""
+def steps_text(report: dict, short: bool = False) -> str:
+    """`5 steady steps + 1 warm-up` / `3 steps` (`short`: `5 steady + 1 warm-up` / `3`): how many steps the
+    numbers rest on, and what was set apart."""
     n = len(steady_steps(report))
     apart = set_apart(report)
-    text = f"{n} {'steady ' if apart else ''}step{'s' if n != 1 else ''}"
+    text = f"{n}{' steady' if apart else ''}" if short else f"{n} {'steady ' if apart else ''}step{'s' if n != 1 else ''}"
     for phase, label in PHASE_LABELS.items():
         k = sum(1 for a in apart if a["phase"] == phase)
         if k:

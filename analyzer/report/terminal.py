@@ -55,7 +55,7 @@ def render_terminal(report: dict) -> str:
     lines = [
         f"perfsleuth {report['tool']['version']} — {_clean(shown_path(t['path']))}",
         f"device: {_clean(device)} ({t['device_type']}){rank}   events: {t['events']:,}",
-        f"steps: {steps_text(report)} ({report['steps_source']})   step time: median "
+        f"steps: {steps_text(report, short=True)} ({report['steps_source']})   step time: median "
         f"{_fmt_us(s['step_time_us']['median'])}, p90 {_fmt_us(s['step_time_us']['p90'])}"
         + ("" if s.get("device_busy") is None else f"   device busy: {s['device_busy']:.0%}"),
         *[_clean(x) for x in measurement_lines(report) if x],
