@@ -85,6 +85,7 @@ def test_recorded_cpu_traces_keep_their_verdicts():
     finally:
         sys.path.remove(str(SCRIPTS))
     from perfsleuth.api import analyze_path
+    from perfsleuth.facts.locations import is_user_frame
 
     found = {}
     for name, (_, _, expected, _) in CASES.items():
@@ -92,13 +93,19 @@ def test_recorded_cpu_traces_keep_their_verdicts():
         assert path.stat().st_size < 300_000
         rep = analyze_path(path).to_dict()
         found[name] = (rep["verdict"], sorted(f["rule"] for f in rep["findings"] if f["category"] != "other"))
-        assert rep["verdict"] == expected and len(rep["steps"]) == 5 and rep["trace"]["has_stacks"]
-        with gzip.open(path, "rt") as f:
+        assert rep["verdict"] == expected and len(rep["steps"]) == 5 and not rep["trace"]["has_stacks"]
+        assert rep["measurement"]["unprofiled_step_us"]["n"] >= 2  # the wait steps, timed without the profiler
+        stacks = TRACES / f"{name}.stacks.pt.trace.json.gz"  # source lines: the 2 steps recorded with stacks
+        assert rep["trace"]["stacks_trace"] == str(stacks) and stacks.stat().st_size < 300_000
+        with gzip.open(stacks, "rt") as f:
             frames = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "python_function"}
-        # perfsleuth's DataLoader hook sits between the user's loop and torch's __next__: it shows as a
-        # `<...>` frame, which source-line attribution skips, never as a file of ours
+        # perfsleuth's hooks (the DataLoader's __next__, record_function's __enter__/__exit__) sit between the
+        # user's loop and torch: they show as `<...>` frames; the session code they call is perfsleuth's
+        # files: source-line attribution skips both
         assert "<perfsleuth>" in {n.split("(")[0] for n in frames}
         assert not [n for n in frames if n.endswith("): __next__") and ("analyzer/" in n or "perfsleuth/" in n)]
+        ours = [n for n in frames if n.startswith(("analyzer/", "perfsleuth/"))]
+        assert ours and not [n for n in ours if is_user_frame(n)]
     assert found == {"dataloader_starved": ("dataloader-bound", ["num-workers"]),
                      "few_workers": ("dataloader-bound", ["dataloader-slow"]),
                      "compute_mlp": ("kernel-bound", []),

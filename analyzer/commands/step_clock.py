@@ -92,7 +92,9 @@ class OpenAnnotations:
                 watch.open[id(rf)] = n - 1
             return exit_(rf, *exc)
 
-        cls.__enter__, cls.__exit__ = __enter__, __exit__
+        from .step_hooks import _own_frame  # named like a built-in: source lines skip these frames
+
+        cls.__enter__, cls.__exit__ = _own_frame(__enter__), _own_frame(__exit__)
 
         def undo():
             cls.__enter__, cls.__exit__ = enter, exit_

@@ -48,13 +48,20 @@ def parse_frame(name: str):
     return (m.group("file"), int(m.group("line")), m.group("func")) if m else None
 
 
+def _own_relative(path: str) -> bool:
+    """A path the profiler shortened to the folder perfsleuth's package sits in (`analyzer/commands/run.py`
+    from an editable checkout: the stacks window records perfsleuth's own step hooks)."""
+    own = _OWN_DIR.rstrip("/")
+    return path.startswith(os.path.basename(own) + "/") and os.path.isfile(os.path.join(os.path.dirname(own), path))
+
+
 def is_user_frame(name: str) -> bool:
     """A frame in the user's code: not a built-in, not torch, not the standard library."""
     frame = parse_frame(name)
     if frame is None or frame[0].startswith("<"):
         return False
     path = frame[0].replace("\\", "/")
-    if path.startswith(_OWN_DIR):
+    if path.startswith(_OWN_DIR) or _own_relative(path):
         return False
     parts = path.split("/")
     if any(p in _LIBRARY_ROOTS for p in parts[:-1]):
