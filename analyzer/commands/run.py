@@ -87,6 +87,7 @@ class ProfileSession:
         self._undo: list = []
         self._iterators: weakref.WeakSet = weakref.WeakSet()
         self._loaders: list = []  # settings of the DataLoaders iterated (the loader itself may be gone): into the trace
+        self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
 
     @property
     def profiled_steps(self) -> int:
@@ -102,11 +103,13 @@ class ProfileSession:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+        self._clock.probe()  # before profiling starts: its children are not in the trace
         self._prof = profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
                              schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
                              on_trace_ready=self._on_trace_ready)
         self._prof.start()
         self._install_hooks()
+        self._clock.tick(0, c.wait + c.warmup)
         if c.wait == 0:  # already recording (warm-up): metadata is kept from here on
             self._record_metadata()
         return self
@@ -116,7 +119,8 @@ class ProfileSession:
         records (warm-up or active), the last value of a key winning: called at each such step."""
         try:
             rank, world = rank_info()
-            meta = run_facts.metadata(run_facts.host_facts(rank, world), self._loaders)
+            self._clock.see_workers(self._iterators)
+            meta = run_facts.metadata(run_facts.host_facts(rank, world), self._loaders, self._clock.facts())
             self._prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
         except Exception as exc:  # never the user's run's problem
             log.warning("could not record machine facts in the trace: %s", exc)
@@ -131,9 +135,11 @@ class ProfileSession:
         if self._prof is None:  # stopped early (Ctrl-C, the end of a `with` block)
             return
         self.steps += 1
-        self._prof.step()
-        if not self.window_done and self.steps >= self.config.wait:
-            self._record_metadata()
+        with run_facts.own_span():  # forecasts leave out the profiler's step and this bookkeeping
+            self._prof.step()
+            self._clock.tick(self.steps, self.config.wait + self.config.warmup)
+            if not self.window_done and self.steps >= self.config.wait:
+                self._record_metadata()
         if self.window_done:
             self.finish(keep_hooks=self.raise_on_complete)
             if self.raise_on_complete:
@@ -169,7 +175,7 @@ class ProfileSession:
             if isinstance(it, dl._MultiProcessingDataLoaderIter):
                 session._iterators.add(it)
             session.step("dataloader")
-            return original(it)
+            return session._clock.loader_call(original, it)
 
         # Named like a built-in frame in traces and tracebacks: source-line attribution (which skips
         # `<...>` frames) then points at the user's loop, not at this wrapper.
