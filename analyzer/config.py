@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 # The report@1 categories, in their JSON order (docs/schema.md): defined here once, for the analysis,
 # the renderers and diff alike. This module imports nothing heavy, so the renderers stay light.
@@ -31,3 +32,6 @@ class Config:
     # HolisticTraceAnalysis's kernel / idle-time / launch analyses on the parsed trace (docs/hta.md).
     # Opt-in: it adds 25-45 % to a run and needs the `hta` extra.
     hta: bool = False
+    # Cores of the machine a trace was recorded on, for forecasts about DataLoader workers and threads
+    # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.
+    cpus: Optional[float] = None
