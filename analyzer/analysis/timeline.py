@@ -43,6 +43,7 @@ DEFAULT_QUEUE_DEPTH = 1024  # CUDA's pending-launch queue (not documented; ~1024
 DEFAULT_LATENCY_NS = 5_000.0
 IDLE_TOL_NS = 100.0  # a stream was idle before a node when the node starts this long after the previous ended
 LATE_NS = 20_000.0  # a node on an idle stream that starts this long after its launch waited for something
+DEVICE_GAP_NS = 10_000.0  # up to this between two nodes of a busy stream is the device's own overhead
 MIN_BLOCKED = 3  # blocked launches needed to read the queue depth off the trace
 
 
@@ -62,6 +63,7 @@ class Timeline:
     d_start: np.ndarray
     d_end: np.ndarray
     d_dur: np.ndarray
+    d_pre: np.ndarray  # the device's own gap before the node on a busy stream (kept as it is by edits)
     d_stream: np.ndarray  # 0..streams-1
     d_item: np.ndarray  # launching host item
     d_lag: np.ndarray  # ready = item end + lag
@@ -121,7 +123,9 @@ def _host_items(trace: Trace, w0: int, w1: int, steps: pd.DataFrame):
          np.array(["<step end>"] * len(steps), dtype=object)),
     ]
     t, e, kind, name = (np.concatenate([p[i] for p in parts]) for i in range(4))
-    order = np.lexsort((-e, kind != LOADER, t))  # at equal starts the enclosing (longer, loader) item first
+    # at equal starts: a step's end first, then the enclosing (loader, longer) item
+    rank = np.select([kind == STEP_END, kind == LOADER], [0, 1], 2)
+    order = np.lexsort((-e, rank, t))
     t, e, kind, name = t[order], e[order], kind[order], name[order]
     prev_end = np.concatenate([[w0], np.maximum.accumulate(e)[:-1]])
     keep = (e > prev_end) | (kind == STEP_END) | (t >= prev_end)  # drop items nested in an earlier one
@@ -185,8 +189,15 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
     idle = ts > prev_end + IDLE_TOL_NS
     delay = (ts - call)[idle & has_call & (ts >= call)]
     latency = float(np.median(delay[delay <= LATE_NS])) if (delay <= LATE_NS).any() else DEFAULT_LATENCY_NS
-    x_src, x_dst, x_lag, late = _cross_stream(ts, end, stream, nodes["pid"].to_numpy(), call, idle, latency)
-    ready = np.where(idle & ~late, ts, np.minimum(ts, call + latency)).astype(np.float64)
+    # A short gap after the previous node of a stream whose node was launched long before is the
+    # device's own overhead between kernels: it stays with the node (d_pre), and the node follows
+    # its stream. Only a node that started right after its launch, or after a longer wait, was idle.
+    late = ts - call > latency + LATE_NS
+    overhead = idle & late & (ts - prev_end <= DEVICE_GAP_NS)
+    idle &= ~overhead
+    d_pre = np.where(overhead, ts - prev_end, 0.0)
+    x_src, x_dst, x_lag, crossed = _cross_stream(ts, end, stream, nodes["pid"].to_numpy(), call, idle, latency)
+    ready = np.where(idle & ~crossed, ts, np.minimum(ts - d_pre, call + latency)).astype(np.float64)
     d_lag = ready - e[item]
 
     dur_h = (e - t).astype(np.float64)
@@ -205,7 +216,7 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
         w0=w0, steps=rel[["name", "start", "end", "host_start", "host_end"]], t=(t - w0).astype(np.float64),
         e=(e - w0).astype(np.float64), gap=gap, own=own, kind=kind, name=name, step=step_of,
         d_start=(ts - w0).astype(np.float64), d_end=(end - w0).astype(np.float64),
-        d_dur=(end - ts).astype(np.float64), d_stream=stream, d_item=item, d_lag=d_lag,
+        d_dur=(end - ts).astype(np.float64), d_pre=d_pre.astype(np.float64), d_stream=stream, d_item=item, d_lag=d_lag,
         d_name=nodes["name"].astype(str).to_numpy(object), d_kind=nodes["kind"].to_numpy(),
         d_bytes=nodes["bytes"].to_numpy(np.int64), d_corr=nodes["corr"].to_numpy(np.int64),
         d_call=(call - w0).astype(np.float64), stream_free=free, stream_keys=keys, w_src=w_src, w_dst=w_dst, w_lag=w_lag, w_why=w_why, x_src=x_src, x_dst=x_dst,
@@ -213,7 +224,8 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
 
 
 def _cross_stream(ts, end, stream, pid, call, idle, latency):
-    """Edges from the node on another stream (same device) that ended right before a late node started."""
+    """Edges from the node on another stream (same device) that ended right before a late node
+    started, and which nodes got one."""
     late = idle & (ts - call > latency + LATE_NS)
     if not late.any() or len(np.unique(stream)) < 2:
         return _empty_i(), _empty_i(), _empty_f(), np.zeros(len(ts), bool)
@@ -276,14 +288,15 @@ def _waits(t, e, kind, name, item, call, ts, end, stream, dkind, dur_h):
 def _queue(t, e, kind, name, item, launch, end, stream, pos, dur_h):
     """The launch queue depth seen in the trace and, for every launch, an edge from the node `depth`
     places back on its stream (the launch cannot return before that node finished)."""
-    none = (DEFAULT_QUEUE_DEPTH, False, _empty_i(), _empty_i(), 0.0)
+    none = (DEFAULT_QUEUE_DEPTH, False, _empty_i(), _empty_i(), _empty_f())
     li = np.flatnonzero(launch)
     if li.size == 0:
         return none
     dur = dur_h[item[li]]
-    # a launch that took far longer than the quick ones of its kind (its 10th percentile) was held
+    # a launch that took far longer than the quick ones of its kind (its 10th percentile, at most 10 µs:
+    # when the queue is always full every launch is held) was held
     typical = pd.Series(dur).groupby(pd.Series(name[item[li]])).transform(lambda d: d.quantile(0.1)).to_numpy()
-    long = dur > 3 * typical + 5_000
+    long = dur > 3 * np.minimum(typical, 10_000) + 5_000
     # the latest node on the same stream that ended inside the call
     keyed_end = stream.astype(np.float64) * 1e15 + end
     order = np.argsort(keyed_end, kind="stable")
@@ -297,7 +310,12 @@ def _queue(t, e, kind, name, item, launch, end, stream, pos, dur_h):
     back = li - depth
     ok = (pos[li] >= depth) & (back >= 0)
     ok[ok] &= stream[back[ok]] == stream[li[ok]]
-    return depth, observed, back[ok], item[li[ok]], tail
+    # and each launch seen held waits for the node whose end released it (the depth varies)
+    held = li[blocked]
+    src = np.concatenate([back[ok], k[blocked]])
+    dst = np.concatenate([item[li[ok]], item[held]])
+    lags = np.concatenate([np.full(int(ok.sum()), tail), e[item[held]] - end[k[blocked]]])
+    return depth, observed, src, dst, lags.astype(np.float64)
 
 
 def _launch_edges(tl: Timeline, a: np.ndarray, d_lag: np.ndarray):
@@ -325,7 +343,7 @@ def to_graph(tl: Timeline, a=None, dur=None, d_lag=None, waits=None, extra=None)
     """Lay the timeline out for `replay.solve` (resource 0: the host; 1..: the streams).
 
     `a` / `dur` / `d_lag` replace host work, device durations and launch lags; `waits` is a boolean
-    mask over the wait edges to keep; `extra` = (a, b, offsets, free_at, src, dst, lag) of further
+    mask over the wait edges to keep; `extra` = (a, b, offsets, free_at, src, dst, lag, key) of further
     resources appended after the streams (indices in src/dst are global)."""
     a = tl.a if a is None else a
     dur = tl.d_dur if dur is None else dur
@@ -334,22 +352,33 @@ def to_graph(tl: Timeline, a=None, dur=None, d_lag=None, waits=None, extra=None)
     H = tl.n_items
     counts = np.bincount(tl.d_stream, minlength=len(tl.stream_keys))
     offsets = np.concatenate([[0, H], H + np.cumsum(counts)]).astype(np.int64)
-    ga = np.concatenate([a, dur])
-    gb = np.concatenate([np.zeros(H), dur])
+    ga = np.concatenate([a, tl.d_pre + dur])
+    gb = np.concatenate([np.zeros(H), tl.d_pre + dur])
     free = np.concatenate([[0.0], tl.stream_free])
     l_src, l_lag, l_ready0 = _launch_edges(tl, a, d_lag)
     src = np.concatenate([l_src, H + tl.w_src[keep], H + tl.x_src])
     dst = np.concatenate([H + np.arange(tl.n_nodes), tl.w_dst[keep], H + tl.x_dst])
     lag = np.concatenate([l_lag, tl.w_lag[keep], tl.x_lag])
     ready0 = np.concatenate([np.full(H, -np.inf), l_ready0])
+    key = np.concatenate([np.maximum.accumulate(tl.e) if H else tl.e, _per_stream_cummax(tl)])
     if extra is not None:
-        ea, eb, eoff, efree, esrc, edst, elag = extra
+        ea, eb, eoff, efree, esrc, edst, elag, ekey = extra
+        key = np.concatenate([key, ekey])
         ga, gb = np.concatenate([ga, ea]), np.concatenate([gb, eb])
         offsets = np.concatenate([offsets, offsets[-1] + np.asarray(eoff[1:], np.int64)])
         free = np.concatenate([free, efree])
         src, dst, lag = np.concatenate([src, esrc]), np.concatenate([dst, edst]), np.concatenate([lag, elag])
         ready0 = np.concatenate([ready0, np.full(len(ea), -np.inf)])
-    return Graph(a=ga, b=gb, offsets=offsets, free_at=free, src=src, dst=dst, lag=lag, ready0=ready0)
+    return Graph(a=ga, b=gb, offsets=offsets, free_at=free, src=src, dst=dst, lag=lag, ready0=ready0, key=key)
+
+
+def _per_stream_cummax(tl: Timeline) -> np.ndarray:
+    """Recorded device ends, made non-decreasing along each stream (nodes are grouped by stream)."""
+    out = tl.d_end.copy()
+    for s in np.unique(tl.d_stream):
+        lo, hi = np.searchsorted(tl.d_stream, [s, s + 1])
+        out[lo:hi] = np.maximum.accumulate(out[lo:hi])
+    return out
 
 
 def step_ends(tl: Timeline, end: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ fixes are forecast together by applying their edits to one plan: savings are nev
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -41,6 +42,14 @@ class Plan:
     removed_ns: float = 0.0  # host work removed by edits, for the record
     scale: float = 1.0  # the replayed step time is multiplied by this (models that are not replay edits)
     notes: dict = field(default_factory=dict)
+
+    def fingerprint(self) -> bytes:
+        """Equal for plans that replay the same (the timeline is shared)."""
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (self.a, self.dur, self.d_lag, self.waits):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(repr((self.host_speed, self.workers, self.scale)).encode())
+        return h.digest()
 
     def copy(self) -> "Plan":
         return Plan(self.tl, self.a.copy(), self.dur.copy(), self.d_lag.copy(), self.waits.copy(), self.host_speed,
@@ -123,7 +132,9 @@ def _worker_resources(p: Plan):
     src = np.concatenate([loaders[back[has]], base + node_of_batch])
     dst = np.concatenate([base + node_of_batch[has], loaders])
     lag = np.concatenate([np.zeros(int(has.sum())), np.full(n, w.handoff_ns)])
-    return a, a.copy(), offsets, free, src, dst, lag
+    key = np.empty(n)
+    key[node_of_batch] = np.maximum.accumulate(tl.e)[loaders]  # a batch is made before it is taken
+    return a, a.copy(), offsets, free, src, dst, lag, key
 
 
 def schedule(p: Plan) -> Schedule:
@@ -132,9 +143,16 @@ def schedule(p: Plan) -> Schedule:
     return solve(to_graph(tl, a=p.a / p.host_speed, dur=p.dur, d_lag=p.d_lag, waits=p.waits, extra=extra))
 
 
+def window_step(ends: np.ndarray, start: float) -> float:
+    """Mean step over a window: from the end of its first step when it has several (the first one
+    takes the pipeline from the recording to the replay's steady state), else from its start."""
+    if len(ends) >= 2:
+        return (float(ends[-1]) - float(ends[0])) / (len(ends) - 1)
+    return float(ends[0]) - start
+
+
 def step_ns(p: Plan) -> tuple[float, Schedule]:
-    """Mean step time over the replayed window (from the first step's recorded start), and the schedule."""
+    """Mean steady step time over the replayed window, and the schedule."""
     s = schedule(p)
     ends = step_ends(p.tl, s.end)
-    start = float(p.tl.steps["start"].iloc[0])
-    return (float(ends[-1]) - start) / len(ends) * p.scale, s
+    return window_step(ends, float(p.tl.steps["start"].iloc[0])) * p.scale, s
