@@ -33,7 +33,9 @@ def _analyze(trace: Trace, config: Config) -> Report:
     verdict, reason = decide(time_share(breakdown), config)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
-    report.findings = _findings(report, config)
+    report.findings, forecast = _findings(report, config)
+    if forecast:
+        report.extra["forecast"] = forecast
     if config.hta:
         from .analysis.hta_adapter import hta_analyses
 
@@ -41,14 +43,37 @@ def _analyze(trace: Trace, config: Config) -> Report:
     return report
 
 
-def _findings(report: Report, config: Config) -> list:
-    """Rule engine hook (issue 3): findings ordered by estimated saving (docs/rules.md)."""
+def _findings(report: Report, config: Config) -> tuple[list, dict]:
+    """The rule engine: findings with forecasts, in order (docs/rules.md), and the report's forecast
+    object (the replay's self-check, the combined forecast)."""
     from .engine.catalog import load_catalog
     from .engine.evaluate import evaluate
+    from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
+    from .facts.forecasting import make_forecaster
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus), float(facts.values["step_us"]))
+    findings = evaluate(rules, facts, forecasts)
+    return findings, report_forecast(findings, forecasts)
+
+
+def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,
+                 config: Optional[Config] = None) -> dict:
+    """The forecast of one fix on one trace file, whether or not a rule fired: `model` is a forecast
+    model (`perfsleuth.analysis.forecast.MODELS`, e.g. "dataloader-workers"), `params` sets the fix
+    where the model allows it ({"workers": 1}). The finding's `forecast` object (docs/schema.md)."""
+    from .facts.core import compute_facts
+    from .facts.forecasting import make_forecaster
+
+    config = config or Config()
+    with without_huge_pages():
+        trace = load_trace(path)
+    with memo():
+        steps = find_steps(trace)
+        facts = compute_facts(trace, steps, attribute(trace, steps))
+        return make_forecaster(facts.context, config.cpus).forecast(model, float(facts.values["step_us"]), params)
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,

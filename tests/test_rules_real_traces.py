@@ -5,6 +5,7 @@ import functools
 
 import pytest
 from perfsleuth.api import analyze_file
+from perfsleuth.engine.evaluate import finding_order
 from perfsleuth.facts.core import compute_facts
 
 EXPECTED = {
@@ -46,10 +47,16 @@ def real(shared_traces):
 def test_rules_fired_on_real_traces(real, name):
     report, _ = real(name)
     assert {f["rule"]: f["severity"] for f in report["findings"]} == EXPECTED[name]
-    savings = [f["estimated_saving_us"] for f in report["findings"]]
-    assert savings == sorted(savings, reverse=True)
+    # ordered by forecast saving (the bound's where there is no forecast), then severity
+    keys = [finding_order(f) for f in report["findings"]]
+    assert keys == sorted(keys)
     for f in report["findings"]:
         assert f["estimated_speedup"] >= 1.0 and f["fix"] and f["message"] and f["evidence"]
+        fc = f["forecast"]
+        if fc["speedup"] is None:
+            assert fc["reason"]
+        else:  # the range (pessimistic to optimistic, widened by the replay's self-check) holds the forecast
+            assert fc["low"] <= fc["speedup"] <= fc["high"] and fc["model"] and fc["assumptions"]["replay"]
 
 
 def test_every_real_trace_is_listed(shared_traces):

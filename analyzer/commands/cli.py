@@ -136,9 +136,13 @@ def main(verbose: int) -> None:
 @click.option("--hta/--no-hta", default=False, show_default=True,
               help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
                    "to the JSON (needs perfsleuth[hta]; docs/hta.md).")
+@click.option("--cpus", type=click.FloatRange(min=1), default=None, metavar="N",
+              help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
+                   "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
+                   "else unknown and said so].")
 @user_errors
 def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=()) -> None:
+            rule_paths=(), sets=(), cpus=None) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
@@ -151,7 +155,7 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     from ..engine.settings import rule_settings
     from .gates import check_report, known_rule_slugs, parse_fail_on
 
-    config = Config(hta=hta, **rule_settings(rule_paths, sets))
+    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)

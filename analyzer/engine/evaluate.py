@@ -1,5 +1,6 @@
-"""Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds,
-ordered by estimated saving. A rule that fails on one trace is logged and skipped, never fatal."""
+"""Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds, with
+the forecast of its fix (engine/forecast.py), ordered by `finding_order`. A rule that fails on one
+trace is logged and skipped, never fatal."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any, Callable, Optional
 
 from ..facts.core import Facts
 from .catalog import SEVERITIES, TABLES, Rule
+from ..analysis.forecast import no_forecast
+from .forecast import Forecasts
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +23,28 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
         return None
 
 
-def evaluate(rules: list, facts: Facts) -> list:
-    """Finding dicts for every rule whose condition holds, ordered by estimated saving (largest first)."""
-    findings = [f for f in (evaluate_rule(r, facts) for r in rules) if f is not None]
-    rank = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(findings, key=lambda f: (-f["estimated_saving_us"], -rank[f["severity"]], f["rule"]))
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+def finding_order(f: dict) -> tuple:
+    """Sort key: the forecast saving (the bound where there is no forecast), then severity, then slug."""
+    saving = (f.get("forecast") or {}).get("saving_us")
+    if saving is None:
+        saving = f["estimated_saving_us"]
+    return (-saving, -_RANK[f["severity"]], f["rule"])
+
+
+def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -> list:
+    """Finding dicts for every rule whose condition holds, each with its forecast, in `finding_order`."""
+    findings = []
+    for rule in rules:
+        f = evaluate_rule(rule, facts)
+        if f is None:
+            continue
+        f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
+            rule.forecast, "evaluated without a replay")
+        findings.append(f)
+    return sorted(findings, key=finding_order)
 
 
 def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
@@ -42,6 +62,8 @@ def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
         "estimated_saving_us": round(saving, 3),
         "estimated_speedup": round(speedup, 3) if speedup is not None else None,
         "saving_basis": rule.saving_basis,
+        "bound": {"saving_us": round(saving, 3), "speedup": round(speedup, 3) if speedup is not None else None,
+                  "basis": rule.saving_basis},
         "message": _render(rule, "message", names),
         "evidence": {e: facts.values[e] for e in rule.evidence},
         "thresholds": dict(rule.thresholds),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
+from .present import FORECAST_NOTE, fmt_forecast, forecast_of
 
 BAR_WIDTH = 30
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -56,9 +57,13 @@ def render_terminal(report: dict) -> str:
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
-            gain = f.get("estimated_speedup")
-            gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
-            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}{gain_txt}")
+            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}  "
+                         f"({_clean(fmt_forecast(forecast_of(f)))})")
+        combined = (report.get("forecast") or {}).get("combined")
+        if isinstance(combined, dict) and combined.get("speedup") is not None:
+            rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
+            lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
+        lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
     for w in report.get("warnings") or []:
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)
