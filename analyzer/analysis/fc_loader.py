@@ -18,15 +18,29 @@ from .forecast import Inputs, NoForecast, model
 from .timeline import LOADER
 from .whatif import Plan, Workers, step_ns
 
-# CPU per tensor of a batch to pass it from a worker (collate into shared memory, pickle, queue) and
-# to take it in the main process (unpickle, receive the file descriptors, map the memory). Measured
-# with fixtures/scripts/cpu/python_dataset.py --python-work 10, torch 2.13 (CPU), Linux: see
-# docs/accuracy.md. Pessimistic variant: twice; optimistic: half.
-HANDOFF_WORKER_NS = 750_000.0
-HANDOFF_MAIN_NS = 500_000.0
+# CPU per tensor of a batch to pass it from a worker (collate into shared memory, pickle, queue; worker
+# start-up spread over the epoch) and to take it in the main process (unpickle, receive the file
+# descriptors, map the memory). Measured on the 2-core development machine, torch 2.13 (CPU), with a
+# 300-batch epoch of fixtures/scripts/cpu/python_dataset.py --python-work 10 (CPU time with 2 workers
+# minus with none, per batch of 2 tensors): 0.8-0.9 ms (worker) and 0.4 ms (main) at a load average
+# of 5, twice that at 6-7. Pessimistic variant: twice these; optimistic: half.
+HANDOFF_WORKER_NS = 450_000.0
+HANDOFF_MAIN_NS = 300_000.0
+# Under contention the loading and the compute phases get different CPU shares by chance; a loader
+# whose CPU share is at least half the main thread's is taken as all CPU work (a sleeping or I/O-bound
+# loader gets far less).
+CPU_BOUND = 0.5
 DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
 MAX_WORKERS = 8  # the fix's suggestion: min(8, cores)
 ROUNDS = 6
+
+
+def _cpu_fraction(share, speed: float) -> float:
+    """The part of the loading that is CPU work: its CPU share over the speed a busy thread got."""
+    if share is None or speed <= 0:
+        return 1.0
+    frac = share / speed
+    return 1.0 if frac >= CPU_BOUND else frac
 
 
 def _loader_settings(x: Inputs) -> dict:
@@ -79,7 +93,7 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         produce0 = w0 * float(np.median(np.diff(tl.steps["end"].to_numpy(np.float64), prepend=tl.steps["start"].iloc[0])))
         v0 = m.speed(1 + w0)
         share = m.worker_cpu_share
-        cpu_frac = min(1.0, share / v0) if share is not None else 1.0
+        cpu_frac = _cpu_fraction(share, v0)
         cpu_core = cpu_frac * produce0 * v0  # core ns per batch, overheads included
         wait = produce0 * (1 - cpu_frac)
         out["batch"] = (f"{produce0 / 1e6:.2f} ms per batch per worker (workers x step), "
@@ -87,7 +101,7 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     else:
         load = float(np.median(span))
         share = m.loader_cpu_share
-        cpu_frac = min(1.0, share / s0) if share is not None and s0 > 0 else 1.0
+        cpu_frac = _cpu_fraction(share, s0)
         cpu_core = cpu_frac * load * s0
         wait = load * (1 - cpu_frac)
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"

@@ -12,7 +12,7 @@ the same file later knows them too: a trace alone says nothing about free cores 
                                       "loader_calls", "workers", "worker_cpu_s"}}}
 
 `cpu` is what the forecasts of worker and thread counts need and a trace cannot show: how many
-cores this process could get when the run started (`probe`: k busy processes for a tenth of a second,
+cores this process could get when the run started (`probe`: k = 1, 2, 4, 8 busy processes for a tenth of a second,
 the CPU time they got per second of wall time) and, over the active window, the CPU time of the main
 thread, of the in-process DataLoader `__next__` calls and of the loader worker processes.
 
@@ -97,16 +97,15 @@ def _spin(seconds: float, start: float, out: int) -> None:
     os.write(out, f"{(time.process_time() - c0) / max(time.monotonic() - t0, 1e-9):.4f}".encode())
 
 
-def probe_capacity(seconds: float = PROBE_SECONDS, max_threads: Optional[int] = None) -> Optional[dict]:
-    """How many cores this process can get now: for k = 1, 2, 4, ... up to the usable cores, k forked
-    children spin together for `seconds` and report the CPU they got. Linux only (None elsewhere, or
-    on any failure): a busy machine, cgroup quotas and the scheduler's grouping all show in it."""
+def probe_capacity(seconds: float = PROBE_SECONDS, max_threads: int = 8) -> Optional[dict]:
+    """How many cores this process tree can get now: for k = 1, 2, 4, 8 (more than the usable cores:
+    on a busy machine more processes get a larger share of it), k forked children spin together for
+    `seconds` and report the CPU they got. Linux only (None elsewhere, or on any failure): load, cgroup
+    quotas and the scheduler's grouping all show in it."""
     if not hasattr(os, "fork") or not hasattr(os, "sched_getaffinity"):
         return None
     try:
-        usable = len(os.sched_getaffinity(0))
-        top = max(1, min(max_threads or usable, usable, 16))
-        ks = sorted({1, top, *[2 ** i for i in range(1, 5) if 2 ** i < top]})
+        ks = [k for k in (1, 2, 4, 8, 16) if k <= max(max_threads, 1)]
         return {"threads": ks, "cores": [round(_probe(k, seconds), 3) for k in ks], "seconds": seconds}
     except Exception:  # never the user's run's problem
         return None
