@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
+from .analysis.crossrank import one_job
+from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
+from .analysis.stragglers import analyze_ranks
 from .analysis.tables import time_share, top_kernels, top_ops
-from .analysis.verdict import decide
+from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
 from .errors import TraceError
 from .report.model import Report, ReportSet
 from .trace.hugepages import without_huge_pages
+from .trace import cluster, sources
 from .trace.model import Trace, find_trace_files, load_trace
 from .trace.selection import memo
 
@@ -31,11 +34,13 @@ def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     verdict, reason = decide(time_share(breakdown), config)
+    share = time_share(breakdown)
+    gpu = bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
-                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
-    report.findings, forecast = _findings(report, config)
-    if forecast:
-        report.extra["forecast"] = forecast
+                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
+                    degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
+    _findings(report, config)
+    report.rank_summary = summarize_rank(trace, report.breakdown, verdict)
     if config.hta:
         from .analysis.hta_adapter import hta_analyses
 
@@ -43,20 +48,30 @@ def _analyze(trace: Trace, config: Config) -> Report:
     return report
 
 
-def _findings(report: Report, config: Config) -> tuple[list, dict]:
-    """The rule engine: findings with forecasts, in order (docs/rules.md), and the report's forecast
-    object (the replay's self-check, the combined forecast)."""
+def _findings(report: Report, config: Config) -> None:
+    """Rule engine hook: findings with the forecasts of their fixes, in order (docs/rules.md), the
+    report's forecast object (the replay's self-check, the combined forecast), the rules that could
+    not be checked, the host-time explanation and the device generation."""
     from .engine.catalog import load_catalog
-    from .engine.evaluate import evaluate
+    from .engine.evaluate import evaluate, not_checked
+    from .engine.explain import host_time
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown)
-    forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus), float(facts.values["step_us"]))
-    findings = evaluate(rules, facts, forecasts)
-    return findings, report_forecast(findings, forecasts)
+    forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
+                          float(facts.values["step_us"]))
+    report.findings = evaluate(rules, facts, forecasts)
+    forecast = report_forecast(report.findings, forecasts)
+    if forecast:
+        report.extra["forecast"] = forecast
+    report.not_checked = not_checked(rules, facts, report.findings)
+    report.host_time = host_time(report.verdict, report.findings, facts)
+    report.generation = {"name": facts.values["device_generation"] or None,
+                         "compute_capability": facts.values["device_compute_capability"] or None,
+                         "source": facts.values["device_generation_source"]}
 
 
 def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,
@@ -73,7 +88,8 @@ def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dic
     with memo():
         steps = find_steps(trace)
         facts = compute_facts(trace, steps, attribute(trace, steps))
-        return make_forecaster(facts.context, config.cpus).forecast(model, float(facts.values["step_us"]), params)
+        forecaster = make_forecaster(facts.context, config.cpus, facts.values)
+        return forecaster.forecast(model, float(facts.values["step_us"]), params)
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
@@ -93,32 +109,55 @@ def _analyze_member(path: Path, config: Optional[Config]):
 
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 jobs: Optional[int] = None) -> Union[Report, ReportSet]:
+                 jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
     `jobs` worker processes at most (default: the CPU count) analyse the files of a directory (one per
     rank/worker) in parallel, or decode the chunks of one large file in parallel. Pass jobs=1 from a
-    process that must not fork (e.g. one that runs torch)."""
-    p = Path(path)
-    if not p.is_dir():
-        return analyze_file(p, config, progress, jobs or os.cpu_count() or 1)
-    files = find_trace_files(p)
-    if not files:
-        raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
-    jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
-    if jobs == 1:
-        results = [_analyze_member(f, config) for f in files]
+    process that must not fork (e.g. one that runs torch). `scheduler` runs the files of a directory
+    on Dask instead ("local", or the tcp:// address of a running scheduler: trace/cluster.py). Paths
+    may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py)."""
+    cluster.check_scheduler(scheduler)
+    path = sources.local_path(os.fspath(path))
+    if sources.is_url(path):
+        files = sources.find_url_traces(path)
+        if files is None:
+            return analyze_file(path, config, progress, 1)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        path = Path(path)
+        if not path.is_dir():
+            return analyze_file(path, config, progress, jobs or os.cpu_count() or 1)
+        files = find_trace_files(path)
+    if not files:
+        raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
+    return analyze_files(files, config, jobs, scheduler, root=str(path))
+
+
+def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
+                  scheduler: Optional[str] = None, root: str = "") -> Union[Report, ReportSet]:
+    """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
+    (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
+    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job."""
+    files = list(files)
+    jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
+    with cluster.executor(scheduler, jobs) as pool:
+        if pool is None:
+            results = [_analyze_member(f, config) for f in files]
+        else:
             results = list(pool.map(_analyze_member, files, [config] * len(files)))
-    result = ReportSet(path=str(p))
+    result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
             log.warning("skipping %s: %s", f, problem)
-            result.skipped.append((str(f), problem))
+            result.skipped.append((sources.absolute(f), problem))
         else:
             result.reports.append(report)
     if not result.reports:
         first = result.skipped[0]
-        raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
-    return result.reports[0] if len(result.reports) == 1 and not result.skipped else result
+        raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
+    if len(result.reports) == 1 and not result.skipped:
+        return result.reports[0]
+    summaries = [r.rank_summary for r in result.reports]
+    if one_job(summaries):
+        result.cross = analyze_ranks(summaries, config or Config())
+    return result

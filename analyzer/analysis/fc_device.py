@@ -117,7 +117,7 @@ def _pinned_gbps(x: Inputs, variant: str) -> tuple[float, str]:
         gbps = float(np.median(tl.d_bytes[n][big] / np.maximum(tl.d_dur[n][big], 1.0)))
         return gbps, f"{gbps:.1f} GB/s, the pinned host-to-device copies of this trace"
     devices = x.trace.devices
-    gen = pcie_generation(devices[0].compute_capability if devices else None)
+    gen = pcie_generation((devices[0].compute_capability if devices else None) or x.compute_capability)
     if gen is None:
         raise NoForecast("the PCIe generation is unknown (no compute capability in the trace)")
     eff = 1.0 if variant == "high" else PINNED_EFFICIENCY
@@ -164,6 +164,7 @@ def amp(x: Inputs, p: Plan, variant: str) -> dict:
     _require_device(x)
     trace = x.trace
     cc = trace.devices[0].compute_capability if trace.devices else None
+    cc = cc or x.compute_capability
     vendor = "amd" if trace.device_type == "rocm" else "nvidia"
     row = generation(trace.device_name or "", cc, vendor)
     if row is None:

@@ -44,6 +44,7 @@ class Inputs:
     all_steps: pd.DataFrame  # every step the facts use (durations for models that need them)
     node_class: Optional[Callable] = None  # Timeline -> {"family": array, "dtype": array} per device node
     params: dict = field(default_factory=dict)  # settings of the fix, e.g. {"workers": 1} (defaults: the rule's)
+    compute_capability: Optional[float] = None  # the device's, inferred where the trace lists none
     _cache: dict = field(default_factory=dict)
 
     def cached(self, key, make):

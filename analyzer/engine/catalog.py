@@ -13,7 +13,7 @@ import functools
 import importlib.resources
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -24,7 +24,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from ..analysis.forecast import MODELS
 from ..config import CATEGORIES
 from ..errors import UsageError
-from ..facts.core import FACTS
+from ..facts.core import FACTS, REQUIREMENTS
 from ..report.present import fmt_bytes, fmt_pct, fmt_us
 
 log = logging.getLogger(__name__)
@@ -33,13 +33,18 @@ SEVERITIES = ("low", "medium", "high")
 DOC_SECTIONS = ("what", "why", "example", "use_instead", "thresholds", "references")
 DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Example",
               "use_instead": "Use instead", "thresholds": "Thresholds", "references": "References"}
-TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families")  # evidence tables rules may name
+# Evidence tables rules may name (templates, `locations`); the *_sites ones are source locations.
+TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers", "host_sites",
+          "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites", "zero_grad_sites",
+          "pageable_copy_sites", "blocking_copy_sites")
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
              "saving_us": str, "saving_basis": str, "evidence": list, "message": str, "fix": str,
              "thresholds": dict, "docs": dict}
-_OPTIONAL = {"severity_when": dict, "locations": str, "forecast": str}
+_OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies": str, "cpu": dict,
+             "forecast": str}
+CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
 _ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                                      keep_trailing_newline=False)
@@ -74,6 +79,9 @@ class Rule:
     source: str
     severity_when: tuple = ()  # ((severity, expression), ...), most severe first
     locations: str = ""
+    requires: tuple = ()  # names in facts.core.REQUIREMENTS: facts the rule needs to be checked at all
+    applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
+    cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
     forecast: str = ""  # the forecast model (analysis/forecast.py MODELS) of the fix; "" = no forecast
 
     @functools.cached_property
@@ -81,6 +89,7 @@ class Rule:
         """Conditions and templates compiled once per rule object (thresholds are runtime names)."""
         expr = functools.partial(_ENV.compile_expression, undefined_to_none=False)
         return {"condition": expr(self.condition), "saving_us": expr(self.saving_us),
+                "applies": expr(self.applies or "true"),
                 "severity_when": tuple((s, expr(e)) for s, e in self.severity_when),
                 "message": _ENV.from_string(self.message), "fix": _ENV.from_string(self.fix)}
 
@@ -110,6 +119,12 @@ def _check_types(where: str, raw: dict) -> None:
     for sev in raw.get("severity_when", {}):
         if sev not in SEVERITIES:
             _fail(where, f"severity_when key '{sev}' is not one of {', '.join(SEVERITIES)}")
+    for name in raw.get("requires", []):
+        if name not in REQUIREMENTS:
+            _fail(where, f"requires '{name}' is not one of {', '.join(REQUIREMENTS)}")
+    extra = set(raw.get("cpu", {})) - set(CPU_KEYS)
+    if extra or not all(isinstance(v, str) and v for v in raw.get("cpu", {}).values()):
+        _fail(where, f"'cpu' takes non-empty strings for {', '.join(CPU_KEYS)} only")
     for name, value in raw["thresholds"].items():
         if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(where, f"threshold '{name}' must be a snake_case name with a number")
@@ -145,8 +160,9 @@ def build_rule(raw: dict, source: str) -> Rule:
     _check_types(where, raw)
     _check_docs(where, raw["docs"])
     allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
-    for key in ("condition", "saving_us"):
-        _check_names(where, key, raw[key], allowed)
+    for key in ("condition", "saving_us", "applies"):
+        if key in raw:
+            _check_names(where, key, raw[key], allowed)
     for sev, expr in raw.get("severity_when", {}).items():
         _check_names(where, f"severity_when.{sev}", expr, allowed)
     for key in ("message", "fix"):
@@ -164,7 +180,8 @@ def build_rule(raw: dict, source: str) -> Rule:
                 evidence=tuple(raw["evidence"]), message=raw["message"].strip(), fix=raw["fix"].strip(),
                 thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
-                locations=raw.get("locations", ""), forecast=raw.get("forecast", ""))
+                locations=raw.get("locations", ""), requires=tuple(raw.get("requires", ())),
+                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""))
     rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
     return rule
 

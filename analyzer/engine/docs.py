@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..facts.core import FACTS
+from ..facts.core import FACTS, REQUIREMENTS
 from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
 from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
@@ -54,6 +54,15 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
             (f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
              "([forecast.md](forecast.md))." if r.forecast else
              "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
+    if r.requires:
+        needs = "; ".join(f"`{name}`: {REQUIREMENTS[name][1]}" for name in r.requires)
+        applies = f" and `{r.applies}` holds" if r.applies else ""
+        out += [f"Requires {needs}. Without it, when the rule does not fire{applies}, the report lists it under "
+                "`not_checked`.", ""]
+    if r.cpu:
+        out += ["On CPU-only traces: " + "; ".join(f"{k.replace('_', ' ')} \"{v}\"" for k, v in r.cpu.items()) + ".", ""]
+    if r.locations:
+        out += [f"Source locations: `{r.locations}` (with python stacks).", ""]
     return "\n".join(out)
 
 

@@ -1,6 +1,7 @@
 """Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds, with
-the forecast of its fix (engine/forecast.py), ordered by `finding_order`. A rule that fails on one
-trace is logged and skipped, never fatal."""
+the forecast of its fix (engine/forecast.py), ordered by saving (`order`: the forecast saving, the
+bound where there is no forecast), and the rules that could not be checked for lack of a fact
+(`not_checked`). A rule that fails on one trace is logged and skipped, never fatal."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import logging
 import math
 from typing import Any, Callable, Optional
 
-from ..facts.core import Facts
-from .catalog import SEVERITIES, TABLES, Rule
 from ..analysis.forecast import no_forecast
+from ..facts.core import REQUIREMENTS, Facts
+from .catalog import SEVERITIES, TABLES, Rule
 from .forecast import Forecasts
 
 log = logging.getLogger(__name__)
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
 
 def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
     try:
@@ -23,19 +26,35 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
         return None
 
 
-_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+def saving_of(finding: dict) -> float:
+    """What findings are ranked by: the forecast saving per step, the bound (`estimated_saving_us`)
+    where there is no forecast."""
+    saving = (finding.get("forecast") or {}).get("saving_us")
+    return float(saving if saving is not None else finding.get("estimated_saving_us") or 0.0)
 
 
-def finding_order(f: dict) -> tuple:
-    """Sort key: the forecast saving (the bound where there is no forecast), then severity, then slug."""
-    saving = (f.get("forecast") or {}).get("saving_us")
-    if saving is None:
-        saving = f["estimated_saving_us"]
-    return (-saving, -_RANK[f["severity"]], f["rule"])
+def sort_key(finding: dict) -> tuple:
+    """Larger saving first; equal savings by severity (high first), then slug."""
+    return (-saving_of(finding), -_RANK.get(finding.get("severity"), 0), finding.get("rule", ""))
+
+
+def order(findings: list) -> list:
+    """Findings by `sort_key`, except that the first one is the best of the most severe: the top
+    finding is never of lower severity than another finding (a low `step-outliers` with a large
+    upper bound does not head a report that has a medium finding)."""
+    ranked = sorted(findings, key=sort_key)
+    if ranked:
+        worst = max(_RANK.get(f.get("severity"), 0) for f in ranked)
+        top = next(i for i, f in enumerate(ranked) if _RANK.get(f.get("severity"), 0) == worst)
+        ranked.insert(0, ranked.pop(top))
+    return ranked
+
+
+finding_order = sort_key  # the sort key alone (order() also puts the most severe finding first)
 
 
 def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -> list:
-    """Finding dicts for every rule whose condition holds, each with its forecast, in `finding_order`."""
+    """Finding dicts for every rule whose condition holds, each with the forecast of its fix, in `order`."""
     findings = []
     for rule in rules:
         f = evaluate_rule(rule, facts)
@@ -44,11 +63,40 @@ def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -
         f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
             rule.forecast, "evaluated without a replay")
         findings.append(f)
-    return sorted(findings, key=finding_order)
+    return order(findings)
+
+
+def names_for(rule: Rule, facts: Facts) -> dict:
+    return {**facts.values, **{t: facts.tables.get(t, []) for t in TABLES}, **rule.thresholds}
+
+
+def unmet(rule: Rule, facts: Facts) -> list:
+    """The rule's requirements (facts.core.REQUIREMENTS) this trace does not meet."""
+    return [r for r in rule.requires if not facts.values.get(REQUIREMENTS[r][0])]
+
+
+def not_checked(rules: list, facts: Facts, findings: list) -> list:
+    """Rules that did not fire, lack a fact they require, and apply to this trace (their `applies`
+    expression holds): [{"rule", "title", "missing", "reason"}]. Never skipped silently."""
+    fired = {f["rule"] for f in findings}
+    out = []
+    for rule in rules:
+        missing = unmet(rule, facts)
+        if rule.slug in fired or not missing:
+            continue
+        if not _call(rule, "applies", rule.compiled["applies"], names_for(rule, facts)):
+            continue
+        out.append({"rule": rule.slug, "title": _title(rule, facts), "missing": missing,
+                    "reason": "; ".join(REQUIREMENTS[m][1] for m in missing)})
+    return out
+
+
+def _title(rule: Rule, facts: Facts) -> str:
+    return rule.cpu.get("title", rule.title) if not facts.values.get("device_is_gpu") else rule.title
 
 
 def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
-    names = {**facts.values, **{t: facts.tables.get(t, []) for t in TABLES}, **rule.thresholds}
+    names = names_for(rule, facts)
     c = rule.compiled
     if not _call(rule, "condition", c["condition"], names):
         return None
@@ -57,13 +105,15 @@ def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     step_us = float(facts.values.get("step_us") or 0.0)
     saving = _as_us(rule, _call(rule, "saving_us", c["saving_us"], names), step_us)
     speedup = step_us / (step_us - saving) if step_us > saving else None
+    cpu = not facts.values.get("device_is_gpu")
+    basis = rule.cpu.get("saving_basis", rule.saving_basis) if cpu else rule.saving_basis
     return {
-        "rule": rule.slug, "title": rule.title, "category": rule.category, "severity": severity,
+        "rule": rule.slug, "title": _title(rule, facts), "category": rule.category, "severity": severity,
         "estimated_saving_us": round(saving, 3),
         "estimated_speedup": round(speedup, 3) if speedup is not None else None,
-        "saving_basis": rule.saving_basis,
+        "saving_basis": basis,
         "bound": {"saving_us": round(saving, 3), "speedup": round(speedup, 3) if speedup is not None else None,
-                  "basis": rule.saving_basis},
+                  "basis": basis},
         "message": _render(rule, "message", names),
         "evidence": {e: facts.values[e] for e in rule.evidence},
         "thresholds": dict(rule.thresholds),
@@ -93,8 +143,11 @@ def _render(rule: Rule, what: str, names: dict) -> str:
         return ""
 
 
+LOCATION_KEYS = ("file", "line", "function", "count", "line_kind")
+
+
 def _locations(rule: Rule, facts: Facts) -> list:
     if not rule.locations:
         return []
-    return [{"file": r["file"], "line": r["line"], "function": r["function"], "count": r.get("count")}
+    return [{k: r.get(k) for k in LOCATION_KEYS if k in r or k == "count"}
             for r in facts.tables.get(rule.locations, []) if "file" in r]

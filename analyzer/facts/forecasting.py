@@ -41,6 +41,11 @@ def node_classes(ctx: Context, tl: Timeline) -> dict:
     return {"family": family, "dtype": dtype}
 
 
-def make_forecaster(ctx: Context, cpus: Optional[float] = None) -> Forecaster:
-    return Forecaster(ctx.trace, steps_frame(ctx), machine_facts(ctx.trace.run_metadata, cpus),
-                      node_class=lambda tl: node_classes(ctx, tl))
+def make_forecaster(ctx: Context, cpus: Optional[float] = None, values: Optional[dict] = None) -> Forecaster:
+    """`values`: the facts, for the device's compute capability where the trace lists none (inferred
+    from kernel names)."""
+    f = Forecaster(ctx.trace, steps_frame(ctx), machine_facts(ctx.trace.run_metadata, cpus),
+                   node_class=lambda tl: node_classes(ctx, tl))
+    if f.inputs is not None and values:
+        f.inputs.compute_capability = float(values.get("device_compute_capability") or 0.0) or None
+    return f

@@ -7,6 +7,7 @@ hold: missing keys, None, NaN.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -145,8 +146,12 @@ def _paragraph(lines: list[str]) -> dict:
     return {"kind": "text", "parts": parts}
 
 
+LINE_KINDS = {"function": "first line of the function",
+              "running": "the line it was on when tracing started, not the call"}
+
+
 def location_text(loc: Any) -> str:
-    """`train.py:57 in train_step` from a finding location dict."""
+    """`train.py:57 in train_step (first line of the function)` from a finding location dict."""
     if not isinstance(loc, dict):
         return str(loc)
     where = str(loc.get("file") or "?")
@@ -154,6 +159,9 @@ def location_text(loc: Any) -> str:
         where += f":{loc['line']}"
     if loc.get("function"):
         where += f" in {loc['function']}"
+    kind = LINE_KINDS.get(str(loc.get("line_kind")))
+    if kind and loc.get("line") is not None:
+        where += f" ({kind})"
     return where
 
 
@@ -191,3 +199,26 @@ def forecast_details(fc: Any) -> list[tuple[str, str]]:
     assumptions = fc.get("assumptions") if isinstance(fc.get("assumptions"), dict) else {}
     rows += [(str(k).replace("_", " "), str(v)) for k, v in list(assumptions.items())[:20]]
     return rows
+
+
+# --- a directory of traces ------------------------------------------------------------------------
+def set_order(reports: list) -> list:
+    """The reports of a set by rank (traces without one last), then path: the order of every index."""
+    def key(rep: dict) -> tuple:
+        t = rep.get("trace") if isinstance(rep.get("trace"), dict) else {}
+        rank = t.get("rank")
+        ranked = isinstance(rank, int) and not isinstance(rank, bool)
+        return (not ranked, rank if ranked else 0, str(t.get("path")))
+
+    return sorted(reports, key=key)
+
+
+def member_path(path: str, root: str) -> str:
+    """A trace's path inside its set's folder; as given when it lies elsewhere or either is relative."""
+    if not (os.path.isabs(path) and os.path.isabs(root)):
+        return path
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
