@@ -123,15 +123,31 @@ def zoo() -> list:
     return rows
 
 
+def rejudge() -> list:
+    """The recorded cases again, their forecasts recomputed from the recorded traces with the code as it
+    is now (the measurements stay: they were made next to those traces)."""
+    from perfsleuth.api import forecast_fix
+
+    rows = []
+    for c in json.loads((RECORDED / "measured.json").read_text())["cases"]:
+        fc = forecast_fix(RECORDED / c["trace"], c["model"], c["params"] or None)
+        rows.append({**c, "forecast": fc, "ok": judge(fc.get("speedup"), c["measured"]),
+                     "trace": str(RECORDED / c["trace"])})
+    return rows
+
+
 def record(rows: list) -> None:
     """The before traces and the measurements, for tests/test_accuracy.py."""
     RECORDED.mkdir(parents=True, exist_ok=True)
     cases = []
     for r in rows:
         dest = RECORDED / f"{r['name']}.pt.trace.json.gz"
-        shutil.copyfile(r["trace"], dest)
+        if Path(r["trace"]).resolve() != dest.resolve():
+            shutil.copyfile(r["trace"], dest)
         cases.append({k: v for k, v in r.items() if k not in ("trace", "ok")} | {"trace": dest.name})
-    doc = {"machine": machine(), "recorded": time.strftime("%Y-%m-%d %H:%M"), "cases": cases}
+    misses = {r["name"]: f"forecast {_x(r['forecast'].get('speedup'))} against {r['measured']:.2f}x measured "
+                         f"(load {r['load'][0][0]} -> {r['load'][1][0]})" for r in rows if not r["ok"]}
+    doc = {"machine": machine(), "recorded": time.strftime("%Y-%m-%d %H:%M"), "cases": cases, "known_misses": misses}
     (RECORDED / "measured.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -168,7 +184,7 @@ def render(cpu: list, gpu: list, rows: list, info: dict, pairs: int) -> str:
            f"unprofiled runs of before and after, interleaved A/B ({pairs} pairs, each run's mean iteration time "
            f"after the first {WARMUP}, 10 % trimmed). Each pair has its own profiled run of \"before\" right before "
            "it (the load moves from minute to minute): a forecast and the measurement made next to it. The row "
-           "shows the pair with the median forecast/measured ratio; [all pairs: forecast / measured].", "",
+           "shows the pair with the median forecast/measured ratio; [all pairs: forecast / measured, as recorded].", "",
            "### CPU fixes, measured on this machine", "",
            "| case | fix | forecast (range) | forecast from | measured | ratio | right | [all pairs] | load before → after |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -180,7 +196,9 @@ def render(cpu: list, gpu: list, rows: list, info: dict, pairs: int) -> str:
                    f"{'—' if ratio is None else f'{ratio:.2f}'} | {'yes' if r['ok'] else 'NO'} | [{pairs}] | "
                    f"{r['load'][0][0]} → {r['load'][1][0]} |")
     good = sum(r["ok"] for r in cpu)
-    out += ["", f"{good}/{len(cpu)} CPU forecasts right. Machine: {info['cpus']} cores (affinity {info['affinity']}), "
+    misses = [r["name"] for r in cpu if not r["ok"]]
+    out += ["", f"{good}/{len(cpu)} CPU forecasts right" + (f" (missed: {', '.join(f'`{m}`' for m in misses)}; "
+            "docs/forecast.md, Limits, says why a model can miss)" if misses else "") + f". Machine: {info['cpus']} cores (affinity {info['affinity']}), "
             f"Python {info['python']}, torch {info['torch']}, {info['system']}; load average (1 min) as shown.", "",
             "### GPU-only fixes, on the trace simulator's before/after pairs (`fixtures/synth/after.py`)", "",
             "| pair | rule (fired) | forecast (range) | measured | ratio | right |", "|---|---|---|---|---|---|"]
@@ -206,12 +224,15 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="keep the before traces and measurements in fixtures/accuracy/")
     ap.add_argument("--pairs", type=int, default=3, help="A/B pairs per CPU case")
     ap.add_argument("--cases", nargs="*", help="only these CPU cases (default: all)")
+    ap.add_argument("--rejudge", action="store_true",
+                    help="measure nothing: recompute the forecasts of the recorded cases (fixtures/accuracy/) with "
+                         "the current code, and render (with --record: update measured.json)")
     args = ap.parse_args()
     cases = [c for c in CPU_CASES if not args.cases or c.name in args.cases]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        cpu = []
-        for case in cases:
+        cpu = rejudge() if args.rejudge else []
+        for case in ([] if args.rejudge else cases):
             cpu.append(cpu_case(case, args.pairs, tmp))
             r = cpu[-1]
             print(f"{r['name']:<24} forecast {_x(r['forecast'].get('speedup'))} measured {r['measured']:.2f}x "

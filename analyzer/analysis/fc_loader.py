@@ -52,7 +52,9 @@ def _tensors_per_batch(x: Inputs, loaders: np.ndarray) -> int:
     """Collate stacks one tensor per field: count aten::stack / aten::cat inside the loader spans."""
     tl = x.tl
     ops = x.ops
-    stack = ops[ops["name"].isin(("aten::stack", "aten::cat"))]
+    stack = ops[ops["name"] == "aten::stack"]  # (aten::stack calls aten::cat: one of them)
+    if stack.empty:
+        stack = ops[ops["name"] == "aten::cat"]
     if stack.empty or loaders.size == 0:
         return DEFAULT_TENSORS
     i = np.searchsorted(tl.t[loaders], stack["ts"].to_numpy(), side="right") - 1

@@ -188,14 +188,17 @@ class ProfileSession:
             self._prof = self._profiler(light=False)
             self._prof.start()
         self.steps += 1
-        with run_facts.own_span():  # forecasts leave out the profiler's step and this bookkeeping
-            if self.steps == self.config.window:  # this step ends the window: its CPU times go in first
+        if self.steps == self.config.window:  # this step ends the window: its CPU times go in first
+            with run_facts.own_span():
                 self._record_metadata(final=True)
-            self._prof.step()
-            self._clock.tick(self.steps, self.config.wait + self.config.warmup)
-            self._clock.see_workers(self.hooks.iterators())
-            if not self.window_done and self.steps >= self.config.wait:
-                self._record_metadata()
+            self._prof.step()  # not inside a range: the profiler stops in it
+        else:
+            with run_facts.own_span():  # forecasts leave out the profiler's step and this bookkeeping
+                self._prof.step()
+                self._clock.tick(self.steps, self.config.wait + self.config.warmup)
+                self._clock.see_workers(self.hooks.iterators())
+                if not self.window_done and self.steps >= self.config.wait:
+                    self._record_metadata()
         if self.window_done:
             self.finish(keep_hooks=self.raise_on_complete)
             if self.raise_on_complete:

@@ -40,6 +40,14 @@ def _own_frame(fn):
     return fn
 
 
+@_own_frame
+def _call_next(next_, it):
+    return next_(it)
+
+
+_own_frame(run_facts.CpuClock.loader_call)  # the clock's frame sits in the user's stack too
+
+
 class StepHooks:
     """Installs the hooks and reports each boundary to `on_step(source, obj)`, which asks `accept`
     whether it counts."""
@@ -55,7 +63,7 @@ class StepHooks:
         self._module: Optional[weakref.ref] = None  # the stepping module, once one repeats
         self._outer_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._depth = threading.local()
-        self.around_next: Callable = lambda next_, it: next_(it)  # runs each DataLoader __next__ (a clock)
+        self.around_next: Callable = _call_next  # runs each DataLoader __next__ (run.py: the CPU clock)
 
     # --- which boundaries count ----------------------------------------------------------------
     def accept(self, source: str, obj: Any = None) -> bool:
