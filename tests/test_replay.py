@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 from perfsleuth.analysis.replay import Graph, solve
 from perfsleuth.analysis.steps import find_steps
 from perfsleuth.analysis.timeline import OWN, QUEUE, SYNC, build_timeline, step_ends, to_graph
