@@ -266,7 +266,7 @@ with prof:
             for i in range({per_epoch}):
                 opt.zero_grad(); torch.nn.functional.cross_entropy(model(x), y).backward(); opt.step()
 import gc; gc.collect()
-print([(j, phase) for j, phase, _ in prof._session.clock.intervals])
+print([(j, phase) for j, phase, _ in prof._session.step_clock.intervals])
 """
 
 

@@ -25,7 +25,7 @@ from ..errors import UsageError
 from ..trace.companion import companion_name
 from . import run_facts, run_ranks
 from .run_paths import rank_info, trace_name
-from .step_clock import ACTIVE, AFTER, STACKS, WAIT, WARMUP, OpenAnnotations, StacksWindow, StepClock, write_trace
+from .step_clock import OpenAnnotations, StacksWindow, StepClock, phase_of, write_trace
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
 
@@ -114,7 +114,7 @@ class ProfileSession:
         self.done = False  # ... and the stacks window after it (step_clock.py)
         self.trace_written = False
         self.whole_run = False  # the trace is the light recording of everything (no step boundary)
-        self.clock = StepClock()
+        self.step_clock = StepClock()  # step times, profiled or not (self._clock: CPU time, for forecasts)
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
         self._stacks: Optional[StacksWindow] = None
@@ -127,6 +127,8 @@ class ProfileSession:
         self._finished = False
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
+        self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
+        self.hooks.around_next = self._clock.loader_call
 
     @property
     def source(self) -> Optional[str]:
@@ -154,27 +156,29 @@ class ProfileSession:
                        on_trace_ready=self._on_trace_ready)
 
     def start(self) -> "ProfileSession":
+        self._clock.probe()  # before profiling starts: its children are not in the trace
         if self.config.wait == 0:
             self._prof = self._profiler(light=False)
             self._prof.start()  # already recording (warm-up): metadata is kept from here on
         elif self.config.fallback_window:
             self._light = self._profiler(light=True)
             self._light.start()
+        self._clock.tick(0, self.config.wait + self.config.warmup)
         self._record_metadata()
         self.hooks.install(modules=True)
         self._annotations.watching = True
         self._unwatch = self._annotations.install()
         return self
 
-    def _record_metadata(self, force: bool = False, **extra) -> None:
+    def _record_metadata(self, final: bool = False, **extra) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
         records (warm-up or active), the last value of a key winning: called at each such step, it adds
         them only when there is something new (another profiler, another loader) -- inside a profiled
         step every Python call is recorded, and the step's time must stay the script's own. Host facts
-        are taken afresh for each profiler: by the scheduled one the script has set its threads. `force`:
-        the step clock's times (step_clock.py) at the end of the recorded window, or a partial step."""
+        are taken afresh for each profiler: by the scheduled one the script has set its threads. `final`:
+        the step and CPU clocks' times at the end of the recorded window, or a partial step."""
         prof = self._light if self._light is not None else self._prof
-        if prof is None or (self._meta_sent == (prof, len(self.hooks.loaders)) and not force):
+        if prof is None or (self._meta_sent == (prof, len(self.hooks.loaders)) and not final):
             return
         try:
             if self._meta_sent[0] is not prof:  # the script may have set its threads since the last one
@@ -187,7 +191,7 @@ class ProfileSession:
     def _meta(self, **extra) -> dict:
         c = self.config
         host = self._host if self._host is not None else run_facts.host_facts(*rank_info())
-        return {**run_facts.metadata(host, self.hooks.loaders), "clock": self.clock.metadata(),
+        return {**run_facts.metadata(host, self.hooks.loaders, self._clock.facts()), "clock": self.step_clock.metadata(),
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
@@ -198,20 +202,14 @@ class ProfileSession:
         step is timed by the clock, between this hook and the last one (step_clock.py)."""
         if not self.hooks.accept(source, obj):
             return
-        self.clock.enter()
+        self.step_clock.enter()
         try:
             self._advance()
         finally:
-            self.clock.leave(self.steps, self._phase())
+            self.step_clock.leave(self.steps, phase_of(self.steps, self.config.wait, self.config.wait + self.config.warmup,
+                                                       self._prof is not None, self._stacks is not None))
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
-
-    def _phase(self) -> str:
-        """What the step starting now runs under (step_clock.py)."""
-        c, j = self.config, self.steps
-        if self._prof is not None:
-            return WAIT if j < c.wait else WARMUP if j < c.wait + c.warmup else ACTIVE
-        return STACKS if self._stacks is not None else AFTER
 
     def _advance(self) -> None:
         if self.done or self._finished:  # after the windows, or stopped early (Ctrl-C, the end of a `with`)
@@ -234,11 +232,17 @@ class ProfileSession:
         if self._prof is None:
             self._prof = self._profiler(light=False)
             self._prof.start()
-        if self.steps == self.config.window:  # the last recorded step ended: its time goes in before the stop
-            self._record_metadata(force=True)
-        self._prof.step()
-        if not self.window_done and self.steps >= self.config.wait:
-            self._record_metadata()
+        if self.steps == self.config.window:  # this step ends the window: its times go in first
+            with run_facts.own_span():
+                self._record_metadata(final=True)
+            self._prof.step()  # not inside a range: the profiler stops in it
+        else:
+            with run_facts.own_span():  # forecasts leave out the profiler's step and this bookkeeping
+                self._prof.step()
+                self._clock.tick(self.steps, self.config.wait + self.config.warmup)
+                self._clock.see_workers(self.hooks.iterators())
+                if not self.window_done and self.steps >= self.config.wait:
+                    self._record_metadata()
         if self.window_done:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
@@ -281,7 +285,7 @@ class ProfileSession:
             self._end_light(keep=whole_run)
         c = self.config
         if self._prof is not None and c.wait + c.warmup <= self.steps < c.window:  # recording: a step is cut short
-            self._record_metadata(force=True, partial_step=f"ProfilerStep#{self.steps}")
+            self._record_metadata(final=True, partial_step=f"ProfilerStep#{self.steps}")
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)

@@ -31,6 +31,13 @@ from typing import Any, Callable, Optional
 WAIT, WARMUP, ACTIVE, STACKS, AFTER = "wait", "warmup", "active", "stacks", "after"
 
 
+def phase_of(j: int, wait: int, warmup_end: int, profiling: bool, stacks: bool) -> str:
+    """The phase of step j: by the schedule while the main profiler runs, else the stacks window or after."""
+    if profiling:
+        return WAIT if j < wait else WARMUP if j < warmup_end else ACTIVE
+    return STACKS if stacks else AFTER
+
+
 class StepClock:
     """Durations of the steps between boundary hooks (µs), by the phase each step ran in."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from ..config import CATEGORIES
-from .present import location_text, measurement_lines, member_path, set_apart, set_order, steady_steps, steps_text
+from .present import (FORECAST_NOTE, fmt_forecast, forecast_of, location_text, measurement_lines, member_path,
+                      set_apart, set_order, steady_steps, steps_text)
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -88,11 +89,15 @@ def render_terminal(report: dict) -> str:
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
-            gain = f.get("estimated_speedup")
-            gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
-            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}{gain_txt}")
+            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}  "
+                         f"({_clean(fmt_forecast(forecast_of(f)))})")
             for loc in (f.get("locations") or [])[:2]:
                 lines.append(f"      at {_clean(location_text(loc))}")
+        combined = (report.get("forecast") or {}).get("combined")
+        if isinstance(combined, dict) and combined.get("speedup") is not None:
+            rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
+            lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
+        lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in report.get("warnings") or []:
