@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -13,10 +15,10 @@ from .analysis.steps import find_steps
 from .analysis.tables import time_share, top_kernels, top_ops
 from .analysis.verdict import decide
 from .config import Config
-from .errors import TraceError
+from .errors import TraceError, UsageError
 from .report.model import Report, ReportSet
 from .trace.hugepages import without_huge_pages
-from .trace.model import Trace, find_trace_files, load_trace
+from .trace.model import Trace, load_trace, scan_trace_files
 from .trace.selection import memo
 
 log = logging.getLogger(__name__)
@@ -58,12 +60,72 @@ def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
         return analyze_trace(load_trace(path, progress, jobs), config)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; the CPU count where that is unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def capped_jobs(jobs: Optional[int]) -> int:
+    """`jobs` worker processes, at most one per usable CPU (default: one per usable CPU)."""
+    return max(1, min(jobs or usable_cpus(), usable_cpus()))
+
+
 def _analyze_member(path: Path, config: Optional[Config]):
-    """One file of a directory, in a worker process: a slim Report, or the problem."""
+    """THE per-file function of a fan-out over files (process pool, -j 1, other executors): (slim
+    Report, None), or (None, the problem in one line). Whatever goes wrong with one file is that file's
+    problem, so the other files still get their reports. A UsageError (a bad rule file or option) is
+    no file's problem: it propagates and ends the run with its one line."""
     try:
         return analyze_file(path, config).slim(), None
     except TraceError as exc:
         return None, exc.problem
+    except UsageError:
+        raise
+    except MemoryError:
+        return None, "out of memory while analysing it"
+    except RecursionError:
+        return None, "nested too deeply to analyse"
+    except Exception as exc:  # a bug of ours on this file: said, logged with its traceback, not fatal
+        log.debug("analysing %s failed", path, exc_info=True)
+        text = " ".join(str(exc).split())[:200]
+        return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
+
+
+def _fan_out(files: list, config: Optional[Config], jobs: int) -> list:
+    """_analyze_member over `files`, in order; in `jobs` processes when jobs > 1. Files whose worker
+    died (the OOM killer) are retried each in a process of its own, so only the culprit is skipped."""
+    if jobs == 1:
+        return [_analyze_member(f, config) for f in files]
+    results: list = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_analyze_member, f, config) for f in files]
+        for i, future in enumerate(futures):
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool:
+                pass
+    for i, f in enumerate(files):
+        if results[i] is None:
+            results[i] = _alone(f, config)
+    return results
+
+
+def _alone(path: Path, config: Optional[Config]) -> tuple:
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(_analyze_member, path, config).result()
+        except BrokenProcessPool:
+            return None, "the process analysing it died (out of memory?)"
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(p).st_mode)
+    except OSError:
+        return False  # reading it as a file says what is wrong
 
 
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
@@ -71,28 +133,25 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  jobs: Optional[int] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
-    `jobs` worker processes at most (default: the CPU count) analyse the files of a directory (one per
-    rank/worker) in parallel, or decode the chunks of one large file in parallel. Pass jobs=1 from a
-    process that must not fork (e.g. one that runs torch)."""
+    `jobs` worker processes at most (default, and at most: the usable CPUs) analyse the files of a
+    directory (one per rank/worker) in parallel, or decode the chunks of one large file in parallel.
+    Pass jobs=1 from a process that must not fork (e.g. one that runs torch)."""
     p = Path(path)
-    if not p.is_dir():
-        return analyze_file(p, config, progress, jobs or os.cpu_count() or 1)
-    files = find_trace_files(p)
-    if not files:
+    jobs = capped_jobs(jobs)
+    if not _is_dir(p):
+        return analyze_file(p, config, progress, jobs)
+    files, unlisted = scan_trace_files(p)
+    if not files and not unlisted:
         raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
-    jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
-    if jobs == 1:
-        results = [_analyze_member(f, config) for f in files]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_analyze_member, files, [config] * len(files)))
+    results = _fan_out(files, config, max(1, min(len(files), jobs)))
     result = ReportSet(path=str(p))
     for f, (report, problem) in zip(files, results):
         if report is None:
-            log.warning("skipping %s: %s", f, problem)
+            log.info("skipping %s: %s", f, problem)  # the CLI lists ReportSet.skipped once
             result.skipped.append((str(f), problem))
         else:
             result.reports.append(report)
+    result.skipped += unlisted
     if not result.reports:
         first = result.skipped[0]
         raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
