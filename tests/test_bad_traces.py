@@ -354,3 +354,23 @@ def test_a_folder_that_cannot_be_listed_is_named(tmp_path):
         hidden.chmod(0o755)
     assert result.exit_code == 0, result.output
     assert f"warning: skipped {hidden}: cannot list this folder: permission denied" in result.stderr
+
+
+# --- the perfsleuth metadata `run` records, validated (trace/validate.py) -----------------------------
+def test_run_metadata_of_the_wrong_shape_is_dropped_with_a_warning(tmp_path):
+    doc = _doc([])
+    doc["perfsleuth"] = {"version": 1, "host": {"cpu_count": "many"}, "loaders": []}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    trace = load_trace(path)
+    assert trace.run_metadata == {}
+    assert any(w.startswith("the trace's perfsleuth metadata was ignored: Expected `int | null`, got `str` - at "
+                            "`$.host.cpu_count`") for w in trace.warnings), trace.warnings
+
+
+def test_run_metadata_keeps_keys_a_newer_version_adds(tmp_path):
+    doc = _doc([])
+    doc["perfsleuth"] = {"version": 1, "host": {"cpu_count": 8}, "loaders": [{"num_workers": 2}], "new": [1]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert load_trace(path).run_metadata == doc["perfsleuth"]

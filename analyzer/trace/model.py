@@ -22,7 +22,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import document, files, kineto
+from . import document, files, kineto, validate
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def _int_or_none(v) -> Optional[int]:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, float) and v == v:
+    if isinstance(v, float) and abs(v) < 2**63:
         return int(v)
     if isinstance(v, str):
         try:
@@ -179,8 +179,7 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
             name=str(name) if name is not None else "unknown device",
             compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
             memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
-    if isinstance(header.perfsleuth, dict):
-        trace.run_metadata = header.perfsleuth
+    trace.run_metadata = validate.run_metadata(header.perfsleuth, trace.warnings)
     dist = header.distributedInfo
     if isinstance(dist, dict):
         trace.rank = _int_or_none(dist.get("rank"))
