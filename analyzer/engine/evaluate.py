@@ -8,13 +8,16 @@ import math
 from typing import Any, Callable, Optional
 
 from ..facts.core import Facts
-from .catalog import SEVERITIES, TABLES, Rule
+from .catalog import SEVERITIES, TABLES, Rule, RuleError
+from .sandbox import BudgetError, metered, render
 
 log = logging.getLogger(__name__)
 
 def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
     try:
         return fn(**names)
+    except BudgetError:
+        raise
     except Exception as exc:  # a rule that fails on one trace (e.g. division by zero) must not kill the report
         log.warning("rule %s: %s could not be evaluated (%s: %s)", rule.slug, what, type(exc).__name__, exc)
         return None
@@ -28,6 +31,16 @@ def evaluate(rules: list, facts: Facts) -> list:
 
 
 def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
+    """The finding of `rule` on `facts`, or None. A rule that goes past the engine's bounds (time,
+    size of what it builds or renders: sandbox.py) is a RuleError naming its file."""
+    try:
+        with metered():
+            return _evaluate_rule(rule, facts)
+    except BudgetError as exc:
+        raise RuleError(f"{rule.source}: rule '{rule.slug}' {exc}") from None
+
+
+def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     names = {**facts.values, **{t: facts.tables.get(t, []) for t in TABLES}, **rule.thresholds}
     c = rule.compiled
     if not _call(rule, "condition", c["condition"], names):
@@ -55,17 +68,19 @@ def _as_us(rule: Rule, value: Any, step_us: float) -> float:
     """A saving in [0, step]: anything that is not a finite number counts as 0 (with a warning)."""
     try:
         us = float(value or 0.0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         us = math.nan
     if not math.isfinite(us):
-        log.warning("rule %s: saving_us is not a finite number (%r); counted as 0", rule.slug, value)
+        log.warning("rule %s: saving_us is not a finite number (%.40r); counted as 0", rule.slug, value)
         return 0.0
     return min(max(us, 0.0), step_us)
 
 
 def _render(rule: Rule, what: str, names: dict) -> str:
     try:
-        return rule.compiled[what].render(**names).strip()
+        return render(rule.compiled[what], names).strip()
+    except BudgetError:
+        raise
     except Exception as exc:
         log.warning("rule %s: %s could not be rendered (%s: %s)", rule.slug, what, type(exc).__name__, exc)
         return ""
