@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import importlib.util
 import json
 import logging
 import os
 import runpy
-import shutil
 import sys
 import traceback
 import weakref
@@ -33,12 +31,13 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from . import run_facts
+from . import run_facts, run_outputs
+from .signals import as_interrupts, exit_code, signal_name
 from .run_paths import rank_info, trace_name
 
 log = logging.getLogger(__name__)
 
-EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
+EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
 _HERE = os.path.abspath(__file__)
 _RUNPY = os.path.abspath(runpy.__file__)
 OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the script's stack
@@ -82,6 +81,7 @@ class ProfileSession:
         self.source: Optional[str] = None  # manual | optimizer | dataloader
         self.window_done = False
         self.trace_written = False
+        self.export_error: Optional[str] = None  # the trace could not be written where asked
         self._prof: Any = None
         self._optimizer: Optional[weakref.ref] = None
         self._undo: list = []
@@ -187,19 +187,12 @@ class ProfileSession:
         self._undo.append(lambda: setattr(loader_cls, "__iter__", original_iter))
 
     def _on_trace_ready(self, prof) -> None:
+        """Called by torch from inside the script's step: nothing raised here may reach the script
+        (run_outputs.export_trace: a trace that cannot go where asked goes to a temporary folder)."""
         self.window_done = self.steps >= self.config.window
-        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.trace_path.with_name(f".{self.trace_path.name}.tmp.json")
-        part = self.trace_path.with_name(f".{self.trace_path.name}.part")
-        try:
-            prof.export_chrome_trace(str(tmp))
-            with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(part, self.trace_path)  # a reader never sees half a trace
-        finally:
-            tmp.unlink(missing_ok=True)
-            part.unlink(missing_ok=True)
-        self.trace_written = True
+        written, self.export_error = run_outputs.export_trace(prof, self.trace_path)
+        self.trace_written = written is not None
+        self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
     def finish(self, keep_hooks: bool = False) -> None:
@@ -248,6 +241,8 @@ class RunOutcome:
     profiled_steps: int = 0
     rank: Optional[int] = None
     warnings: list = field(default_factory=list)
+    signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
+    export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
 
 
 def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
@@ -275,24 +270,27 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     ended = "finished"
-    with _script_environment(target):
+    with _script_environment(target), as_interrupts():
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
         except _WindowComplete:
             ended = "stopped"
-        except KeyboardInterrupt:
-            ended = "interrupted"
+        except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
+            ended, outcome.signal = "interrupted", signal_name(exc)
+            outcome.exit_code = exit_code(exc)
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
-            ended, outcome.user_traceback = "raised", format_user_traceback(exc)
+            ended, outcome.user_traceback = "raised", run_outputs.user_traceback(exc, format_user_traceback)
             outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
             session.finish()
             session.shutdown_workers()
             gc.collect()
     outcome.steps, outcome.profiled_steps = session.steps, session.profiled_steps
+    if session.export_error:
+        outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
     _conclude(outcome, ended, session.window_done, config)
     return outcome
 
@@ -309,9 +307,9 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
             else f"before any profiled step completed ({seen}){where}")
         o.message = f"{o.message} {when}"
     elif ended == "interrupted":
-        o.exit_code = EXIT_INTERRUPTED
-        o.message = (f"interrupted: the report covers the {o.profiled_steps} profiled step(s) collected" if have
-                     else f"interrupted before any profiled step completed ({seen}){where}")
+        how = f"interrupted ({o.signal})" if o.signal and o.signal != "SIGINT" else "interrupted"
+        o.message = (f"{how}: the report covers the {o.profiled_steps} profiled step(s) collected" if have
+                     else f"{how} before any profiled step completed ({seen}){where}")
     elif ended == "exited" and not have and o.steps:
         o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
     elif ended == "finished" and not have:
@@ -326,6 +324,10 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
                           f"the last step is partial")
     if o.rank not in (None, 0) and o.exit_code == 0:
         o.message = None  # rank 0 speaks for a healthy run
+    if o.export_error:  # perfsleuth's failure, said as such; never the script's
+        o.message = f"{o.export_error}" + (f"; {o.message}" if o.message else "")
+        if o.exit_code == 0:
+            o.exit_code = EXIT_OUTPUT
     if have and o.rank in (None, 0):
         o.report = analyze(o.trace_path, o.warnings)
 

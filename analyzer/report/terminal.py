@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
+from .escape import terminal
 
 BAR_WIDTH = 30
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -26,8 +27,8 @@ def _fmt_us(us) -> str:
 
 
 def _clean(text: str) -> str:
-    """Names from traces are data: no terminal control characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    """Names from traces are data: control characters escaped, bidi controls shown (escape.terminal)."""
+    return terminal(text)
 
 
 def render_terminal(report: dict) -> str:
@@ -51,14 +52,14 @@ def render_terminal(report: dict) -> str:
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
     if t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
-    lines += ["", f"verdict: {report['verdict'].upper()}", f"  {report.get('verdict_reason', '')}"]
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}", f"  {_clean(report.get('verdict_reason', ''))}"]
     findings = report.get("findings") or []
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
             gain = f.get("estimated_speedup")
             gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
-            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}{gain_txt}")
+            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}{gain_txt}")
     for w in report.get("warnings") or []:
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)

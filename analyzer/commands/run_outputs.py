@@ -1,0 +1,111 @@
+"""What `perfsleuth run` writes, and how it fails without blaming the script (docs/robustness.md).
+
+- `export_trace`: the trace, from inside torch's step callback; a failure there (a full disk, the
+  folder gone) used to propagate into the script and read as "the script raised NotADirectoryError";
+  now the trace goes to a temporary folder instead, and the error is perfsleuth's own.
+- `snapshot` / `write_reports`: the report files after the run. The script may have written files of
+  the same names into the output folder meanwhile (summary.md, report.json): those are never
+  replaced, even with --force (which covers only files that were there before the run, unchanged);
+  the report set then goes to a new folder beside them, and the caller says where.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import UsageError
+from ..report.outputs import check_outputs, write_outputs
+
+
+def export_trace(prof, path: Path) -> tuple[Optional[Path], Optional[str]]:
+    """(where the gzipped trace was written, or None; the problem with `path`, or None). Never raises."""
+    try:
+        _export(prof, path)
+        return path, None
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    fallback = Path(tempfile.mkdtemp(prefix="perfsleuth-")) / path.name
+    try:
+        _export(prof, fallback)
+    except Exception:
+        return None, f"could not write the trace to {path} ({why}); it is lost"
+    return fallback, f"could not write the trace to {path} ({why}); it was saved to {fallback} instead"
+
+
+def _export(prof, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.json")
+    part = path.with_name(f".{path.name}.part")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(part, path)  # a reader never sees half a trace
+    finally:
+        tmp.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+
+
+def user_traceback(exc: BaseException, formatter: Callable[[BaseException], str]) -> str:
+    """The script's traceback; formatting it may meet a signal handler that raises (torch's SIGCHLD
+    handler does when a DataLoader worker died), which must not become perfsleuth's own traceback."""
+    for _ in range(3):
+        try:
+            return formatter(exc)
+        except Exception:
+            continue
+    return "".join(traceback.format_exception_only(type(exc), exc))
+
+
+def _identity(path: Path) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def targets(out_dir: Path, json_path, html_path, markdown_path) -> list:
+    return [p for _, p in check_outputs(out_dir=out_dir, html=html_path, markdown=markdown_path,
+                                        json_path=json_path, force=True)]
+
+
+def snapshot(paths: list) -> dict:
+    """What each target is before the run (None: absent)."""
+    return {p: _identity(p) for p in paths}
+
+
+def written_by_the_script(before: dict) -> list:
+    """Targets that appeared or changed while the script ran."""
+    return [p for p, ident in before.items() if _identity(p) != ident]
+
+
+def write_reports(data: dict, before: dict, out_dir: Path, *, json_path, html_path, markdown_path,
+                  force: bool) -> tuple[list, Optional[str]]:
+    """(paths written, a note for the user or None). Files the script wrote are left alone: the whole
+    set then goes to a new folder `perfsleuth-report[-N]` in `out_dir`."""
+    clash = written_by_the_script(before)
+    if not clash:
+        return write_outputs(data, out_dir=out_dir, json_path=json_path, html=html_path, markdown=markdown_path,
+                             force=True), None
+    folder = _new_folder(out_dir / "perfsleuth-report")
+    written = write_outputs(data, out_dir=folder)
+    names = ", ".join(str(p) for p in clash)
+    return written, f"the script wrote {names} during the run: left as it is; the report went to {folder}/"
+
+
+def _new_folder(base: Path) -> Path:
+    for n in range(1, 1000):
+        folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise UsageError(f"{base}: no free folder name for the report")
