@@ -1,0 +1,142 @@
+"""issue 18: `perfsleuth run` under real signals, unwritable output folders, a trace export that fails,
+and a script that writes files of the report's names into the output folder."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from perfsleuth.commands.cli import main
+from privileges import unprivileged
+
+TRAIN = """
+import os, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Samples(Dataset):
+    def __len__(self):
+        return 4000
+    def __getitem__(self, i):
+        return torch.randn(8), torch.randn(2)
+
+{before}
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, (x, y) in enumerate(DataLoader(Samples(), batch_size=4)):
+    {body}
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+    print("step", step, flush=True)
+"""
+SMALL = ["--wait", "1", "--warmup", "1", "--active", "3"]
+
+
+def script(tmp_path: Path, before="", body="pass") -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(TRAIN).format(before=before, body=body))
+    return path
+
+
+def run(*args):
+    result = CliRunner().invoke(main, ["run", *map(str, args)], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_keep_the_partial_report_and_say_so(tmp_path, sig, code):
+    path = script(tmp_path, body="time.sleep(0.05)")
+    out_dir = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "perfsleuth", "run", "--wait", "1", "--warmup", "1",
+                             "--active", "50", "-o", str(out_dir), str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 90
+    for line in proc.stdout:
+        if line.startswith("step 6") or time.monotonic() > deadline:
+            break
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    name = signal.Signals(sig).name
+    assert proc.returncode == code, err
+    assert f"perfsleuth: interrupted ({name}): the report covers the" in err
+    assert "Traceback" not in err
+    rep = json.loads((out_dir / "report.json").read_text())
+    assert 3 <= len(rep["steps"]) < 50
+    trace = next(out_dir.glob("*.pt.trace.json.gz"))
+    assert json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+
+
+def _marker_script(tmp_path):
+    marker = tmp_path / "ran"
+    return script(tmp_path, before=f"open({str(marker)!r}, 'w').close()"), marker
+
+
+def test_an_output_folder_under_a_file_is_refused_before_the_script_runs(tmp_path):
+    path, marker = _marker_script(tmp_path)
+    (tmp_path / "file").write_text("x")
+    code, out, err = run(*SMALL, "-o", tmp_path / "file" / "o", path)
+    assert code == 2 and err.count("\n") == 1 and "a part of the path is not a directory" in err, err
+    assert not marker.exists()
+
+
+def test_a_read_only_output_folder_is_refused_before_the_script_runs(tmp_path):
+    path, marker = _marker_script(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    with unprivileged():
+        code, out, err = run(*SMALL, "-o", ro / "o", path)
+    assert code == 2 and f"cannot write in {ro} (permission denied)" in err, err
+    assert not marker.exists()
+
+
+def test_a_device_as_report_target_is_refused_before_the_script_runs(tmp_path):
+    path, marker = _marker_script(tmp_path)
+    link = tmp_path / "r.json"
+    link.symlink_to("/dev/null")
+    code, out, err = run(*SMALL, "--force", "--json", link, "-o", tmp_path / "o", path)
+    assert code == 2 and "is a character device; perfsleuth writes reports only to regular files" in err, err
+    assert not marker.exists() and link.is_symlink()
+
+
+def test_a_failing_trace_export_is_not_blamed_on_the_script(tmp_path):
+    out_dir = tmp_path / "o"
+    # at step 1 the script turns the output folder into a file: the export at the end of the window fails
+    body = (f"if step == 1:\n        import shutil; shutil.rmtree({str(out_dir)!r}, ignore_errors=True); "
+            f"open({str(out_dir)!r}, 'w').write('mine')")
+    path = script(tmp_path, body=body)
+    code, out, err = run(*SMALL, "-o", out_dir, path)
+    assert code == 2, err
+    assert "the script raised" not in err and "Traceback" not in err
+    assert f"perfsleuth: could not write the trace to {out_dir}" in err and "it was saved to" in err
+    saved = Path(err.split("it was saved to ")[1].split(" instead")[0])
+    assert saved.is_file() and json.loads(gzip.decompress(saved.read_bytes()))["traceEvents"]
+    assert (saved.parent / "report.json").is_file()  # the reports went beside it
+    assert out_dir.read_text() == "mine"
+
+
+def test_files_the_script_writes_into_the_output_folder_are_not_replaced(tmp_path):
+    out_dir = tmp_path / "o"
+    before = (f"os.makedirs({str(out_dir)!r}, exist_ok=True)\n"
+              f"open(os.path.join({str(out_dir)!r}, 'summary.md'), 'w').write('my summary')\n"
+              f"open(os.path.join({str(out_dir)!r}, 'report.json'), 'w').write('my report')")
+    path = script(tmp_path, before=before)
+    for force in ([], ["--force"]):  # --force covers files that were there before the run, not the script's
+        code, out, err = run(*SMALL, *force, "-o", out_dir, path)
+        assert code == 0, err
+        assert (out_dir / "summary.md").read_text() == "my summary"
+        assert (out_dir / "report.json").read_text() == "my report"
+        assert "the script wrote" in err and "left as it is; the report went to" in err, err
+        folder = Path(err.split("the report went to ")[1].split("/\n")[0])
+        assert json.loads((folder / "report.json").read_text())["schema"] == "perfsleuth/report@1"
+        assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json", "summary.md"]
+    assert sorted(p.name for p in out_dir.iterdir() if p.name.startswith("perfsleuth-report")) == [
+        "perfsleuth-report", "perfsleuth-report-2"]  # the second run (--force) kept the first one's too
