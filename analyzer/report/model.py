@@ -5,6 +5,8 @@ Rendering (terminal, HTML, Markdown) works from `Report.to_dict()`; nothing here
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -68,7 +70,7 @@ class Report:
     def to_dict(self) -> dict:
         t = self.trace
         caps = [d.compute_capability for d in t.devices if d.compute_capability is not None]
-        return _clean({
+        data = _clean({
             "schema": SCHEMA,
             "tool": {"name": "perfsleuth", "version": __version__},
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
@@ -76,11 +78,7 @@ class Report:
                       "world_size": t.world_size, "events": int(t.event_count),
                       "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
             "steps_source": self.steps.source,
-            "steps": [
-                {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
-                 "time_us": {c: _us(r[c]) for c in CATEGORIES}}
-                for r in self.breakdown.steps.to_dict("records")
-            ],
+            "steps": None,  # below: built from the columns (a trace may hold 300,000 steps)
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
                         "device_busy": self.device_busy},
             "verdict": self.verdict,
@@ -91,6 +89,38 @@ class Report:
             "warnings": self.warnings,
             **self.extra,
         })
+        data["steps"] = _step_dicts(self.breakdown.steps)
+        return data
+
+
+def _micros(column) -> list:
+    """µs per row (rounded to 3 decimals as `_us`), as Python floats, a whole column at a time."""
+    values = column.to_numpy()
+    if values.dtype.kind in "iu":  # whole nanoseconds: n / 1000 is already the nearest float to 3 decimals
+        return (values / 1000.0).tolist()
+    return [_us(v) for v in values.tolist()]
+
+
+def _step_dicts(frame) -> list:
+    """The `steps` list of report@1, column-wise: building it row by row (DataFrame.to_dict, then
+    `_clean` over every value) took most of `to_dict` on traces of many steps (docs/robustness.md)."""
+    names = [str(n) for n in frame["name"].tolist()]
+    per_category = [_micros(frame[c]) for c in CATEGORIES]
+    with _no_gc():  # hundreds of thousands of small acyclic dicts: the cyclic GC only slows their making
+        return [{"name": name, "start_us": start, "duration_us": duration, "time_us": dict(zip(CATEGORIES, cats))}
+                for name, start, duration, *cats in zip(names, _micros(frame["start"]), _micros(frame["duration"]),
+                                                        *per_category)]
+
+
+@contextlib.contextmanager
+def _no_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _clean(obj):
