@@ -12,7 +12,7 @@ import tomllib
 
 from ..errors import TraceError, UsageError
 from ..trace.files import open_regular
-from .catalog import load_catalog
+from .catalog import RuleError, load_catalog
 
 
 def parse_value(text: str) -> Any:
@@ -85,6 +85,13 @@ def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject
     loaded once here so that a bad rule file or threshold fails before any trace is read."""
     pyproject = Path("pyproject.toml") if pyproject is None else pyproject
     paths, thresholds = project_settings(pyproject) if os.path.lexists(pyproject) else ([], {})
+    if thresholds:
+        try:  # the project's own thresholds, checked on their own so that the message says where they are
+            load_catalog(paths, thresholds)
+        except RuleError:
+            raise
+        except UsageError as exc:
+            raise UsageError(f"{pyproject}: [tool.perfsleuth] {exc}") from None
     paths += [str(p) for p in rule_paths]
     thresholds.update(parse_sets(sets))
     load_catalog(paths, thresholds)
