@@ -166,3 +166,10 @@ def test_a_fifo_rule_file_is_refused(tmp_path, trace):
     fifo = tmp_path / "rules.toml"
     os.mkfifo(fifo)
     one_line(cli("analyze", trace, "--rules", fifo), f"{fifo}: cannot read rule file (is a FIFO (named pipe)")
+
+
+def test_a_filter_the_sandbox_does_not_offer_is_a_load_error(tmp_path, trace):
+    """Found by tests/test_fuzz.py (kept in tests/corpus/found/): `format` is not among sandbox.FILTERS,
+    and compiling the template raised TemplateAssertionError past the loader."""
+    path = rule_file(tmp_path, message="{{ step_us | format(1) }}")
+    one_line(cli("analyze", trace, "--rules", path), f"{path}: rule 'evil': message does not compile: No filter named 'format'")

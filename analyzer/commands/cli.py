@@ -26,7 +26,10 @@ def say(text: str, err: bool = False) -> None:
 
 
 def _fail(message: str) -> None:
-    say(f"perfsleuth: error: {message}", err=True)
+    """The one line of a user error: a message that spans lines (an exception's text) stays one line."""
+    from ..report.escape import terminal
+
+    click.echo(f"perfsleuth: error: {terminal(message)}", err=True)
     sys.exit(EXIT_USAGE)
 
 

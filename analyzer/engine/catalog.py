@@ -88,6 +88,10 @@ class Rule:
 
 
 # --- loading and validation -------------------------------------------------------------------
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _fail(where: str, problem: str):
     raise RuleError(f"{where}: {problem}")
 
@@ -139,13 +143,16 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
     try:
         ast = _ENV.parse(source if template else "{{ (" + source + ") }}")
     except TemplateError as exc:
-        _fail(where, f"{what} does not compile: {exc}")
+        _fail(where, f"{what} does not compile: {_first_line(exc)}")
     except RecursionError:
         _fail(where, f"{what} is nested too deeply")
     construct = forbidden_construct(ast)
     if construct:
         _fail(where, f"{what} uses {construct}, which rule templates may not use (docs/rules.md)")
-    unknown = sorted(meta.find_undeclared_variables(ast) - allowed - {"range", LOOP_GUARD})
+    try:
+        unknown = sorted(meta.find_undeclared_variables(ast) - allowed - {"range", LOOP_GUARD})
+    except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)
+        _fail(where, f"{what} does not compile: {_first_line(exc)}")
     if unknown:
         _fail(where, f"{what} names unknown fact(s) {', '.join(unknown)}")
 
@@ -173,7 +180,12 @@ def build_rule(raw: dict, source: str) -> Rule:
                 thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
                 locations=raw.get("locations", ""))
-    rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
+    try:
+        rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
+    except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)
+        _fail(where, f"does not compile: {_first_line(exc)}")
+    except RecursionError:
+        _fail(where, "is nested too deeply")
     return rule
 
 
