@@ -374,3 +374,16 @@ def test_run_metadata_keeps_keys_a_newer_version_adds(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
     assert load_trace(path).run_metadata == doc["perfsleuth"]
+
+
+def test_step_names_whose_events_were_all_dropped(tmp_path):
+    """Found by tests/test_fuzz.py (tests/corpus/found/trace-step-event-dropped-*.json): the only
+    ProfilerStep event has a timestamp that is not a number, so it is dropped while its name stays a
+    category of the name column; the step finder then met an empty selection (ValueError)."""
+    doc = _doc([])
+    doc["traceEvents"][0]["ts"] = False
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    rep = report(path)
+    assert rep["steps_source"] == "whole-trace"
+    assert "1 events without a numeric timestamp were dropped" in rep["warnings"]

@@ -57,7 +57,10 @@ def _profiler_steps(trace: Trace, warnings: list) -> pd.DataFrame:
     step_names = set(names[names.str.match(STEP_RE.pattern)])
     if not step_names:
         return pd.DataFrame()
-    st = _one_record_per_step(ann[ann["name"].isin(step_names)], warnings)
+    st = ann[ann["name"].isin(step_names)]
+    if st.empty:  # the names are categories of the whole trace: their events may all have been dropped
+        return pd.DataFrame()
+    st = _one_record_per_step(st, warnings)
     return pd.DataFrame({"name": st["name"].astype(str).values, "host_start": st["ts"].values,
                          "host_end": st["end"].values})
 
