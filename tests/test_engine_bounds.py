@@ -173,3 +173,20 @@ def test_a_filter_the_sandbox_does_not_offer_is_a_load_error(tmp_path, trace):
     and compiling the template raised TemplateAssertionError past the loader."""
     path = rule_file(tmp_path, message="{{ step_us | format(1) }}")
     one_line(cli("analyze", trace, "--rules", path), f"{path}: rule 'evil': message does not compile: No filter named 'format'")
+
+
+@pytest.mark.parametrize("field", ["condition", "saving"])
+def test_an_expression_that_is_undefined_is_a_warning_not_a_crash(tmp_path, trace, caplog, field):
+    """Found by the long fuzz (tests/corpus/found/rule-undefined-saving-*.toml): `x[y]` on a number is
+    Undefined without raising; it raised later, outside the engine's guard, when used as a number or a
+    truth value."""
+    out = tmp_path / "r.json"
+    result = cli("analyze", trace, "--rules", rule_file(tmp_path, **{field: "(step_us)[step_us]"}), "--json", out)
+    assert result.exit_code == 0, (result.output, result.exception)
+    fired = {f["rule"]: f for f in json.loads(out.read_text())["findings"]}
+    if field == "saving":
+        assert fired["evil"]["estimated_saving_us"] == 0.0
+    else:
+        assert "evil" not in fired
+    name = "saving_us" if field == "saving" else "condition"
+    assert f"rule evil: {name} could not be evaluated (UndefinedError: float object has no element 100.0)" in caplog.text

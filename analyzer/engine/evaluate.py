@@ -7,6 +7,8 @@ import logging
 import math
 from typing import Any, Callable, Optional
 
+from jinja2 import Undefined
+
 from ..facts.core import Facts
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .sandbox import BudgetError, metered, render
@@ -15,7 +17,10 @@ log = logging.getLogger(__name__)
 
 def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
     try:
-        return fn(**names)
+        value = fn(**names)
+        if isinstance(value, Undefined):  # e.g. `x[y]` on a number: raises only when used, outside this try
+            value._fail_with_undefined_error()
+        return value
     except BudgetError:
         raise
     except Exception as exc:  # a rule that fails on one trace (e.g. division by zero) must not kill the report
@@ -68,7 +73,7 @@ def _as_us(rule: Rule, value: Any, step_us: float) -> float:
     """A saving in [0, step]: anything that is not a finite number counts as 0 (with a warning)."""
     try:
         us = float(value or 0.0)
-    except (TypeError, ValueError, OverflowError):
+    except Exception:  # TypeError, ValueError, OverflowError, or whatever a sandbox object raises
         us = math.nan
     if not math.isfinite(us):
         log.warning("rule %s: saving_us is not a finite number (%.40r); counted as 0", rule.slug, value)
