@@ -2,7 +2,8 @@
 or a pyproject.toml holds, perfsleuth answers with a report (exit 0) or exactly one line naming the
 problem (exit 2); never another exception, never a raw control character on the terminal.
 
-Inputs are mutations of real traces (small ones from ../shared/traces and tests/tracebuilder.py),
+Inputs are mutations of real traces (small ones from ../shared/traces and fixtures/traces, and one
+from tests/tracebuilder.py),
 of real reports, of a rule file and of pyproject.toml. CI runs FUZZ_EXAMPLES examples per test
 (seconds); a long run sets PERFSLEUTH_FUZZ_EXAMPLES (docs/robustness.md records one) and, with
 PERFSLEUTH_FUZZ_SAVE=1, copies every input that breaks the promise into tests/corpus/found/.
@@ -36,8 +37,12 @@ SMALL_TRACES = ("cpu_only_tiny.pt.trace.json.gz", "a100_triton_example.json.gz",
 _COUNTER = itertools.count()
 
 
+FIXTURE_TRACE = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "cpu" / "eval_loop.pt.trace.json.gz"
+
+
 def _base_traces() -> list:
     docs = [json.loads(gzip.decompress((SHARED_TRACES / name).read_bytes())) for name in SMALL_TRACES]
+    docs.append(json.loads(gzip.decompress(FIXTURE_TRACE.read_bytes())))  # recorded by `perfsleuth run`
     tb = TraceBuilder()
     for i in range(3):
         tb.step(i + 1, 200 * i, 180)
