@@ -144,14 +144,14 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
     if not files and not unlisted:
         raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
     results = _fan_out(files, config, max(1, min(len(files), jobs)))
-    result = ReportSet(path=str(p))
+    result = ReportSet(path=os.path.abspath(p))  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
             log.info("skipping %s: %s", f, problem)  # the CLI lists ReportSet.skipped once
-            result.skipped.append((str(f), problem))
+            result.skipped.append((os.path.abspath(f), problem))
         else:
             result.reports.append(report)
-    result.skipped += unlisted
+    result.skipped += [(os.path.abspath(f), problem) for f, problem in unlisted]
     if not result.reports:
         first = result.skipped[0]
         raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")

@@ -14,8 +14,11 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
-# torch is pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build); `analyze` itself never needs it.
-python3 -m pip install -q -e '.[test,hta]' 'torch==2.13.0'
+# torch 2.13.0 for the `perfsleuth run` / profile() tests (`analyze` never needs it). On Linux PyPI's wheel is the
+# CUDA build (several GB): install_torch.py asks pip what it would install (--dry-run --report) and, on a machine
+# without an NVIDIA GPU, takes the CPU build from download.pytorch.org instead. It prints what it decided.
+python3 scripts/install_torch.py
+python3 -m pip install -q -e '.[test,hta]'
 
 set +e
 python3 -m pytest "$@"

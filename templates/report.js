@@ -9,6 +9,15 @@
       button.textContent = open ? "Collapse all" : "Expand all";
     });
   });
+  // A link to a trace (or finding) inside a closed <details> opens it first.
+  function reveal() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var target = id && document.getElementById(id);
+    for (var d = target; d; d = d.parentElement) { if (d.tagName === "DETAILS") { d.open = true; } }
+    if (target) { target.scrollIntoView(); }
+  }
+  window.addEventListener("hashchange", reveal);
+  reveal();
   window.addEventListener("beforeprint", function () {
     document.querySelectorAll("details").forEach(function (d) { d.open = true; });
   });

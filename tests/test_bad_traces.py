@@ -261,9 +261,10 @@ def test_a_document_larger_than_memory_allows_is_refused(tmp_path, monkeypatch):
 def test_bomb_memory_stays_small(tmp_path):
     """The process that meets a 1 GiB bomb never holds much more than the ratio bound lets out."""
     path = _bomb(tmp_path / "bomb.json.gz", lambda n: b"\0" * n, 1024)
-    code = ("import resource, sys\nfrom perfsleuth.errors import TraceError\nfrom perfsleuth.trace.model import load_trace\n"
+    # VmHWM: the peak of this program's own memory (ru_maxrss would carry the forking parent's across exec)
+    code = ("import sys\nfrom perfsleuth.errors import TraceError\nfrom perfsleuth.trace.model import load_trace\n"
             "try:\n    load_trace(sys.argv[1])\nexcept TraceError as e:\n    print(e.problem)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            "print(int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) // 1024)\n")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     problem, rss_mib = out.stdout.strip().splitlines()
     assert "inflates to more than 100 times" in problem

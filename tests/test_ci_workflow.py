@@ -63,7 +63,22 @@ def test_workflow_profiles_both_sides(steps):
     assert steps["Profile the base branch"]["working-directory"] == "base"
     assert "-o ../prof-base" in steps["Profile the base branch"]["run"]
     assert "-o prof-head" in steps["Profile the pull request"]["run"]
-    assert 'pip install "perfsleuth[run]"' in steps["Install perfsleuth and the training code's requirements"]["run"]
+
+
+
+def test_workflow_installs_perfsleuth_from_its_repository_and_torch_for_the_cpu(workflow, steps):
+    """perfsleuth is not on a package index: a name like `perfsleuth[run]` cannot be installed, and its torch
+    extra would pull the CUDA build onto a CPU runner."""
+    from packaging.requirements import Requirement
+
+    lines = [line.strip() for line in steps["Install perfsleuth and the training code's requirements"]["run"].splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    assert lines == ["pip install torch --index-url https://download.pytorch.org/whl/cpu",
+                     "pip install -r requirements.txt", 'pip install "perfsleuth @ ${PERFSLEUTH_SOURCE}"']
+    source = workflow["env"]["PERFSLEUTH_SOURCE"]
+    req = Requirement(f"perfsleuth @ {source}")
+    assert req.name == "perfsleuth" and req.url.startswith("git+https://") and not req.extras
+    assert "perfsleuth[" not in DOC.read_text()
 
 
 def test_workflow_publishes_even_when_a_gate_fails(steps):

@@ -92,7 +92,21 @@ def test_directory_gives_one_report_per_trace(shared_traces, tmp_path):
     data = json.loads(out.read_text())
     assert data["schema"] == "perfsleuth/report-set@1"
     assert [r["trace"]["device_type"] for r in data["reports"]] == ["cpu", "rocm"]
-    assert result.output.count("verdict:") == 2
+    assert data["path"] == str(d) and all(r["trace"]["path"].startswith(str(d) + "/") for r in data["reports"])
+    # the terminal: an index, one row per file (by rank, then path), not the full reports
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"perfsleuth 0.1.0 — 2 traces in {d}"
+    assert lines[2].split() == ["rank", "verdict", "median", "step", "top", "finding", "file"]
+    cpu, rocm = (r for r in data["reports"])
+    assert lines[3].split()[0] == str(cpu["trace"]["rank"]) and lines[3].endswith("  cpu_only_tiny.pt.trace.json.gz")
+    assert lines[4].split()[:2] == ["-", "host-bound"] and lines[4].endswith("  mi250_rocm_minitoy.json.gz")
+    assert lines[3].split()[1] == cpu["verdict"] and f" {cpu['findings'][0]['rule']} (up to " in lines[3]
+    assert lines[5:] == ["", "(perfsleuth analyze DIR --verbose prints each trace's full report)", f"wrote {out}"]
+    assert "verdict:" not in result.stdout
+    verbose = CliRunner().invoke(main, ["analyze", str(d), "--verbose"], catch_exceptions=False)
+    assert verbose.exit_code == 0 and verbose.stdout.startswith("\n".join(lines[:5]) + "\n\nperfsleuth 0.1.0 — ")
+    assert verbose.stdout.count("verdict:") == 2
+    assert verbose.stdout.index("cpu_only_tiny") < verbose.stdout.index("verdict: ") < verbose.stdout.rindex("mi250")
 
 
 def test_console_script_runs(shared_traces):

@@ -205,9 +205,13 @@ def test_report_set_renders_an_index_and_each_report_with_unique_ids():
     ids = [a["id"] for _, a in parse(html).tags if "id" in a]
     assert len(ids) == len(set(ids))
     assert 'id="r1-verdict"' in html and 'id="r2-verdict"' in html
-    assert '<a href="#r2-report">runs/rank1.json.gz</a>' in html
+    # the index links to each trace's collapsible section (only the first is open)
+    assert '<a href="#r2-section">runs/rank1.json.gz</a>' in html
+    assert '<details class="trace-section" id="r1-section" open>' in html
+    assert '<details class="trace-section" id="r2-section">' in html
     assert "<code>notes.json</code>: not a trace" in html
     assert html.count("<svg") == 2
+    assert "Each trace below, collapsed: 2 with the full report." in html
 
 
 @pytest.mark.parametrize("name", ["sampled_rank0_of128.json.gz", "a100_trace_diff_control.json.gz"])
@@ -223,3 +227,55 @@ def test_real_trace_report(shared_traces, name):
     assert report["findings"]
     for f in report["findings"]:
         assert f'<span class="title">{escape(f["title"])}</span>' in html
+
+
+def _ranks(n: int, **kw) -> dict:
+    reports = []
+    for i in range(n):
+        r = make_report(findings=8, kernels=40, **kw)
+        r["trace"]["path"], r["trace"]["rank"] = f"/runs/job/rank{i}.pt.trace.json.gz", i
+        reports.append(r)
+    reports.reverse()  # the index orders by rank, whatever the file order
+    return {"schema": "perfsleuth/report-set@1", "tool": {"version": "0.1.0"}, "path": "/runs/job",
+            "reports": reports, "skipped": []}
+
+
+@pytest.mark.parametrize("n, all_full, all_sections", [(8, True, True), (64, False, True), (256, False, True),
+                                                     (1000, False, False)])
+def test_every_trace_of_a_directory_is_reached_within_the_budget(n, all_full, all_sections):
+    """Many traces: an index row each, linking to a collapsible section: the full report while the 1 MB
+    budget allows, a compact summary after that, the row alone for whatever would not fit (1000 ranks)."""
+    from perfsleuth.report.html_set import MAX_PAGE_BYTES
+
+    html = render_html(_ranks(n))
+    assert len(html.encode()) <= MAX_PAGE_BYTES == 1_000_000
+    ids = [a["id"] for _, a in parse(html).tags if "id" in a]
+    assert len(ids) == len(set(ids))
+    rows = re.findall(r'<tr id="r(\d+)-row"><td class="name">(?:<a href="#r\d+-section">)?rank(\d+)\.pt', html)
+    assert [int(rank) for _, rank in rows] == list(range(n))  # every trace has its row, by rank
+    links = re.findall(r'<a href="#(r\d+-section)">', html)
+    sections = re.findall(r'<details class="trace-section" id="(r\d+-section)"', html)
+    assert links == sections == [f"r{i}-section" for i in range(1, len(sections) + 1)]  # every link lands
+    full = len(re.findall(r'<article class="report" id=', html))
+    compact = len(re.findall(r'<article class="report compact" id=', html))
+    assert full + compact == len(sections) and full >= (n if all_full else 1 if n < 1000 else 0)
+    assert (len(sections) == n) == all_sections and len(sections) >= min(n, 250)
+    expected = f"Each trace below, collapsed: {full} with the full report"
+    if compact:
+        expected += f", {compact} as a summary (shares and findings)"
+    if not all_sections:
+        expected += f"; {n - len(sections)} have their row above only, to keep the page under 1 MB (all in report.json)"
+    assert expected + "." in html
+    assert "more traces in report.json" not in html
+
+
+def test_compact_section_keeps_the_verdict_shares_and_findings():
+    from perfsleuth.report.html_set import render_set_html
+
+    html = render_set_html(_ranks(256))
+    part = html[html.index('id="r256-section"'):]
+    part = part[: part.index("</details>")]
+    assert '<span class="badge c-kernel">kernel-bound</span> median step 2.25 ms' in part
+    assert "Kernels 64.2%" in part and "DataLoader 15.5%" in part
+    assert part.count("<li id=") == 5 and "… 3 more findings in report.json" in part
+    assert '<li id="r256-finding-1-num-workers"><span class="sev">high</span> DataLoader runs in the main process' in part

@@ -107,3 +107,35 @@ def test_chart_is_there_with_javascript_off(page, tmp_path):
         driver.save_screenshot(str(tmp_path / "report-nojs.png"))
     finally:
         driver.quit()
+
+
+def test_directory_index_link_opens_the_trace_section(tmp_path):
+    """A directory page: every trace's section starts folded (but the first); following its index link
+    opens it and shows it, the full report or the summary alike; clicking a summary opens one by hand."""
+    reports = []
+    for i in range(64):
+        r = make_report(findings=8, kernels=40)
+        r["trace"]["path"], r["trace"]["rank"] = f"/runs/job/rank{i}.pt.trace.json.gz", i
+        reports.append(r)
+    write_outputs({"schema": "perfsleuth/report-set@1", "tool": {"version": "0.1.0"}, "path": "/runs/job",
+                   "reports": reports, "skipped": []}, html=tmp_path / "set.html")
+    driver = chromium()
+    try:
+        driver.get((tmp_path / "set.html").as_uri())
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        sections = driver.find_elements(By.CSS_SELECTOR, "details.trace-section")
+        assert len(sections) == 64
+        assert [s.get_attribute("open") is not None for s in sections[:3]] == [True, False, False]
+        for n in (3, 60):  # a full report, a summary
+            target = driver.find_element(By.ID, f"r{n}-section")
+            assert target.get_attribute("open") is None
+            driver.find_element(By.CSS_SELECTOR, f'a[href="#r{n}-section"]').click()
+            assert target.get_attribute("open") is not None
+            inner = target.find_element(By.CSS_SELECTOR, "article.report")
+            assert visible(inner) and f"rank{n - 1}.pt.trace.json.gz" in target.text
+        folded = driver.find_element(By.ID, "r40-section")
+        driver.execute_script("arguments[0].scrollIntoView()", folded)
+        folded.find_element(By.TAG_NAME, "summary").click()
+        assert folded.get_attribute("open") is not None
+    finally:
+        driver.quit()

@@ -196,13 +196,23 @@ def test_missing_script_is_one_line_and_exit_2(tmp_path):
     assert code == 2 and err == "perfsleuth: error: no module named 'no_such_pkg.train'\n"
 
 
-def test_script_without_steps_says_where_steps_come_from(tmp_path):
+def test_script_without_torch_work_says_where_steps_come_from(tmp_path):
     script = tmp_path / "plain.py"
     script.write_text("print('hello')\n")
     code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(script))
     assert code == 1 and out == "hello\n"
-    assert err.startswith("perfsleuth: no report: the script ended before any profiled step completed "
-                          "(0 step(s) seen, profiling starts at step 3). Steps come from optimizer.step()")
+    assert err == ("perfsleuth: no report: the script ran no torch operation to profile. Steps come from "
+                   "optimizer.step(), DataLoader batches or a repeated model call; lower --wait/--warmup, or call "
+                   "prof.step() (perfsleuth docs run)\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_too_few_steps_for_the_window_says_so(tmp_path):
+    code, out, err = cli(*SMALL, "-o", str(tmp_path / "o"), str(SCRIPTS / "compute_mlp.py"), "--steps", "1",
+                         "--hidden", "64", "--batch-size", "4")
+    assert code == 1 and out == "done\n"
+    assert err.startswith("perfsleuth: no report: the script ended before any profiled step completed (2 step(s) "
+                          "seen, profiling starts at step 3). Steps come from optimizer.step()")
 
 
 def test_module_mode_sys_argv_and_sys_path(tmp_path, monkeypatch):
@@ -253,7 +263,8 @@ def test_dataloader_workers_are_shut_down_when_the_script_is_stopped(tmp_path):
     target = Target(str(SCRIPTS / "few_workers.py"), ("--steps", "20", "--persistent", "--delay", "0.001"),
                     path=SCRIPTS / "few_workers.py")
     argv, path = list(sys.argv), list(sys.path)
-    outcome = run_script(target, RunConfig(wait=1, warmup=1, active=3, with_stack=False), tmp_path / "o")
+    config = RunConfig(wait=1, warmup=1, active=3, with_stack=False, stop_after_window=True)  # as `run` does
+    outcome = run_script(target, config, tmp_path / "o")
     assert outcome.exit_code == 0 and outcome.profiled_steps == 3
     assert outcome.report.verdict in ("dataloader-bound", "kernel-bound", "host-bound")
     assert multiprocessing.active_children() == []  # persistent workers too
@@ -265,6 +276,7 @@ def test_helpers():
     assert rank_info({"RANK": "3"}) == (None, None) and rank_info({}) == (None, None)
     assert trace_name(None) == "trace.pt.trace.json.gz" and trace_name(2) == "rank2.pt.trace.json.gz"
     assert RunConfig().window == 8 and RunConfig(wait=0, warmup=0, active=1).window == 1
+    assert RunConfig().stop_after_window is False  # the library never ends the user's code unless asked
 
 
 def test_default_out_dir_is_unique(tmp_path, monkeypatch):

@@ -140,3 +140,29 @@ def test_files_the_script_writes_into_the_output_folder_are_not_replaced(tmp_pat
         assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json", "summary.md"]
     assert sorted(p.name for p in out_dir.iterdir() if p.name.startswith("perfsleuth-report")) == [
         "perfsleuth-report", "perfsleuth-report-2"]  # the second run (--force) kept the first one's too
+
+
+def test_a_signal_handler_that_raises_while_the_traceback_is_formatted():
+    """torch's SIGCHLD handler raises 'DataLoader worker ... exited unexpectedly' at any bytecode, also
+    while perfsleuth formats the script's own error (a broken pipe to that worker): that error is the
+    real cause, reported chained to the first, never perfsleuth's own traceback."""
+    from perfsleuth.commands.run_outputs import user_traceback
+    from perfsleuth.commands.target import format_user_traceback
+
+    calls = []
+
+    def cut_once(exc):
+        calls.append(type(exc).__name__)
+        if len(calls) == 1:
+            raise RuntimeError("DataLoader worker (pid 1) exited unexpectedly with exit code 7")
+        return format_user_traceback(exc)
+
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError as exc:
+        first = exc  # (the `as` name is gone after the block)
+        text, shown = user_traceback(first, cut_once)
+    assert calls == ["ConnectionResetError", "RuntimeError"]
+    assert isinstance(shown, RuntimeError) and shown.__context__ is first
+    assert "ConnectionResetError" in text and text.rstrip().endswith(
+        "RuntimeError: DataLoader worker (pid 1) exited unexpectedly with exit code 7")

@@ -79,19 +79,17 @@ def output_options(fn):
     return fn
 
 
-def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False) -> dict:
-    """Print the terminal summary and write the requested report files; the report dict (made once:
-    `to_dict` of a large report is not cheap)."""
-    from ..report.terminal import render_terminal
+def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False,
+         details=False) -> dict:
+    """Print the terminal summary (for a directory: the index, and every report with `details`) and
+    write the requested report files; the report dict (made once: `to_dict` of a large report is not
+    cheap)."""
+    from ..report.terminal import render_terminal, render_terminal_set, shown_path
 
     data = result if isinstance(result, dict) else result.to_dict()
-    reports = data["reports"] if "reports" in data else [data]
-    for i, rep in enumerate(reports):
-        if i:
-            say("")
-        say(render_terminal(rep))
+    say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
     for s in data.get("skipped", []):
-        say(f"warning: skipped {s['path']}: {s['problem']}", err=True)
+        say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
     written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
                           markdown_path=markdown_path, force=force)
     for p in written:
@@ -147,6 +145,9 @@ def main(verbose: int) -> None:
     Examples:
       perfsleuth analyze trace.pt.trace.json.gz
       perfsleuth analyze ./tb_logs/ --json report.json
+      perfsleuth run train.py --lr 0.1      (needs PyTorch; analyze does not)
+    `perfsleuth docs` lists the guides that come with perfsleuth; `perfsleuth rules SLUG`
+    prints a rule's docs.
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler()
@@ -159,9 +160,10 @@ def main(verbose: int) -> None:
 @output_options
 @click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
               help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
-                   "sync-bound, or rule slugs such as item-sync). See docs/ci.md.")
+                   "sync-bound, or rule slugs such as item-sync; `perfsleuth rules` lists the slugs). "
+                   "See `perfsleuth docs ci`.")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
-              help="Extra rule file or folder of *.toml rules (repeatable). See docs/rules.md.")
+              help="Extra rule file or folder of *.toml rules (repeatable). See `perfsleuth docs rules`.")
 @click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
               help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
                    "[tool.perfsleuth] in ./pyproject.toml is read too).")
@@ -169,16 +171,20 @@ def main(verbose: int) -> None:
               help="Worker processes for large traces and directories of traces [default: the CPU count].")
 @click.option("--hta/--no-hta", default=False, show_default=True,
               help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
-                   "to the JSON (needs perfsleuth[hta]; docs/hta.md).")
+                   "to the JSON (needs `pip install traceinsight psutil`; see `perfsleuth docs hta`).")
+@click.option("--verbose", "details", is_flag=True,
+              help="For a directory: every trace's full report after the index (the index alone by default).")
 @user_errors
 def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=()) -> None:
+            rule_paths=(), sets=(), details=False) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
     Every microsecond of every step is attributed to one cause (dataloader, kernel,
     sync, transfer, host, communication, other) and the run gets a verdict.
-    A directory (tensorboard_trace_handler output) gives one report per trace file.
+    A directory (tensorboard_trace_handler output) gives one report per trace file:
+    the terminal shows an index (one row per file), --verbose each full report.
+    `perfsleuth docs attribution` explains the categories, `perfsleuth rules SLUG` a finding.
     """
     from ..api import analyze_path
     from ..config import Config
@@ -195,7 +201,7 @@ def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fai
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
-                force=force)
+                force=force, details=details)
     exit_on_gate_failures(check_report(data, gates))
 
 
@@ -215,7 +221,7 @@ def _jobs(jobs):
 
 @main.command("rules")
 @click.argument("slug", required=False)
-@click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (the generated part of docs/rules.md).")
+@click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (rule docs, facts, tables).")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
               help="Include this rule file or folder (repeatable).")
 @user_errors
@@ -245,6 +251,22 @@ def exit_on_gate_failures(failures: list) -> None:
         sys.exit(EXIT_GATE)
 
 
+@main.command("docs")
+@click.argument("topic", required=False)
+@user_errors
+def docs_command(topic) -> None:
+    """List the guides that come with perfsleuth, or print one (Markdown).
+
+    \b
+    Examples:
+      perfsleuth docs
+      perfsleuth docs run
+    """
+    from .topics import listing, read_topic
+
+    click.echo(read_topic(topic) if topic else listing())
+
+
 @main.command("diff")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("head", type=click.Path(path_type=Path))
@@ -264,7 +286,8 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
       perfsleuth diff main.pt.trace.json.gz pr.pt.trace.json.gz --markdown diff.md
       perfsleuth diff base/report.json head/report.json --fail-on-regression 10%
     Step time (median over steps, with a noise call), verdict, category shares, findings,
-    and the kernels and ops that got slower or faster. See docs/ci.md.
+    and the kernels and ops that got slower or faster. The noise call and the gate:
+    `perfsleuth docs ci`.
     """
     from ..config import Config
     from ..engine.settings import rule_settings
@@ -293,12 +316,15 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
 @click.option("--no-stack", is_flag=True, help="No Python stacks: less overhead, no source lines in findings.")
 @click.option("--no-shapes", is_flag=True, help="No input shapes and dtypes.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
+@click.option("--no-fallback-window", "no_fallback", is_flag=True,
+              help="Record nothing before the first step (faster when the script runs many torch ops before "
+                   "it, e.g. preprocessing); a script without any step then gets no report.")
 @output_options
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, out_dir, json_path,
-                html_path, markdown_path, force) -> None:
+def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, no_fallback, out_dir,
+                json_path, html_path, markdown_path, force) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
@@ -306,15 +332,19 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
       perfsleuth run train.py --lr 0.1
       perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
     The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
-    stops once the window (wait + warmup + active steps) is recorded; --full lets it finish.
-    See docs/run.md for what profiling costs and how to lower it.
+    stops once the window (wait + warmup + active steps) is recorded, and says so; --full
+    lets it finish. Steps come from optimizer.step(), DataLoader batches or the repeated
+    outermost model call; a script with none is analysed whole, as one window. Needs
+    PyTorch. Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
     """
     from . import run as runner
     from . import run_outputs, run_paths
+    from .target import resolve_target
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, with_stack=not no_stack,
-                       record_shapes=not no_shapes, stop_after_window=not full)
-    job = runner.resolve_target(target, script_args, module)
+                       record_shapes=not no_shapes, stop_after_window=not full, fallback_window=not no_fallback)
+    job = resolve_target(target, script_args, module)
+    runner.require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))

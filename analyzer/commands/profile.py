@@ -2,8 +2,8 @@
 
     import perfsleuth
 
-    with perfsleuth.profile() as prof:   # steps: optimizer.step(), else DataLoader next(), or prof.step()
-        for x, y in loader:
+    with perfsleuth.profile() as prof:   # steps: prof.step(), else optimizer.step(), DataLoader next(),
+        for x, y in loader:              # or the repeated outermost model call (step_hooks.py)
             train_step(x, y)
     prof.report                          # renders itself in Jupyter; print(prof.report) for the terminal
     prof.report.save("prof-out/")        # report.html, summary.md, report.json and the trace
@@ -14,11 +14,13 @@
         step(x, y)
     prof.report
 
-Defaults are `perfsleuth.commands.run.RunConfig`'s (wait 1, warmup 2, active 5, stacks and shapes on). With
-`stop_after_window` (the default) the `with` block ends as soon as the window is recorded: code after
-the loop inside the block does not run. A wrapped function keeps working after the window, unprofiled.
-Once `prof.step()` is called, the automatic boundaries (optimizer, DataLoader) are off; pass
-`manual_steps=True` to have them off from the start (the loop calls `prof.step()` itself).
+Defaults are `perfsleuth.commands.run.RunConfig`'s (wait 1, warmup 2, active 5, stacks and shapes on).
+The user's code always runs to its end: profiling stops after the window and the rest runs
+unprofiled. `stop_after_window=True` ends the `with` block once the window is recorded instead (one
+line on stderr says so). Once `prof.step()` is called, the automatic boundaries are off; pass
+`manual_steps=True` to have them off from the start (the loop calls `prof.step()` itself). Without
+`out_dir` the trace goes to a temporary folder that is removed when neither the `Profile` nor its
+report is referenced any more (or at exit); `keep_trace=True` keeps it, and the report names it.
 """
 
 from __future__ import annotations
@@ -27,14 +29,32 @@ import dataclasses
 import functools
 import html
 import shutil
+import sys
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Optional
 
 from ..errors import UsageError
 from ..report.model import Report
-from .run import ProfileSession, RunConfig, _WindowComplete, analyze
+from .run import WHOLE_RUN_WARNING, ProfileSession, RunConfig, _WindowComplete, analyze
 from .run_paths import rank_info, trace_name
+
+
+class TempFolder:
+    """A temporary trace folder, removed (with what is in it) once nothing refers to this object any
+    more, or when Python exits; `keep()` leaves it where it is."""
+
+    def __init__(self):
+        self.path = Path(tempfile.mkdtemp(prefix="perfsleuth-")).absolute()
+        self._remove = weakref.finalize(self, shutil.rmtree, str(self.path), True)
+
+    def keep(self) -> None:
+        self._remove.detach()
+
+    @property
+    def kept(self) -> bool:
+        return not self._remove.alive
 
 
 @dataclasses.dataclass
@@ -42,19 +62,29 @@ class ProfiledReport(Report):
     """The analysis `Report` of a profiled loop, plus its trace file; renders itself in Jupyter."""
 
     trace_file: Optional[Path] = None
+    temp: Optional[TempFolder] = dataclasses.field(default=None, repr=False, compare=False)  # None: a kept folder
 
     @classmethod
-    def of(cls, report: Report, trace_file: Path) -> "ProfiledReport":
+    def of(cls, report: Report, trace_file: Path, temp: Optional[TempFolder] = None) -> "ProfiledReport":
         values = {f.name: getattr(report, f.name) for f in dataclasses.fields(Report)}
-        return cls(**values, trace_file=Path(trace_file))
+        return cls(**values, trace_file=Path(trace_file), temp=temp)
+
+    @property
+    def trace_note(self) -> str:
+        """Where the trace is, and for how long."""
+        if self.temp is None or self.temp.kept:
+            return f"trace: {self.trace_file}"
+        return (f"trace: {self.trace_file} (temporary: removed once this report and its profile are gone, or at "
+                f"exit; report.save(DIR) copies it, profile(keep_trace=True) keeps it)")
 
     def __repr__(self) -> str:
-        return f"<ProfiledReport {self.verdict}, {len(self.steps)} steps, trace {self.trace_file}>"
+        kept = "" if self.temp is None or self.temp.kept else " (temporary)"
+        return f"<ProfiledReport {self.verdict}, {len(self.steps)} steps, trace {self.trace_file}{kept}>"
 
     def __str__(self) -> str:
         from ..report.terminal import render_terminal
 
-        return render_terminal(self.to_dict())
+        return render_terminal(self.to_dict()) + "\n" + self.trace_note
 
     def _repr_html_(self) -> str:
         """The HTML report in an iframe: its page-wide styles (`:root`, `body`) stay out of the notebook."""
@@ -74,7 +104,9 @@ class ProfiledReport(Report):
         copy = not (trace.exists() and trace.resolve() == self.trace_file.resolve())
         if copy and trace.exists() and not force:
             raise UsageError(f"{trace}: exists; use force=True to overwrite")
-        written = write_outputs(self.to_dict(), html=out / "report.html", markdown=out / "summary.md",
+        data = self.to_dict()
+        data["trace"]["path"] = str(trace.absolute())  # the saved report names the saved trace
+        written = write_outputs(data, html=out / "report.html", markdown=out / "summary.md",
                                 json_path=out / "report.json", force=force)
         if copy:
             written.append(Path(shutil.copy2(self.trace_file, trace)))
@@ -84,10 +116,13 @@ class ProfiledReport(Report):
 class Profile:
     """A profiling session around a loop (`with`) or a step function (call it on the function)."""
 
-    def __init__(self, out_dir=None, config: Optional[RunConfig] = None, manual_steps: bool = False, **options):
+    def __init__(self, out_dir=None, config: Optional[RunConfig] = None, manual_steps: bool = False,
+                 keep_trace: bool = False, **options):
         self.config = dataclasses.replace(config or RunConfig(), **options)
         self.manual_steps = manual_steps
+        self.keep_trace = keep_trace
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self._temp: Optional[TempFolder] = None
         self._session: Optional[ProfileSession] = None
         self._report: Optional[ProfiledReport] = None
 
@@ -103,11 +138,14 @@ class Profile:
     def start(self, raise_on_complete: Optional[bool] = None) -> "Profile":
         if self._session is not None:
             raise RuntimeError("this perfsleuth.profile() has already been started; make a new one")
-        folder = (self.out_dir or Path(tempfile.mkdtemp(prefix="perfsleuth-"))).absolute()
+        if self.out_dir is None:
+            self._temp = TempFolder()
+            if self.keep_trace:
+                self._temp.keep()
+        folder = (self.out_dir or self._temp.path).absolute()
         stop = self.config.stop_after_window if raise_on_complete is None else raise_on_complete
-        self._session = ProfileSession(self.config, folder / trace_name(rank_info()[0]), raise_on_complete=stop)
-        if self.manual_steps:
-            self._session.source = "manual"
+        self._session = ProfileSession(self.config, folder / trace_name(rank_info()[0]), raise_on_complete=stop,
+                                       manual=self.manual_steps)
         self._session.start()
         return self
 
@@ -117,17 +155,23 @@ class Profile:
             raise RuntimeError("prof.step() outside a started perfsleuth.profile()")
         self._session.step("manual")
 
-    def stop(self) -> None:
-        """Stop profiling (a window cut short is kept); idempotent."""
+    def stop(self, whole_run: bool = True) -> None:
+        """Stop profiling (a window cut short is kept; with no step boundary at all, everything recorded
+        is kept as one window unless `whole_run=False`); idempotent."""
         if self._session is not None:
-            self._session.finish()
+            self._session.finish(whole_run=whole_run)
 
     def __enter__(self) -> "Profile":
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.stop()
-        return exc_type is not None and issubclass(exc_type, _WindowComplete)
+        stopped = exc_type is not None and issubclass(exc_type, _WindowComplete)
+        self.stop(whole_run=exc_type is None)
+        if stopped:
+            s = self._session
+            print(f"perfsleuth: stopped the profiled block after step {s.steps} ({s.profiled_steps} profiled), "
+                  f"as stop_after_window=True asks: the rest of the `with` block did not run", file=sys.stderr)
+        return stopped
 
     def __call__(self, fn):
         """Wrap a step function: profiling starts at the first call, each call is one step."""
@@ -152,14 +196,19 @@ class Profile:
             if s is None:
                 raise RuntimeError("nothing profiled yet: use `with perfsleuth.profile() as prof:` or wrap a function")
             self.stop()
-            if not (s.trace_written and s.profiled_steps > 0):
+            if not (s.trace_written and (s.profiled_steps > 0 or s.whole_run)):
+                if not s.steps:
+                    raise RuntimeError("nothing to analyse: the profiled code ran no torch operation")
                 raise RuntimeError(f"no profiled step completed: {s.steps} step(s) seen, the window starts "
                                    f"after {s.config.wait + s.config.warmup}; lower wait/warmup or call prof.step()")
-            self._report = ProfiledReport.of(analyze(s.trace_path), s.trace_path)
+            report = analyze(s.trace_path, [WHOLE_RUN_WARNING] if s.whole_run else [])
+            self._report = ProfiledReport.of(report, s.trace_path, self._temp)
         return self._report
 
 
-def profile(out_dir=None, config: Optional[RunConfig] = None, manual_steps: bool = False, **options) -> Profile:
-    """A profiler for a loop or a step function; options are `RunConfig` fields (wait, warmup, active, ...).
-    `manual_steps=True`: only `prof.step()` marks steps (no optimizer or DataLoader boundaries)."""
-    return Profile(out_dir, config, manual_steps, **options)
+def profile(out_dir=None, config: Optional[RunConfig] = None, manual_steps: bool = False, keep_trace: bool = False,
+            **options) -> Profile:
+    """A profiler for a loop or a step function; options are `RunConfig` fields (wait, warmup, active,
+    stop_after_window, ...). `manual_steps=True`: only `prof.step()` marks steps. Without `out_dir` the
+    trace is temporary unless `keep_trace=True`."""
+    return Profile(out_dir, config, manual_steps, keep_trace, **options)

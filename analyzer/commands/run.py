@@ -1,10 +1,8 @@
 """`perfsleuth run`: profile an unmodified training script under torch.profiler, then analyze the trace.
 
 The only module that imports torch, and only inside functions: `perfsleuth analyze` never needs it.
-docs/run.md is the user's guide. Step boundaries come from hooks, in order of precedence (a higher
-source, once seen, switches the lower ones off): manual (`prof.step()`, the Python API); optimizer
-(a global post-hook on `Optimizer.step`; only the first optimizer that steps counts); dataloader
-(until an optimizer step is seen, each `next()` on a DataLoader iterator starts a step).
+docs/run.md is the user's guide. Step boundaries come from hooks (step_hooks.py: `prof.step()`, the
+optimizer, DataLoader iterations, the outermost model call, in that order of precedence).
 
 Stopping early: when the window completes, the step hook raises `_WindowComplete`, a private
 `BaseException` subclass that the runner catches. It is safe because `except Exception` in the
@@ -16,31 +14,23 @@ script that swallows it (bare `except:`) gets it again at its next step.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import importlib.util
 import json
 import logging
-import os
-import runpy
-import sys
-import traceback
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
 from . import run_facts, run_outputs
-from .signals import as_interrupts, exit_code, signal_name
 from .run_paths import rank_info, trace_name
+from .signals import as_interrupts, exit_code, signal_name
+from .step_hooks import StepHooks
+from .target import Target, _execute, _script_environment, format_user_traceback
 
 log = logging.getLogger(__name__)
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
-_HERE = os.path.abspath(__file__)
-_RUNPY = os.path.abspath(runpy.__file__)
-OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the script's stack
 
 
 @dataclass(frozen=True)
@@ -52,7 +42,13 @@ class RunConfig:
     active: int = 5  # steps recorded and analyzed
     with_stack: bool = True  # Python source lines for the findings; the largest overhead
     record_shapes: bool = True  # input shapes and dtypes of every op
-    stop_after_window: bool = True  # stop the script once the active window is recorded
+    # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
+    # a training run short unless asked. `perfsleuth run` turns it on unless --full.
+    stop_after_window: bool = False
+    # Record lightly (no stacks, no shapes) until the first step boundary, so that a run without any
+    # boundary is analysed as one window. Costs ~10-20 us and ~1.7 KB per torch op run before the first
+    # step (docs/run.md); off: such a run gets no report.
+    fallback_window: bool = True
 
     def __post_init__(self):
         for name, least in (("wait", 0), ("warmup", 0), ("active", 1)):
@@ -65,28 +61,60 @@ class RunConfig:
         return self.wait + self.warmup + self.active
 
 
+TORCH_INSTALL = ("pip install torch (on Linux that is the CUDA build; the CPU-only one: pip install torch "
+                 "--index-url https://download.pytorch.org/whl/cpu)")
+
+
+def require_torch() -> None:
+    """`perfsleuth run` without PyTorch: one line naming what to install (exit 2), not a traceback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) == "torch" or "No module named 'torch'" in str(exc)
+        why = "needs PyTorch, which is not installed" if missing else f"cannot import PyTorch ({exc})"
+        raise UsageError(f"perfsleuth run {why}: {TORCH_INSTALL}") from None
+
+
 class _WindowComplete(BaseException):
     """Raised from a step hook when the active window is recorded (see the module docstring)."""
 
 
+WHOLE_RUN_WARNING = ("no step boundary was seen (no optimizer.step(), DataLoader batch, repeated model call or "
+                     "prof.step()): everything profiled is analysed as one window, recorded without Python stacks "
+                     "or input shapes")
+
+
 # --- the profiling session: the machinery under `perfsleuth run` and `perfsleuth.profile()` -------
 class ProfileSession:
-    """torch.profiler with a wait/warmup/active schedule, stepped from hooks; writes one gzipped trace."""
+    """torch.profiler with a wait/warmup/active schedule, stepped from hooks; writes one gzipped trace.
 
-    def __init__(self, config: RunConfig, trace_path: Path, raise_on_complete: bool):
+    Until the first step boundary a light recorder runs (no stacks, no shapes, no schedule): if no
+    boundary ever comes, its recording is the trace, analysed as one window (`whole_run`); at the
+    first boundary it is stopped and thrown away, and the scheduled profiler takes over. With
+    `wait=0` the scheduled profiler records from the start, and with `fallback_window=False` nothing
+    is recorded before the first boundary: no light recorder either way."""
+
+    def __init__(self, config: RunConfig, trace_path: Path, raise_on_complete: bool, manual: bool = False):
         self.config = config
         self.trace_path = Path(trace_path)
         self.raise_on_complete = raise_on_complete
         self.steps = 0  # step boundaries seen while profiling
-        self.source: Optional[str] = None  # manual | optimizer | dataloader
+        self.hooks = StepHooks(self.step)
+        if manual:
+            self.hooks.source = "manual"
         self.window_done = False
         self.trace_written = False
         self.export_error: Optional[str] = None  # the trace could not be written where asked
-        self._prof: Any = None
-        self._optimizer: Optional[weakref.ref] = None
-        self._undo: list = []
-        self._iterators: weakref.WeakSet = weakref.WeakSet()
-        self._loaders: list = []  # settings of the DataLoaders iterated (the loader itself may be gone): into the trace
+        self.whole_run = False  # the trace is the light recording of everything (no step boundary)
+        self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
+        self._light: Any = None  # the light recorder, until the first boundary
+        self._keep_light = False
+        self._finished = False
+
+    @property
+    def source(self) -> Optional[str]:
+        """Where the boundaries that count come from (step_hooks.SOURCES), None before the first."""
+        return self.hooks.source
 
     @property
     def profiled_steps(self) -> int:
@@ -94,7 +122,7 @@ class ProfileSession:
         c = self.config
         return max(0, min(c.active, self.steps - c.wait - c.warmup))
 
-    def start(self) -> "ProfileSession":
+    def _profiler(self, light: bool) -> Any:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -102,34 +130,51 @@ class ProfileSession:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
-                             schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
-                             on_trace_ready=self._on_trace_ready)
-        self._prof.start()
-        self._install_hooks()
-        if c.wait == 0:  # already recording (warm-up): metadata is kept from here on
-            self._record_metadata()
+        if light:
+            return profile(activities=activities, on_trace_ready=self._on_light_ready)
+        return profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
+                       schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+                       on_trace_ready=self._on_trace_ready)
+
+    def start(self) -> "ProfileSession":
+        if self.config.wait == 0:
+            self._prof = self._profiler(light=False)
+            self._prof.start()  # already recording (warm-up): metadata is kept from here on
+        elif self.config.fallback_window:
+            self._light = self._profiler(light=True)
+            self._light.start()
+        self._record_metadata()
+        self.hooks.install(modules=True)
         return self
 
     def _record_metadata(self) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
         records (warm-up or active), the last value of a key winning: called at each such step."""
+        prof = self._light if self._light is not None else self._prof
+        if prof is None:
+            return
         try:
             rank, world = rank_info()
-            meta = run_facts.metadata(run_facts.host_facts(rank, world), self._loaders)
-            self._prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
+            meta = run_facts.metadata(run_facts.host_facts(rank, world), self.hooks.loaders)
+            prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
         except Exception as exc:  # never the user's run's problem
             log.warning("could not record machine facts in the trace: %s", exc)
 
-    def step(self, source: str, optimizer: Any = None) -> None:
-        if not self._counts(source, optimizer):
+    def step(self, source: str, obj: Any = None) -> None:
+        """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts."""
+        if not self.hooks.accept(source, obj):
             return
         if self.window_done:
             if self.raise_on_complete:
                 raise _WindowComplete()  # again: the script swallowed the first one
             return
-        if self._prof is None:  # stopped early (Ctrl-C, the end of a `with` block)
+        if self._finished:  # stopped early (Ctrl-C, the end of a `with` block)
             return
+        if self._light is not None:
+            self._end_light(keep=False)
+        if self._prof is None:
+            self._prof = self._profiler(light=False)
+            self._prof.start()
         self.steps += 1
         self._prof.step()
         if not self.window_done and self.steps >= self.config.wait:
@@ -139,94 +184,48 @@ class ProfileSession:
             if self.raise_on_complete:
                 raise _WindowComplete()
 
-    def _counts(self, source: str, optimizer: Any) -> bool:
-        """Does a boundary from `source` count? (precedence: manual > optimizer > dataloader)"""
-        if source == "manual" or self.source == "manual":
-            self.source = "manual"
-            return source == "manual"
-        if source == "optimizer":
-            tracked = self._optimizer() if self._optimizer is not None else None
-            if tracked is None:
-                self._optimizer, tracked = weakref.ref(optimizer), optimizer
-            if optimizer is not tracked:
-                return False
-            self.source = "optimizer"
-            return True
-        if self.source in (None, "dataloader"):
-            self.source = "dataloader"
-            return True
-        return False
+    def _end_light(self, keep: bool) -> None:
+        light, self._light = self._light, None
+        self._keep_light = keep
+        light.__exit__(None, None, None)  # calls _on_light_ready
 
-    def _install_hooks(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-        from torch.utils.data import dataloader as dl
-
-        handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: self.step("optimizer", opt))
-        self._undo.append(handle.remove)
-        base, original, session = dl._BaseDataLoaderIter, dl._BaseDataLoaderIter.__next__, self
-
-        def __next__(it):
-            if isinstance(it, dl._MultiProcessingDataLoaderIter):
-                session._iterators.add(it)
-            session.step("dataloader")
-            return original(it)
-
-        # Named like a built-in frame in traces and tracebacks: source-line attribution (which skips
-        # `<...>` frames) then points at the user's loop, not at this wrapper.
-        __next__.__code__ = __next__.__code__.replace(co_filename=OWN_FRAME)
-        base.__next__ = __next__
-        self._undo.append(lambda: setattr(base, "__next__", original))
-        loader_cls, original_iter = dl.DataLoader, dl.DataLoader.__iter__
-
-        def __iter__(loader):
-            run_facts.remember_loader(session._loaders, loader)
-            return original_iter(loader)
-
-        __iter__.__code__ = __iter__.__code__.replace(co_filename=OWN_FRAME)
-        loader_cls.__iter__ = __iter__
-        self._undo.append(lambda: setattr(loader_cls, "__iter__", original_iter))
+    def _on_light_ready(self, prof) -> None:
+        if self._keep_light and prof.events():  # a run that recorded no op at all has nothing to analyse
+            self._export(prof)
+            self.whole_run = True
 
     def _on_trace_ready(self, prof) -> None:
-        """Called by torch from inside the script's step: nothing raised here may reach the script
-        (run_outputs.export_trace: a trace that cannot go where asked goes to a temporary folder)."""
         self.window_done = self.steps >= self.config.window
+        self._export(prof)
+        log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
+
+    def _export(self, prof) -> None:
+        """Called by torch from inside the script's step: nothing raised here may reach the script
+        (run_outputs.export_trace: a trace that cannot go where asked goes to a temporary folder, and
+        `export_error` says so; the caller reports it as perfsleuth's failure, never the script's)."""
         written, self.export_error = run_outputs.export_trace(prof, self.trace_path)
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
-        log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
-    def finish(self, keep_hooks: bool = False) -> None:
-        """Stop the profiler (a window cut short is still exported); remove the hooks unless asked."""
+    def finish(self, keep_hooks: bool = False, whole_run: bool = False) -> None:
+        """Stop profiling (a window cut short is still exported; with `whole_run`, a run that saw no step
+        boundary keeps its light recording as the trace); remove the hooks unless asked to keep them."""
+        self._finished = True
+        if self._light is not None:
+            self._record_metadata()  # the loaders seen since the start
+            self._end_light(keep=whole_run)
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
         if not keep_hooks:
-            while self._undo:
-                self._undo.pop()()
+            self.hooks.remove()
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
-        for it in list(self._iterators):
-            with contextlib.suppress(Exception):
-                it._shutdown_workers()
-        self._iterators = weakref.WeakSet()
+        self.hooks.shutdown_workers()
 
 
 # --- running a script --------------------------------------------------------------------------
-@dataclass
-class Target:
-    """What to run: a script path or a module name, and the arguments it gets."""
-
-    name: str
-    args: tuple = ()
-    module: bool = False
-    path: Optional[Path] = None  # the script, or the module's file
-
-    @property
-    def stem(self) -> str:
-        return self.name.rsplit(".", 1)[-1] if self.module else Path(self.name).stem
-
-
 @dataclass
 class RunOutcome:
     """What happened: the report (None when there is none, or on ranks other than 0) and why."""
@@ -240,28 +239,10 @@ class RunOutcome:
     steps: int = 0
     profiled_steps: int = 0
     rank: Optional[int] = None
+    whole_run: bool = False  # no step boundary: the trace is the whole run, one window
     warnings: list = field(default_factory=list)
     signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
     export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
-
-
-def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
-    """A missing script or module is a UsageError (one line, exit 2), found before torch is imported."""
-    if module:
-        with _sys_path_first(os.getcwd()):
-            try:
-                spec = importlib.util.find_spec(name)
-            except (ImportError, ValueError):
-                spec = None
-        if spec is None:
-            raise UsageError(f"no module named {name!r}")
-        return Target(name, tuple(args), True, Path(spec.origin) if spec.origin else None)
-    path = Path(name)
-    if not path.exists():
-        raise UsageError(f"{name}: no such script")
-    if path.is_dir() and not (path / "__main__.py").is_file():
-        raise UsageError(f"{name}: is a directory without __main__.py")
-    return Target(name, tuple(args), False, path)
 
 
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
@@ -277,18 +258,19 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
         except _WindowComplete:
             ended = "stopped"
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
-            ended, outcome.signal = "interrupted", signal_name(exc)
-            outcome.exit_code = exit_code(exc)
+            ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
-            ended, outcome.user_traceback = "raised", run_outputs.user_traceback(exc, format_user_traceback)
+            ended = "raised"
+            outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
             outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
-            session.finish()
+            # a script that ran to its end without a single step boundary is analysed whole
+            session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
             session.shutdown_workers()
             gc.collect()
-    outcome.steps, outcome.profiled_steps = session.steps, session.profiled_steps
+    outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
     _conclude(outcome, ended, session.window_done, config)
@@ -297,7 +279,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
 
 def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -> None:
     """Exit code, the one-line message, and the report when there is something to analyze."""
-    have = o.profiled_steps > 0 and o.trace_path.is_file()
+    have = (o.profiled_steps > 0 or o.whole_run) and o.trace_path.is_file()
     where = f"; partial trace kept: {o.trace_path}" if o.trace_path.is_file() else ""
     seen = f"{o.steps} step(s) seen, profiling starts at step {config.wait + config.warmup + 1}"
     if ended == "raised":
@@ -306,7 +288,7 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
             f"during the profiled window ({o.profiled_steps} of {config.active} steps recorded)" if have
             else f"before any profiled step completed ({seen}){where}")
         o.message = f"{o.message} {when}"
-    elif ended == "interrupted":
+    elif ended == "interrupted":  # the exit code is 128 + the signal (run_script)
         how = f"interrupted ({o.signal})" if o.signal and o.signal != "SIGINT" else "interrupted"
         o.message = (f"{how}: the report covers the {o.profiled_steps} profiled step(s) collected" if have
                      else f"{how} before any profiled step completed ({seen}){where}")
@@ -314,80 +296,35 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
         o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
     elif ended == "finished" and not have:
         o.exit_code = EXIT_FAILED
-        o.message = (f"no report: the script ended before any profiled step completed ({seen}). Steps come "
-                     f"from optimizer.step() or DataLoader iterations; lower --wait/--warmup, or use "
-                     f"perfsleuth.profile() and prof.step()")
+        light = config.fallback_window and config.wait > 0  # then a run without steps had its light recording
+        what = (f"the script ended before any profiled step completed ({seen})" if o.steps
+                else "the script ran no torch operation to profile" if light else "the script saw no step boundary")
+        o.message = (f"no report: {what}. Steps come from optimizer.step(), DataLoader batches or a repeated "
+                     f"model call; lower --wait/--warmup, or call prof.step() (perfsleuth docs run)")
     elif ended == "stopped":
         o.message = f"stopped the script after step {o.steps} (profiled {o.profiled_steps}); --full runs it to the end"
-    if not window_done:
+    if o.whole_run:
+        o.warnings.append(WHOLE_RUN_WARNING)
+        if o.exit_code in (0, None):
+            o.message = "no step boundary in the script: the report covers the whole run as one window"
+    elif not window_done:
         o.warnings.append(f"the run ended inside the active window ({o.profiled_steps} of {config.active} steps): "
                           f"the last step is partial")
-    if o.rank not in (None, 0) and o.exit_code == 0:
+    if o.rank not in (None, 0) and o.exit_code in (0, None):
         o.message = None  # rank 0 speaks for a healthy run
     if o.export_error:  # perfsleuth's failure, said as such; never the script's
-        o.message = f"{o.export_error}" + (f"; {o.message}" if o.message else "")
-        if o.exit_code == 0:
+        o.message = o.export_error + (f"; {o.message}" if o.message else "")
+        if o.exit_code in (0, None):
             o.exit_code = EXIT_OUTPUT
     if have and o.rank in (None, 0):
-        o.report = analyze(o.trace_path, o.warnings)
+        o.report = analyze(o.trace_path.absolute(), o.warnings)
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):
     from ..api import analyze_path
 
     report = analyze_path(trace_path, jobs=1)  # no fork from a process running torch
+    if WHOLE_RUN_WARNING in warnings:  # says the same as the analysis's whole-trace warning, and why
+        report.steps.warnings[:] = [w for w in report.steps.warnings if "analysed as one window" not in w]
     report.steps.warnings.extend(warnings)
     return report
-
-
-def _execute(target: Target) -> None:
-    if target.module:
-        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(str(target.path), run_name="__main__")
-
-
-@contextlib.contextmanager
-def _script_environment(target: Target):
-    """sys.argv as the script expects it; its folder (the working directory for -m) first on sys.path;
-    sys.argv, sys.path and the working directory restored afterwards."""
-    saved_argv, saved_cwd = sys.argv, os.getcwd()
-    sys.argv = [str(target.path) if target.path else target.name, *target.args]
-    first = saved_cwd if target.module else os.path.dirname(os.path.abspath(target.path))
-    try:
-        with _sys_path_first(first):
-            yield
-    finally:
-        sys.argv = saved_argv
-        os.chdir(saved_cwd)  # a script that changed directory: the reports still go where asked
-
-
-@contextlib.contextmanager
-def _sys_path_first(folder: str):
-    saved = list(sys.path)
-    sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        sys.path[:] = saved
-
-
-def format_user_traceback(exc: BaseException) -> str:
-    """The script's traceback as Python would print it, without perfsleuth's and runpy's frames."""
-    te = traceback.TracebackException.from_exception(exc)
-    seen: set = set()
-    todo = [te]
-    while todo:
-        t = todo.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        t.stack = traceback.StackSummary.from_list([f for f in t.stack if not _ours(f.filename)])
-        todo += [x for x in (t.__cause__, t.__context__) if x is not None]
-    return "".join(te.format())
-
-
-def _ours(filename: str) -> bool:
-    name = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return name in (_HERE, _RUNPY) or filename in ("<frozen runpy>", OWN_FRAME)
-

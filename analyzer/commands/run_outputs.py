@@ -52,15 +52,19 @@ def _export(prof, path: Path) -> None:
         part.unlink(missing_ok=True)
 
 
-def user_traceback(exc: BaseException, formatter: Callable[[BaseException], str]) -> str:
-    """The script's traceback; formatting it may meet a signal handler that raises (torch's SIGCHLD
-    handler does when a DataLoader worker died), which must not become perfsleuth's own traceback."""
+def user_traceback(exc: BaseException, formatter: Callable[[BaseException], str]) -> tuple[str, BaseException]:
+    """(the script's traceback, the exception it shows). Formatting may be cut by a signal handler that
+    raises: torch's SIGCHLD handler does when a DataLoader worker died, and its error is the real
+    cause (the script's own error was the broken pipe to that worker). That error is then reported,
+    chained to the first, rather than becoming perfsleuth's own traceback."""
     for _ in range(3):
         try:
-            return formatter(exc)
-        except Exception:
-            continue
-    return "".join(traceback.format_exception_only(type(exc), exc))
+            return formatter(exc), exc
+        except Exception as cut:
+            if cut.__context__ is None:
+                cut.__context__ = exc
+            exc = cut
+    return "".join(traceback.format_exception_only(type(exc), exc)), exc
 
 
 def _identity(path: Path) -> Optional[tuple]:

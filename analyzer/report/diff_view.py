@@ -15,6 +15,7 @@ from .escape import md_cell, md_code, md_text, one_line, shorten, terminal
 from . import safe_write
 from .outputs import to_json
 from .present import CATEGORY_LABELS, DASH, fmt_pct, fmt_us, number
+from .terminal import shown_path
 
 MAX_CHARS = 60_000
 MAX_ROWS = 10  # rows per slower / faster table
@@ -78,8 +79,9 @@ def _plain(text: Any, limit: int = TERM_NAME) -> str:
 
 def render_diff_terminal(d: dict) -> str:
     st, v = d["step_time"], d["verdict"]
-    lines = [f"perfsleuth diff — base: {_plain(d['base'].get('path'))}",
-             f"{'':16}head: {_plain(d['head'].get('path'))}", "",
+    base, head = (d[side].get("path") for side in ("base", "head"))
+    lines = [f"perfsleuth diff — base: {_plain(shown_path(base) if base else base)}",
+             f"{'':16}head: {_plain(shown_path(head) if head else head)}", "",
              f"step time: {_headline_text(d)}".replace(": regression", ": REGRESSION")
              .replace("median step ", "median ", 1),
              f"  {_noise_sentence(st)}"]

@@ -27,8 +27,6 @@ MAX_WARNINGS = 50
 MAX_NAME = 200  # characters of a kernel/op name shown in a cell; the full name (capped) is its tooltip
 MAX_TOOLTIP = 2000
 MAX_FIX = 6000
-MAX_SET_INDEX = 200  # rows in the index of a report set
-MAX_SET_DETAILS = 8  # reports of a set shown in full
 
 _W, _H = 900.0, 260.0
 MAX_BAR_WIDTH = 56.0  # SVG units: a few steps give bars, not slabs
@@ -60,40 +58,20 @@ def _environment() -> jinja2.Environment:
 def render_html(report: dict) -> str:
     """The report as one HTML document (a str); needs nothing but the file to display.
 
-    A report-set@1 dict (a directory of traces) gives one page: an index, then each report.
+    A report-set@1 dict (a directory of traces) gives one page: an index, then a collapsible section
+    per trace, within a size budget (html_set.py).
     """
+    if "reports" in report:
+        from .html_set import render_set_html
+
+        return render_set_html(report)
     env = _environment()
-    reports, index = _unpack(report)
-    views = [view(r, pid=f"r{i + 1}-" if index else "") for i, r in enumerate(reports)]
-    body = env.get_template("_body.html.j2")
-    bodies = [Markup(body.render(v)) for v in views]  # our own autoescaped output
-    first = views[0] if views else {"verdict": "no reports", "trace": {}}
-    title = f"perfsleuth: {first['verdict']} — {shorten(str(first['trace'].get('path') or 'trace'), 80)}"
-    if index:
-        title = f"perfsleuth: {index['count']} traces — {shorten(str(index['path']), 80)}"
+    v = view(report)
+    body = Markup(env.get_template("_body.html.j2").render(v))  # our own autoescaped output
+    title = f"perfsleuth: {v['verdict']} — {shorten(str(v['trace'].get('path') or 'trace'), 80)}"
     return env.get_template("report.html.j2").render(
-        page_title=title, bodies=bodies, index=index, version=str((report.get("tool") or {}).get("version") or ""),
+        page_title=title, bodies=[body], index=None, version=str((report.get("tool") or {}).get("version") or ""),
         schema=str(report.get("schema") or "perfsleuth/report@1"))
-
-
-def _unpack(report: dict) -> tuple[list[dict], dict | None]:
-    """([report@1, ...] to show in full, index of a report set or None)."""
-    if "reports" not in report:
-        return [report], None
-    reports = [r for r in report.get("reports") or [] if isinstance(r, dict)]
-    rows = []
-    for i, r in enumerate(reports[:MAX_SET_INDEX]):
-        t = r.get("trace") or {}
-        rows.append({"path": shorten(str(t.get("path") or "?"), 160), "rank": present.DASH if t.get("rank") is None else t["rank"],
-                     "verdict": str(r.get("verdict") or "?"), "verdict_class": _verdict_class(str(r.get("verdict"))),
-                     "median": ((r.get("summary") or {}).get("step_time_us") or {}).get("median"),
-                     "busy": (r.get("summary") or {}).get("device_busy"),
-                     "anchor": f"r{i + 1}-report" if i < MAX_SET_DETAILS else ""})
-    skipped = [{"path": str(s.get("path")), "problem": str(s.get("problem"))}
-               for s in (report.get("skipped") or [])[:MAX_WARNINGS] if isinstance(s, dict)]
-    index = {"path": str(report.get("path") or ""), "count": len(reports), "rows": rows, "skipped": skipped,
-             "more": max(0, len(reports) - MAX_SET_INDEX), "hidden": max(0, len(reports) - MAX_SET_DETAILS)}
-    return reports[:MAX_SET_DETAILS], index
 
 
 def view(report: dict, pid: str = "") -> dict:

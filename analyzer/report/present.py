@@ -7,6 +7,7 @@ hold: missing keys, None, NaN.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -155,3 +156,26 @@ def location_text(loc: Any) -> str:
     if loc.get("function"):
         where += f" in {loc['function']}"
     return where
+
+
+# --- a directory of traces ------------------------------------------------------------------------
+def set_order(reports: list) -> list:
+    """The reports of a set by rank (traces without one last), then path: the order of every index."""
+    def key(rep: dict) -> tuple:
+        t = rep.get("trace") if isinstance(rep.get("trace"), dict) else {}
+        rank = t.get("rank")
+        ranked = isinstance(rank, int) and not isinstance(rank, bool)
+        return (not ranked, rank if ranked else 0, str(t.get("path")))
+
+    return sorted(reports, key=key)
+
+
+def member_path(path: str, root: str) -> str:
+    """A trace's path inside its set's folder; as given when it lies elsewhere or either is relative."""
+    if not (os.path.isabs(path) and os.path.isabs(root)):
+        return path
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel

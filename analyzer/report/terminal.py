@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from ..config import CATEGORIES
 from .escape import terminal
+from .present import member_path, set_order
 
 BAR_WIDTH = 30
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -31,13 +34,26 @@ def _clean(text: str) -> str:
     return terminal(text)
 
 
+def shown_path(path) -> str:
+    """A report's (absolute) path as the terminal shows it: relative to the working directory when it
+    lies below it, as given otherwise."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return text if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def render_terminal(report: dict) -> str:
     t, s = report["trace"], report["summary"]
     rank = "" if t.get("rank") is None else f"  rank {t['rank']}" + (
         f"/{t['world_size']}" if t.get("world_size") is not None else "")
     device = t.get("device") or ("CPU only" if t["device_type"] == "cpu" else "unknown device")
     lines = [
-        f"perfsleuth {report['tool']['version']} — {_clean(t['path'])}",
+        f"perfsleuth {report['tool']['version']} — {_clean(shown_path(t['path']))}",
         f"device: {_clean(device)} ({t['device_type']}){rank}   events: {t['events']:,}",
         f"steps: {len(report['steps'])} ({report['steps_source']})   step time: median "
         f"{_fmt_us(s['step_time_us']['median'])}, p90 {_fmt_us(s['step_time_us']['p90'])}"
@@ -63,3 +79,42 @@ def render_terminal(report: dict) -> str:
     for w in report.get("warnings") or []:
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)
+
+
+# --- a directory of traces (report-set@1) ---------------------------------------------------------
+def set_index_rows(data: dict) -> list:
+    """(rank, verdict, median step time, top finding, file) per report, by rank then path."""
+    rows = []
+    for rep in set_order(data.get("reports") or []):
+        t, findings = rep.get("trace") or {}, rep.get("findings") or []
+        top = "-"
+        if findings:
+            gain = findings[0].get("estimated_speedup")
+            top = findings[0].get("rule", "?") + (f" (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else "")
+        rank = "-" if t.get("rank") is None else str(t["rank"])
+        median = ((rep.get("summary") or {}).get("step_time_us") or {}).get("median")
+        rows.append((rank, str(rep.get("verdict") or "?"), _fmt_us(median), top,
+                     member_path(str(t.get("path") or "?"), str(data.get("path") or ""))))
+    return rows
+
+
+def render_set_index(data: dict) -> str:
+    """The index of a directory of traces: one row per file with rank, verdict, step time and top finding."""
+    rows = [tuple(_clean(c) for c in r) for r in set_index_rows(data)]
+    head = ("rank", "verdict", "median step", "top finding", "file")
+    widths = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(4)]
+    fmt = "{:>%d}  {:<%d}  {:>%d}  {:<%d}  {}" % tuple(widths)
+    count = len(rows)
+    return "\n".join([f"perfsleuth {data['tool']['version']} — {count} trace{'s' if count != 1 else ''} in "
+                      f"{_clean(shown_path(data.get('path') or '?'))}", "", fmt.format(*head).rstrip(),
+                      *(fmt.format(*r) for r in rows)])
+
+
+def render_terminal_set(data: dict, details: bool = False) -> str:
+    """A directory: the index first; each trace's full report after it with `details` (`--verbose`)."""
+    parts = [render_set_index(data)]
+    if details:
+        parts += [render_terminal(rep) for rep in set_order(data.get("reports") or [])]
+    else:
+        parts.append("(perfsleuth analyze DIR --verbose prints each trace's full report)")
+    return "\n\n".join(parts)

@@ -135,7 +135,8 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     buf = kineto.read_file(path)
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
-    trace = Trace(path=str(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
+    # absolute: a report read later, from another folder, still names the right file
+    trace = Trace(path=os.path.abspath(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
     frames = [_take_chunk(out, trace) for out in outs]
     del outs

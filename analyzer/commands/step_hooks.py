@@ -1,0 +1,169 @@
+"""Where the step boundaries of `perfsleuth run` and `perfsleuth.profile()` come from.
+
+The user's code is not changed, so boundaries come from hooks. Sources, highest precedence first (a
+higher source, once seen, switches the lower ones off for the rest of the session):
+
+1. manual: `prof.step()` (the Python API), or each call of a function wrapped with `prof(fn)`;
+2. optimizer: a global post-hook on `Optimizer.step`; only the first optimizer that steps counts
+   (a GAN with two optimizers gets one step per iteration);
+3. dataloader: each `next()` on a DataLoader iterator starts a step;
+4. module: the outermost `nn.Module` call of the loop. A global forward pre/post hook pair tracks
+   the nesting depth, so only calls made outside any other module count; the module whose outermost
+   call *repeats* first becomes the stepping module, and each of its calls from the second on starts
+   a step (a loss module called after the model, or a setup call of another module, does not). Once
+   it is chosen, the global hooks give way to a wrapper of its class's `__call__`. Evaluation and
+   inference loops without a DataLoader, and update rules without an optimizer, get their steps
+   this way. The module hooks are removed as soon as a higher source is seen, so training loops pay
+   nothing for them.
+
+Torch is imported inside `install()` only. docs/run.md is the user's guide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Any, Callable, Optional
+
+from . import run_facts
+
+OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the user's stack
+SOURCES = ("manual", "optimizer", "dataloader", "module")  # highest precedence first
+_RANK = {s: len(SOURCES) - i for i, s in enumerate(SOURCES)}
+
+
+def _own_frame(fn):
+    """Named like a built-in frame in traces and tracebacks: source-line attribution (which skips
+    `<...>` frames) then points at the user's code, not at the hook."""
+    fn.__code__ = fn.__code__.replace(co_filename=OWN_FRAME)
+    return fn
+
+
+class StepHooks:
+    """Installs the hooks and reports each boundary to `on_step(source, obj)`, which asks `accept`
+    whether it counts."""
+
+    def __init__(self, on_step: Callable[[str, Any], None]):
+        self.on_step = on_step
+        self.source: Optional[str] = None  # the source whose boundaries count now
+        self.loaders: list = []  # settings of the DataLoaders iterated (the loader itself may be gone)
+        self._optimizer: Optional[weakref.ref] = None
+        self._iterators: weakref.WeakSet = weakref.WeakSet()
+        self._undo: list = []
+        self._module_undo: list = []
+        self._module: Optional[weakref.ref] = None  # the stepping module, once one repeats
+        self._outer_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._depth = threading.local()
+
+    # --- which boundaries count ----------------------------------------------------------------
+    def accept(self, source: str, obj: Any = None) -> bool:
+        """Does a boundary from `source` count? Updates the current source (see the module docstring)."""
+        if source == "optimizer":
+            tracked = self._optimizer() if self._optimizer is not None else None
+            if tracked is None:
+                self._optimizer, tracked = weakref.ref(obj), obj
+            if obj is not tracked:
+                return False
+        if self.source is not None and _RANK[source] < _RANK[self.source]:
+            return False
+        if source != "module":
+            self._remove_module_hooks()  # the module source can no longer win
+        self.source = source
+        return True
+
+    # --- installing and removing ----------------------------------------------------------------
+    def install(self, modules: bool = True) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import dataloader as dl
+
+        handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: self.on_step("optimizer", opt))
+        self._undo.append(handle.remove)
+        base, original_next, hooks = dl._BaseDataLoaderIter, dl._BaseDataLoaderIter.__next__, self
+
+        @_own_frame
+        def __next__(it):
+            if isinstance(it, dl._MultiProcessingDataLoaderIter):
+                hooks._iterators.add(it)
+            hooks.on_step("dataloader", None)
+            return original_next(it)
+
+        base.__next__ = __next__
+        self._undo.append(lambda: setattr(base, "__next__", original_next))
+        loader_cls, original_iter = dl.DataLoader, dl.DataLoader.__iter__
+
+        @_own_frame
+        def __iter__(loader):
+            run_facts.remember_loader(hooks.loaders, loader)
+            return original_iter(loader)
+
+        loader_cls.__iter__ = __iter__
+        self._undo.append(lambda: setattr(loader_cls, "__iter__", original_iter))
+        if modules and self.source in (None, "module"):
+            self._install_module_hooks()
+
+    def _install_module_hooks(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        depth = self._depth
+
+        @_own_frame
+        def pre(module, args):
+            level = getattr(depth, "level", 0)
+            if level == 0:
+                self._outermost_call(module)  # may raise (the window is complete): then no forward runs
+            depth.level = level + 1
+
+        @_own_frame
+        def post(module, args, output):
+            depth.level = max(0, getattr(depth, "level", 0) - 1)
+
+        handles = [nn_module.register_module_forward_pre_hook(pre),
+                   nn_module.register_module_forward_hook(post, always_call=True)]
+        self._module_undo = [h.remove for h in handles]
+
+    def _outermost_call(self, module: Any) -> None:
+        try:
+            calls = self._outer_calls.get(module, 0) + 1
+            self._outer_calls[module] = calls
+        except TypeError:  # a module that cannot be weakly referenced: not a candidate
+            return
+        if calls < 2:
+            return
+        self._module = weakref.ref(module)
+        self._outer_calls = weakref.WeakKeyDictionary()
+        self._follow(module)
+        self.on_step("module", module)
+
+    def _follow(self, module: Any) -> None:
+        """From now on only the stepping module's calls matter: the global hooks (which slow every module
+        call, about 3 µs each here) give way to a wrapper of its class's `__call__` that checks the
+        instance. Nothing is attached to the module itself, so pickling it still works."""
+        self._remove_module_hooks()
+        cls, hooks = type(module), self
+        own, inherited = cls.__dict__.get("__call__"), cls.__call__
+
+        @_own_frame
+        def __call__(mod, *args, **kwargs):
+            if hooks._module is not None and mod is hooks._module():
+                hooks.on_step("module", mod)
+            return inherited(mod, *args, **kwargs)
+
+        cls.__call__ = __call__
+        self._module_undo = [lambda: setattr(cls, "__call__", own) if own is not None else delattr(cls, "__call__")]
+
+    def _remove_module_hooks(self) -> None:
+        while self._module_undo:
+            self._module_undo.pop()()
+
+    def remove(self) -> None:
+        self._remove_module_hooks()
+        while self._undo:
+            self._undo.pop()()
+
+    def shutdown_workers(self) -> None:
+        """End the worker processes of the multi-process DataLoader iterators the script used."""
+        for it in list(self._iterators):
+            with contextlib.suppress(Exception):
+                it._shutdown_workers()
+        self._iterators = weakref.WeakSet()
