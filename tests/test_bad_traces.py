@@ -8,26 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 from perfsleuth.config import LIMITS
 from perfsleuth.errors import TraceError
 from perfsleuth.trace import files
 from perfsleuth.trace.model import load_trace
+from cli_promise import cli, one_line
 from privileges import unprivileged
 from tracebuilder import TraceBuilder
-from perfsleuth.commands.cli import main
 from perfsleuth.api import analyze_file
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(result, path, problem):
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert lines[0].startswith("perfsleuth: error: ") and str(path) in lines[0] and problem in lines[0], lines[0]
 
 
 def report(path):

@@ -4,15 +4,10 @@ report@1 schema at the boundary (report/schema.py): one line naming the file and
 import json
 
 import pytest
-from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from cli_promise import cli
 from perfsleuth.commands.diff import diff_reports
 from perfsleuth.errors import TraceError
 from report_factory import make_report
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _set(doc, path, value):

@@ -2,38 +2,20 @@
 settings (--set nan, a pyproject.toml of the wrong shape) are one line, exit 2."""
 
 import json
+import re
 import time
 
 import pytest
-from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from cli_promise import cli, one_line, small_trace
 from perfsleuth.engine.catalog import RuleError, parse_rule_file
-from tracebuilder import TraceBuilder
+from test_engine import RULE as ENGINE_RULE
 
-RULE = '''
-[[rule]]
-slug = "evil"
-title = "Evil"
-category = "host"
-severity = "low"
-condition = "{condition}"
-saving_us = "{saving}"
-saving_basis = "b"
-evidence = ["step_us"]
-message = """{message}"""
-fix = "f"
-
-[rule.thresholds]
-x = 1
-
-[rule.docs]
-what = "w"
-why = "y"
-example = "e"
-use_instead = "u"
-thresholds = "t"
-references = ["https://example.org"]
-'''
+# test_engine.RULE (a valid user rule) as a template of its condition, saving and message
+RULE = (re.sub(r"^severity_when = .*\n", "", ENGINE_RULE, flags=re.M)
+        .replace('slug = "my-rule"', 'slug = "evil"').replace('title = "Too many kernels"', 'title = "Evil"')
+        .replace('condition = "kernels_per_step >= max_kernels"', 'condition = "{condition}"')
+        .replace('saving_us = "host_us_per_step / 2"', 'saving_us = "{saving}"')
+        .replace('message = "{{ kernels_per_step | num }} kernels per step"', 'message = """{message}"""'))
 
 
 def rule_file(tmp_path, condition="step_us > 0", saving="1", message="m"):
@@ -44,22 +26,7 @@ def rule_file(tmp_path, condition="step_us > 0", saving="1", message="m"):
 
 @pytest.fixture
 def trace(tmp_path):
-    tb = TraceBuilder()
-    tb.step(1, 0, 100)
-    tb.launch("k", host=(1, 2), device=(10, 50))
-    return tb.write(tmp_path / "t.json")
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(result, *texts):
-    assert result.exit_code == 2, (result.output, result.exception)
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output, result.output
-    assert result.stderr.startswith("perfsleuth: error: ")
-    for text in texts:
-        assert text in result.stderr, result.stderr
+    return small_trace(tmp_path)
 
 
 HOSTILE = [

@@ -262,7 +262,7 @@ def test_fuzz_reports_for_diff(raw):
 # --- rule files ----------------------------------------------------------------------------------------
 from test_engine_bounds import RULE  # noqa: E402 - the rule file skeleton those tests use
 
-FACTS = ["step_us", "host_share", "kernels_per_step", "x"]
+FACTS = ["step_us", "host_share", "kernels_per_step", "max_kernels"]
 FILTERS = ["join", "length", "list", "upper", "center(99999999)", "replace('A', 'AAAA')", "sum", "sort", "us", "pct",
            "num", "bytes", "indent(1000000)", "format(1)", "wordwrap(1)", "batch(2)", "first", "round(400)"]
 METHODS = ["upper()", "split()", "format(1)", "__class__", "mro()", "zfill(999999999)", "items()", "get('a')"]

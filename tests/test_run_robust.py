@@ -1,77 +1,20 @@
-"""issue 18: `perfsleuth run` under real signals, unwritable output folders, a trace export that fails,
-and a script that writes files of the report's names into the output folder."""
+"""issue 18: `perfsleuth run` with unwritable output folders, a trace export that fails, and a script that
+writes files of the report's names into the output folder (real SIGTERM/SIGHUP: test_run_failures.py)."""
 
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner
-from perfsleuth.commands.cli import main
 from privileges import unprivileged
-
-TRAIN = """
-import os, sys, time, torch
-from torch.utils.data import DataLoader, Dataset
-
-class Samples(Dataset):
-    def __len__(self):
-        return 4000
-    def __getitem__(self, i):
-        return torch.randn(8), torch.randn(2)
-
-{before}
-model = torch.nn.Linear(8, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step, (x, y) in enumerate(DataLoader(Samples(), batch_size=4)):
-    {body}
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
-    opt.zero_grad()
-    print("step", step, flush=True)
-"""
-SMALL = ["--wait", "1", "--warmup", "1", "--active", "3"]
+from test_run_failures import SMALL, run
+from test_run_failures import script as failures_script
 
 
 def script(tmp_path: Path, before="", body="pass") -> Path:
-    path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent(TRAIN).format(before=before, body=body))
+    """test_run_failures' training script, with `before` run first (at the top level)."""
+    path = failures_script(tmp_path, body=body)
+    path.write_text(f"import os\n{before}\n" + path.read_text())
     return path
-
-
-def run(*args):
-    result = CliRunner().invoke(main, ["run", *map(str, args)], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_sigterm_and_sighup_keep_the_partial_report_and_say_so(tmp_path, sig, code):
-    path = script(tmp_path, body="time.sleep(0.05)")
-    out_dir = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "perfsleuth", "run", "--wait", "1", "--warmup", "1",
-                             "--active", "50", "-o", str(out_dir), str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 90
-    for line in proc.stdout:
-        if line.startswith("step 6") or time.monotonic() > deadline:
-            break
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
-    name = signal.Signals(sig).name
-    assert proc.returncode == code, err
-    assert f"perfsleuth: interrupted ({name}): the report covers the" in err
-    assert "Traceback" not in err
-    rep = json.loads((out_dir / "report.json").read_text())
-    assert 3 <= len(rep["steps"]) < 50
-    trace = next(out_dir.glob("*.pt.trace.json.gz"))
-    assert json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
 
 
 def _marker_script(tmp_path):

@@ -14,8 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from cli_promise import cli, one_line, small_trace
 from perfsleuth.errors import UsageError
 from perfsleuth.report import safe_write
 from perfsleuth.report.outputs import write_outputs
@@ -24,27 +23,13 @@ from report_factory import make_report
 from tracebuilder import TraceBuilder
 
 
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
 def listing(d: Path) -> list:
     return sorted(p.name for p in d.iterdir())
 
 
-def one_line(result, *texts):
-    assert result.exit_code == 2, (result.output, result.exception)
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output, result.output
-    for text in texts:
-        assert text in result.stderr, result.stderr
-
-
 @pytest.fixture
 def trace(tmp_path):
-    tb = TraceBuilder()
-    tb.step(1, 0, 100)
-    tb.launch("k", host=(1, 2), device=(10, 50))
-    return tb.write(tmp_path / "t.json")
+    return small_trace(tmp_path)
 
 
 def _char_device(tmp_path) -> Path:
@@ -153,17 +138,22 @@ def _old_set(out: Path) -> dict:
     return old
 
 
+def _stage_fails(monkeypatch, file_name: str, error: BaseException) -> None:
+    """Staging `file_name` raises `error` (a full disk, Ctrl-C); the other files stage as usual."""
+    real_stage = safe_write._stage
+
+    def stage(folder, name, text, like):
+        if name == file_name:
+            raise error
+        return real_stage(folder, name, text, like)
+
+    monkeypatch.setattr(safe_write, "_stage", stage)
+
+
 def test_a_full_disk_leaves_the_old_set_and_no_temporary_file(tmp_path, monkeypatch):
     out = tmp_path / "o"
     old = _old_set(out)
-    real_stage = safe_write._stage
-
-    def full(folder, name, text, like):
-        if name == "report.json":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_stage(folder, name, text, like)
-
-    monkeypatch.setattr(safe_write, "_stage", full)
+    _stage_fails(monkeypatch, "report.json", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     with pytest.raises(UsageError, match=r"report\.json: cannot write \(no space left on device\)"):
         write_outputs(make_report(), out_dir=out, force=True)
     assert {n: (out / n).read_text() for n in listing(out)} == old
@@ -189,14 +179,7 @@ def test_a_failure_while_placing_puts_the_old_files_back(tmp_path, monkeypatch):
 def test_an_interrupt_while_staging_leaves_nothing_behind(tmp_path, monkeypatch):
     out = tmp_path / "o"
     old = _old_set(out)
-    real_stage = safe_write._stage
-
-    def ctrl_c(folder, name, text, like):
-        if name == "summary.md":
-            raise KeyboardInterrupt
-        return real_stage(folder, name, text, like)
-
-    monkeypatch.setattr(safe_write, "_stage", ctrl_c)
+    _stage_fails(monkeypatch, "summary.md", KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         write_outputs(make_report(), out_dir=out, force=True)
     assert {n: (out / n).read_text() for n in listing(out)} == old

@@ -5,17 +5,12 @@ import json
 import os
 
 import pytest
-from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from cli_promise import cli
 from tracebuilder import TraceBuilder
 
 OSC = "\x1b]0;pwned\x07"
 CSI = "\x1b[31m"
 RLO = "\u202e"
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def raw_controls(text: str) -> list:
