@@ -8,16 +8,20 @@ import stat
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
+from .analysis.crossrank import one_job
+from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
+from .analysis.stragglers import analyze_ranks
 from .analysis.tables import time_share, top_kernels, top_ops
-from .analysis.verdict import decide
+from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
 from .errors import TraceError, UsageError
 from .report.model import Report, ReportSet
 from .trace.hugepages import without_huge_pages
+from .trace import cluster, sources
 from .trace.model import Trace, load_trace, scan_trace_files
 from .trace.selection import memo
 
@@ -33,9 +37,13 @@ def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     verdict, reason = decide(time_share(breakdown), config)
+    share = time_share(breakdown)
+    gpu = bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
-                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n))
-    report.findings = _findings(report, config)
+                    top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
+                    degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
+    _findings(report, config)
+    report.rank_summary = summarize_rank(trace, report.breakdown, verdict)
     if config.hta:
         from .analysis.hta_adapter import hta_analyses
 
@@ -43,14 +51,22 @@ def _analyze(trace: Trace, config: Config) -> Report:
     return report
 
 
-def _findings(report: Report, config: Config) -> list:
-    """Rule engine hook (issue 3): findings ordered by estimated saving (docs/rules.md)."""
+def _findings(report: Report, config: Config) -> None:
+    """Rule engine hook: findings in order (docs/rules.md), the rules that could not be checked, the
+    host-time explanation and the device generation."""
     from .engine.catalog import load_catalog
-    from .engine.evaluate import evaluate
+    from .engine.evaluate import evaluate, not_checked
+    from .engine.explain import host_time
     from .facts.core import compute_facts
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    return evaluate(rules, compute_facts(report.trace, report.steps, report.breakdown))
+    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    report.findings = evaluate(rules, facts)
+    report.not_checked = not_checked(rules, facts, report.findings)
+    report.host_time = host_time(report.verdict, report.findings, facts)
+    report.generation = {"name": facts.values["device_generation"] or None,
+                         "compute_capability": facts.values["device_compute_capability"] or None,
+                         "source": facts.values["device_generation_source"]}
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
@@ -94,19 +110,24 @@ def _analyze_member(path: Path, config: Optional[Config]):
         return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
 
 
-def _fan_out(files: list, config: Optional[Config], jobs: int) -> list:
-    """_analyze_member over `files`, in order; in `jobs` processes when jobs > 1. Files whose worker
-    died (the OOM killer) are retried each in a process of its own, so only the culprit is skipped."""
-    if jobs == 1:
-        return [_analyze_member(f, config) for f in files]
+def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None) -> list:
+    """_analyze_member over `files`, in order: here, in `jobs` processes, or on Dask (trace/cluster.py).
+    A file whose worker died (the OOM killer) costs only that file: with the process pool, the files
+    the broken pool left are retried each in a process of its own, so only the culprit is skipped."""
     results: list = [None] * len(files)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with cluster.executor(scheduler, jobs) as pool:
+        if pool is None:
+            return [_analyze_member(f, config) for f in files]
         futures = [pool.submit(_analyze_member, f, config) for f in files]
         for i, future in enumerate(futures):
             try:
                 results[i] = future.result()
+            except UsageError:
+                raise
             except BrokenProcessPool:
                 pass
+            except Exception as exc:  # Dask: a worker lost (KilledWorker), a task cancelled
+                results[i] = None, f"the worker analysing it failed ({type(exc).__name__})"
     for i, f in enumerate(files):
         if results[i] is None:
             results[i] = _alone(f, config)
@@ -130,29 +151,54 @@ def _is_dir(p: Path) -> bool:
 
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 jobs: Optional[int] = None) -> Union[Report, ReportSet]:
+                 jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
     `jobs` worker processes at most (default, and at most: the usable CPUs) analyse the files of a
     directory (one per rank/worker) in parallel, or decode the chunks of one large file in parallel.
-    Pass jobs=1 from a process that must not fork (e.g. one that runs torch)."""
-    p = Path(path)
-    jobs = capped_jobs(jobs)
-    if not _is_dir(p):
-        return analyze_file(p, config, progress, jobs)
-    files, unlisted = scan_trace_files(p)
+    Pass jobs=1 from a process that must not fork (e.g. one that runs torch). `scheduler` runs the
+    files of a directory on Dask instead ("local", or the tcp:// address of a running scheduler:
+    trace/cluster.py). Paths may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py)."""
+    cluster.check_scheduler(scheduler)
+    path = sources.local_path(os.fspath(path))
+    unlisted: list = []
+    if sources.is_url(path):
+        files = sources.find_url_traces(path)
+        if files is None:
+            return analyze_file(path, config, progress, 1)
+    else:
+        path = Path(path)
+        if not _is_dir(path):
+            return analyze_file(path, config, progress, capped_jobs(jobs))
+        files, unlisted = scan_trace_files(path)
     if not files and not unlisted:
-        raise TraceError(p, "directory holds no trace files (*.json, *.json.gz)")
-    results = _fan_out(files, config, max(1, min(len(files), jobs)))
-    result = ReportSet(path=os.path.abspath(p))  # absolute, as each report's trace path
+        raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
+    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted)
+
+
+def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
+                  scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = ()) -> Union[Report, ReportSet]:
+    """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
+    (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
+    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job.
+    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
+    files = list(files)
+    jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
+    results = _fan_out(files, config, jobs, scheduler)
+    result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
             log.info("skipping %s: %s", f, problem)  # the CLI lists ReportSet.skipped once
-            result.skipped.append((os.path.abspath(f), problem))
+            result.skipped.append((sources.absolute(f), problem))
         else:
             result.reports.append(report)
-    result.skipped += [(os.path.abspath(f), problem) for f, problem in unlisted]
+    result.skipped += [(sources.absolute(f), problem) for f, problem in unlisted]
     if not result.reports:
         first = result.skipped[0]
-        raise TraceError(p, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
-    return result.reports[0] if len(result.reports) == 1 and not result.skipped else result
+        raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
+    if len(result.reports) == 1 and not result.skipped:
+        return result.reports[0]
+    summaries = [r.rank_summary for r in result.reports]
+    if one_job(summaries):
+        result.cross = analyze_ranks(summaries, config or Config())
+    return result

@@ -31,6 +31,12 @@ class Config:
     # HolisticTraceAnalysis's kernel / idle-time / launch analyses on the parsed trace (docs/hta.md).
     # Opt-in: it adds 25-45 % to a run and needs the `hta` extra.
     hta: bool = False
+    # Cross-rank analysis (analysis/stragglers.py, docs/ranks.md): a rank is a straggler, and the job
+    # straggler-bound, when the other ranks wait for it this share of the job's step time or more and
+    # it spends this share more than the median rank outside communication (a rank that is last by
+    # the chance order of arrival has no such excess). Communication-bound uses
+    # material_share["communication"] on the critical rank's exposed communication.
+    straggler_share: float = 0.10
 
 
 @dataclass(frozen=True)

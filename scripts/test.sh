@@ -18,7 +18,7 @@ fi
 # CUDA build (several GB): install_torch.py asks pip what it would install (--dry-run --report) and, on a machine
 # without an NVIDIA GPU, takes the CPU build from download.pytorch.org instead. It prints what it decided.
 python3 scripts/install_torch.py
-python3 -m pip install -q -e '.[test,hta]'
+python3 -m pip install -q -e '.[test,hta,dask]'
 
 set +e
 python3 -m pytest "$@"

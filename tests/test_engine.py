@@ -296,3 +296,20 @@ def test_docs_rules_md_is_generated_from_the_catalog():
     start, end = text.index(GENERATED_BEGIN), text.index(GENERATED_END) + len(GENERATED_END)
     assert text[start:end] + "\n" == catalog_markdown(load_catalog()), (
         "docs/rules.md is stale: regenerate with `perfsleuth rules --markdown`")
+
+
+def test_order_is_by_saving_and_the_top_finding_is_never_less_severe():
+    """mi300-like: a low step-outliers with a larger saving than a medium channels-last must not head the list."""
+    from perfsleuth.engine.evaluate import order, sort_key
+
+    def f(rule, severity, saving):
+        return {"rule": rule, "severity": severity, "estimated_saving_us": saving}
+
+    low_big, med_small, med_tie, high_tiny = (f("step-outliers", "low", 900.0), f("channels-last", "medium", 100.0),
+                                              f("zero-grad", "medium", 100.0), f("item-sync", "high", 5.0))
+    assert [x["rule"] for x in order([med_small, low_big])] == ["channels-last", "step-outliers"]
+    assert [x["rule"] for x in order([low_big, med_tie, med_small])] == ["channels-last", "step-outliers", "zero-grad"]
+    assert [x["rule"] for x in order([low_big, med_small, high_tiny])] == ["item-sync", "step-outliers",
+                                                                           "channels-last"]
+    assert sorted([f("b", "low", 1.0), f("a", "high", 1.0)], key=sort_key)[0]["rule"] == "a"  # ties: severity
+    assert order([]) == []

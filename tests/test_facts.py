@@ -29,7 +29,9 @@ def test_compute_facts_gives_exactly_the_registry(tmp_path):
     tb.launch("k", host=(0, 5), device=(10, 500))
     _, facts = analyze(tb, tmp_path)
     assert set(facts.values) == set(FACTS)
-    assert set(facts.tables) == {"sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families"}
+    assert set(facts.tables) == {"sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers",
+                                 "host_sites", "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites",
+                                 "zero_grad_sites", "pageable_copy_sites", "blocking_copy_sites"}
 
 
 def test_core_facts_exact(tmp_path):
@@ -80,6 +82,9 @@ def test_cpu_only_facts(tmp_path):
     ("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_nn", "fp16"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "bf16"),
     ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1", "bf16"),
+    ("Cijk_Ailk_Bljk_BBS_BH_MT64x64x64_MI16x16x16x1_SN_1LDSB0", "bf16"),
+    ("Cijk_Ailk_Bljk_HHS_BH_MT64x64x64_MI16x16x16x1_SN_1LDSB0", "fp16"),
+    ("naive_conv_fwd_nchw_float_double_float", "fp32"),
     ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n", "fp8"),
     ("ampere_int8_i8816gemm_int8_128x128_ldg16_nn", "int8"),
     ("nvjet_tst_192x8_64x8_4x1_v_bz_TNT", "unknown"),
@@ -102,6 +107,18 @@ def test_input_type_dtype(in_type, dtype):
     ("void cudnn::ops::nchwToNhwcKernel<float>", "layout"), ("batched_transpose_32x16_half", "layout"),
     ("void pytorch_flash::flash_fwd_kernel<>", "attention"), ("Memcpy DtoD (Device -> Device)", "memory"),
     ("Cijk_Alik_Bljk_SB_Bias", "gemm"),
+    # ROCm: MIOpen implicit-GEMM and naive convolutions, Composable Kernel, rocBLAS / hipBLASLt (Tensile)
+    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2", "conv"),
+    ("igemm_bwd_gtcx3_nhwc_bf16_bx0_ex1_bt32x128x32_wt16x64x4_ws1x1_wr1x1_mh_gkgs", "conv"),
+    ("igemm_wrw_gtcx3_nhwc_bf16_bx0_ex1_bt64x64x64_wt32x32x8_ws1x1_wr1x1_gkgs", "conv"),
+    ("naive_conv_fwd_nchw_float_double_float", "conv"), ("naive_conv_wrw_nhwc_half_double_half", "conv"),
+    ("MIOpenConv1x1", "conv"), ("miopenSp3AsmConv_v21_1_3_gfx9_fp32_stride1", "conv"),
+    ("gridwise_convolution_implicit_gemm_v4r1_nchw_kcyx_nkhw", "conv"),
+    ("_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm", "conv"),
+    ("_ZN2ck16tensor_operation6device12_GLOBAL__N_149kernel_grouped_conv_fwd_multiple_abd_xdl_cshuffle", "conv"),
+    ("Cijk_Ailk_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs_MT16x16x256_MI16x16x1_SN_LDSB1", "gemm"),
+    ("rocblas_gemvt_kernel<float>", "gemm"), ("_ZN2ck16tensor_operation6device24kernel_gemm_xdl_cshuffle_v3", "gemm"),
+    ("transpose_CNHW2NCHW_V2_2D_WG_off64", "layout"), ("SubTensorOpWithScalar1d", "other"),
 ])
 def test_kernel_families(name, family):
     assert kernel_family(name) == family

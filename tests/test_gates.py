@@ -225,3 +225,27 @@ def test_gates_in_a_real_process(shared_traces, tmp_path):
     assert (p.returncode, p.stderr) == (0, "")
     p = run("diff", str(shared_traces / CONTROL), "missing.json.gz")
     assert (p.returncode, p.stderr) == (2, "perfsleuth: error: missing.json.gz: no such file or directory\n")
+
+
+def test_fail_on_the_job_verdict_of_a_directory_of_ranks():
+    """straggler-bound exists only as a job verdict (a directory of one job's rank traces); a rank
+    verdict in the same list still trips on the per-rank reports."""
+    assert parse_fail_on(["straggler-bound"]).verdicts == ("straggler-bound",)
+    data = {"reports": [{"verdict": "kernel-bound", "findings": [], "trace": {"path": "r0"}},
+                        {"verdict": "dataloader-bound", "findings": [], "trace": {"path": "r1"}}],
+            "job": {"verdict": "straggler-bound"}}
+    assert check_report(data, parse_fail_on(["straggler-bound"])) == [
+        "job verdict straggler-bound (--fail-on straggler-bound)"]
+    assert check_report(data, parse_fail_on(["straggler-bound,dataloader-bound"])) == [
+        "job verdict straggler-bound (--fail-on straggler-bound)",
+        "verdict dataloader-bound in r1 (--fail-on dataloader-bound)"]
+    assert check_report({**data, "job": {"verdict": "kernel-bound"}}, parse_fail_on(["straggler-bound"])) == []
+
+
+def test_cli_fails_on_the_job_verdict_of_recorded_ranks():
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "ranks" / "ddp2_straggler"
+    result = CliRunner().invoke(main, ["analyze", str(job), "--fail-on", "straggler-bound"])
+    assert result.exit_code == 1
+    assert "perfsleuth: gate failed: job verdict straggler-bound (--fail-on straggler-bound)" in result.stderr

@@ -158,7 +158,9 @@ def test_real_trace_summary(shared_traces):
 
     report = analyze_path(shared_traces / "a100_trace_diff_control.json.gz").to_dict()
     md = render_markdown(report)
-    assert md.startswith("### perfsleuth: `communication-bound` · median step **76.76 ms** · device busy **83.6%**")
+    assert md.startswith("### perfsleuth: `communication-bound` (moderate) · median step **76.76 ms** · device busy "
+                         "**83.6%**\n\n> moderately communication-bound: 19% of each step waits for collectives with no "
+                         "compute alongside; kernels 60%")
     assert len(md) < 20_000
     for i, f in enumerate(report["findings"], 1):
         assert f"**{i}. {md_text(f['title'], 200)}**" in md

@@ -36,7 +36,7 @@ def test_num_workers_finding(tmp_path):
                              "dataloader_calls_per_step": 1.0, "step_us": 1000.0}
     assert "min(8, os.cpu_count())" in f["fix"] and "persistent_workers=True" in f["fix"]
     assert "prefetch_factor" in f["fix"] and "```python" in f["fix"]
-    assert f["message"].startswith("The device waits 51 µs per step (5.1% of step time) while the training process")
+    assert f["message"].startswith("The GPU waits 51 µs per step (5.1% of step time) while the training process")
     assert f["locations"] == []
 
 

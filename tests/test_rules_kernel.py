@@ -78,11 +78,18 @@ def test_input_type_wins_over_the_kernel_name(tmp_path):
     assert "amp" not in fired(report)
 
 
-@pytest.mark.parametrize("compute, device", [((6, 1), True), (None, True), ((8, 0), False)])
-def test_amp_silent_without_tensor_cores_or_device(tmp_path, compute, device):
-    report, _ = analyze(gemm_trace([("aten::mm", FP32, "ampere_sgemm_128x64_tn", 300)], compute=compute,
-                                   device=device), tmp_path)
-    assert "amp" not in fired(report)
+def test_amp_silent_without_tensor_cores(tmp_path):
+    report, _ = analyze(gemm_trace([("aten::mm", FP32, "ampere_sgemm_128x64_tn", 300)], compute=(6, 1)), tmp_path)
+    assert "amp" not in fired(report) and report["not_checked"] == []  # checked: Pascal has no tensor cores
+
+
+@pytest.mark.parametrize("compute, device", [(None, True), ((8, 0), False)])
+def test_amp_without_device_properties_reads_the_kernel_names(tmp_path, compute, device):
+    """No deviceProperties (an empty list, or none at all): `ampere_sgemm` says Ampere, so amp is checked."""
+    report, facts = analyze(gemm_trace([("aten::mm", FP32, "ampere_sgemm_128x64_tn", 300)], compute=compute,
+                                       device=device), tmp_path)
+    assert facts["device_generation_source"] == "kernel names" and facts["device_compute_capability"] == 8.0
+    assert "amp" in fired(report)
 
 
 @pytest.mark.parametrize("conv_us, fires", [(101, True), (99, False)])

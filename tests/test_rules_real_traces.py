@@ -5,6 +5,7 @@ import functools
 
 import pytest
 from perfsleuth.api import analyze_file
+from perfsleuth.engine.evaluate import order
 from perfsleuth.facts.core import compute_facts
 
 EXPECTED = {
@@ -18,12 +19,12 @@ EXPECTED = {
     "a100_triton_example.json.gz": {},
     "b200_eager_inference.json.gz": {"cuda-graphs": "high", "pin-memory": "low"},
     "cpu_only_tiny.pt.trace.json.gz": {"exposed-communication": "high"},
-    "cpu_rank_non_gpu.json.gz": {},
+    "cpu_rank_non_gpu.json.gz": {"tiny-ops": "high"},
     "h100_qwen0.5b_inference.json.gz": {"item-sync": "low", "explicit-sync": "low"},
     "mi250_rocm_minitoy.json.gz": {},
     "mi300_resnet_act_checkpoint.json.gz": {"exposed-communication": "high", "step-outliers": "low",
                                             "channels-last": "medium"},
-    "sampled_rank0_of128.json.gz": {"exposed-communication": "medium", "pin-memory": "low"},
+    "sampled_rank0_of128.json.gz": {"exposed-communication": "medium", "amp": "medium", "pin-memory": "low"},
     "v100_df_index_resolver.json.gz": {"cuda-graphs": "medium", "exposed-communication": "medium", "amp": "medium",
                                        "zero-grad": "medium", "fused-optimizer": "medium"},
     "v100_ns_resolution.pt.trace.json.gz": {"amp": "high", "cudnn-benchmark": "low"},
@@ -46,8 +47,9 @@ def real(shared_traces):
 def test_rules_fired_on_real_traces(real, name):
     report, _ = real(name)
     assert {f["rule"]: f["severity"] for f in report["findings"]} == EXPECTED[name]
-    savings = [f["estimated_saving_us"] for f in report["findings"]]
-    assert savings == sorted(savings, reverse=True)
+    assert order(report["findings"]) == report["findings"]  # by saving; the top one is of the highest severity
+    ranks = [("low", "medium", "high").index(f["severity"]) for f in report["findings"]]
+    assert not ranks or ranks[0] == max(ranks)
     for f in report["findings"]:
         assert f["estimated_speedup"] >= 1.0 and f["fix"] and f["message"] and f["evidence"]
 
@@ -73,10 +75,11 @@ def test_a100_rank0_item_calls_are_cpu_side_and_its_syncs_are_tensor_reads(real)
 def test_item_source_lines_from_python_stacks(real):
     report, facts = real("h100_qwen0.5b_inference.json.gz")
     assert facts.tables["sync_sites"] == [{"file": "transformers/modeling_attn_mask_utils.py", "line": 243,
-                                           "function": "_ignore_causal_mask_sdpa", "count": 1, "count_per_step": 1.0}]
+                                           "function": "_ignore_causal_mask_sdpa", "count": 1, "count_per_step": 1.0,
+                                           "line_kind": "function"}]
     f = next(f for f in report["findings"] if f["rule"] == "item-sync")
     assert f["locations"] == [{"file": "transformers/modeling_attn_mask_utils.py", "line": 243,
-                               "function": "_ignore_causal_mask_sdpa", "count": 1}]
+                               "function": "_ignore_causal_mask_sdpa", "count": 1, "line_kind": "function"}]
     _, b200 = real("b200_eager_inference.json.gz")  # its 4 aten::item read CPU tensors: no device read
     assert b200["sync_item_calls_per_step"] == 0.0 and b200.tables["sync_sites"] == []
 
@@ -85,9 +88,11 @@ def test_explicit_syncs_on_real_traces(real):
     _, nccl = real("a100_nccl_2ranks.json.gz")
     assert nccl["sync_explicit_calls_per_step"] == 8.0 and nccl["sync_explicit_idle_us_per_step"] == 4973.593
     _, qwen = real("h100_qwen0.5b_inference.json.gz")  # the profiling harness synchronizes inside the step
+    # run_torch_profiler was already running when tracing started: line 34 is where it was then (the
+    # prof.step() call), not the function's first line nor the synchronize
     assert qwen.tables["explicit_sync_sites"] == [{"file": "moca/library/profiling/profile.py", "line": 34,
                                                    "function": "run_torch_profiler", "count": 1,
-                                                   "count_per_step": 1.0}]
+                                                   "count_per_step": 1.0, "line_kind": "running"}]
     _, rank0 = real("a100_rank0_of16_nccl.json.gz")  # its 158 ms cudaDeviceSynchronize is the profiler's stop
     assert rank0["sync_explicit_calls_per_step"] == 0.0
 
@@ -95,7 +100,7 @@ def test_explicit_syncs_on_real_traces(real):
 def test_cpu_only_traces_with_item_calls_do_not_fire_item_sync(real):
     report, facts = real("cpu_rank_non_gpu.json.gz")
     assert facts["sync_item_calls_per_step"] == 0.0 and facts["device_is_gpu"] is False  # 5 aten::item per step
-    assert report["findings"] == []
+    assert "item-sync" not in {f["rule"] for f in report["findings"]}
 
 
 def test_gemm_dtypes_on_real_traces(real):

@@ -53,9 +53,10 @@ def test_item_sync_severity(tmp_path, gap_us, severity):
 def test_item_sync_finding_has_source_lines(tmp_path):
     report, facts = analyze(item_trace(50), tmp_path)
     assert facts.tables["sync_sites"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 2,
-                                           "count_per_step": 1.0}]
+                                           "count_per_step": 1.0, "line_kind": "function"}]
     f = fired(report)["item-sync"]
-    assert f["locations"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 2}]
+    assert f["locations"] == [{"file": "train.py", "line": 57, "function": "train_step", "count": 2,
+                               "line_kind": "function"}]
     assert "`train.py:57` in `train_step`" in f["message"]
     assert 'torch.cuda.set_sync_debug_mode("warn")' in f["fix"]
     assert "loss.detach()" in f["fix"]
@@ -124,7 +125,8 @@ def test_explicit_sync_min_share(tmp_path, gap_us, fires):
     assert "item-sync" not in fired(report)
     if fires:
         f = fired(report)["explicit-sync"]
-        assert f["locations"] == [{"file": "bench.py", "line": 12, "function": "timed_step", "count": 2}]
+        assert f["locations"] == [{"file": "bench.py", "line": 12, "function": "timed_step", "count": 2,
+                                   "line_kind": "function"}]
         assert "torch.cuda.Event(enable_timing=True)" in f["fix"]
 
 

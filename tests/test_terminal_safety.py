@@ -79,6 +79,7 @@ def test_jobs_beyond_the_cpus_are_capped_and_said(tmp_path, monkeypatch):
     from concurrent.futures import ProcessPoolExecutor
 
     from perfsleuth import api
+    from perfsleuth.trace import cluster
 
     seen = []
 
@@ -87,7 +88,7 @@ def test_jobs_beyond_the_cpus_are_capped_and_said(tmp_path, monkeypatch):
             seen.append(max_workers)
             super().__init__(max_workers, **kw)
 
-    monkeypatch.setattr(api, "ProcessPoolExecutor", Spy)
+    monkeypatch.setattr(cluster, "ProcessPoolExecutor", Spy)  # the pool of a folder's files
     monkeypatch.setattr(api, "usable_cpus", lambda: 2)
     d = tmp_path / "logs"
     d.mkdir()

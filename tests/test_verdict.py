@@ -48,3 +48,24 @@ def test_thresholds_come_from_config():
 def test_all_verdicts_are_known():
     for cat in ("dataloader", "sync", "transfer", "host", "communication"):
         assert decide(share(kernel=0.1, **{cat: 0.9}), Config())[0] in VERDICTS
+
+
+# --- degree and words (issue 15) ------------------------------------------------------------------
+from perfsleuth.analysis.verdict import degree, verdict_text  # noqa: E402
+
+
+@pytest.mark.parametrize("dl, expected", [(0.0999, "low"), (0.10, "moderate"), (0.1999, "moderate"), (0.20, "high")])
+def test_degree_bounds(dl, expected):
+    assert degree("dataloader-bound", share(dataloader=dl, kernel=0.8)) == expected
+
+
+def test_verdict_in_words():
+    s = share(dataloader=0.14, kernel=0.83, host=0.03)
+    assert decide(s, Config())[0] == "dataloader-bound"
+    assert verdict_text("dataloader-bound", s, gpu=True) == \
+        "moderately dataloader-bound: 14% of each step waits for data; kernels 83%"
+    assert verdict_text("host-bound", share(host=0.62, kernel=0.35), gpu=False) == \
+        "host-bound: 62% of each step is Python and framework code outside ops; ops 35%"
+    assert verdict_text("host-bound", share(host=0.08, kernel=0.40), gpu=True) == \
+        "slightly host-bound: 8% of each step the GPU waits for the host (Python, op dispatch, launches); kernels 40%"
+    assert verdict_text("kernel-bound", share(kernel=0.74, host=0.23), gpu=False) == "kernel-bound: ops compute 74% of each step"

@@ -27,9 +27,12 @@ class RuleTraceBuilder(TraceBuilder):
         super().__init__(device=device, **kw)
         self.compute, self.device_name = compute, name
         self._py = 1000
+        self.run_metadata: Optional[dict] = None  # the `perfsleuth` object `perfsleuth run` records
 
     def build(self) -> dict:
         doc = super().build()
+        if self.run_metadata is not None:
+            doc["perfsleuth"] = self.run_metadata
         if self.device:
             if self.compute is None:
                 doc["deviceProperties"] = []
@@ -62,6 +65,16 @@ class RuleTraceBuilder(TraceBuilder):
                        stream=STREAM, correlation=corr, bytes=1024)
 
 
+def run_metadata(cores: int = 2, threads: int = 1, workers: int = 0, load: float = 0.5, **host) -> dict:
+    """What `perfsleuth run` records (commands/run_facts.py), with the counts a test needs."""
+    return {"version": 1,
+            "host": {"cpu_count": cores, "affinity_cpus": cores, "torch_threads": threads, "torch_interop_threads": 2,
+                     "omp_num_threads": None, "loadavg": [load * cores, 0.0, 0.0], "torch_version": "2.13.0",
+                     "accelerator": "cpu", "rank": None, "world_size": None, "local_world_size": None, **host},
+            "loaders": [{"dataset": "MyDataset", "num_workers": workers, "batch_size": 8, "pin_memory": False,
+                         "persistent_workers": False, "prefetch_factor": None, "collate_fn": "default_collate"}]}
+
+
 def analyze(tb: TraceBuilder, tmp_path: Path, config: Optional[Config] = None, name: str = "t.json.gz"):
     """(report dict, Facts) for the built trace."""
     report = analyze_file(tb.write(tmp_path / name), config)
@@ -74,5 +87,5 @@ def fired(report: dict) -> dict:
     return {f["rule"]: f for f in report["findings"]}
 
 
-__all__ = ["RuleTraceBuilder", "analyze", "fired", "HOST_PID", "HOST_TID", "PAGEABLE_HTOD", "PINNED_HTOD", "DTOH",
+__all__ = ["RuleTraceBuilder", "analyze", "fired", "run_metadata", "HOST_PID", "HOST_TID", "PAGEABLE_HTOD", "PINNED_HTOD", "DTOH",
            "SINGLE_LOADER", "MULTI_LOADER"]

@@ -162,6 +162,9 @@ def attribute(trace: Trace, steps: Steps) -> Breakdown:
         dev_hit = in_step & iv.covers(sig["device_any"], seg_start)
         np.add.at(busy, step_idx[dev_hit], seg_len[dev_hit])
 
+    for j, c in enumerate(CATEGORIES):  # where each category was charged: facts explain host time from it
+        hit = in_step & (cat_idx == j)
+        sig[f"as_{c}"] = iv.merge(seg_start[hit], seg_start[hit] + seg_len[hit])
     out = pd.DataFrame({"name": fr["name"].to_numpy(), "start": st, "end": en, "duration": en - st})
     for j, c in enumerate(CATEGORIES):
         out[c] = table[:, j]

@@ -14,8 +14,12 @@ from .attribution import Breakdown
 from .steps import Steps
 
 
-def _us(ns) -> float:
+def us(ns) -> float:
+    """ns -> µs with 3 decimals: how every report number is written (docs/schema.md)."""
     return round(float(ns) / 1000.0, 3)
+
+
+_us = us
 
 
 def time_share(b: Breakdown) -> dict:

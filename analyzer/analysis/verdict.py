@@ -24,3 +24,40 @@ def decide(share: dict, config: Config) -> tuple[str, str]:
                                   f"{config.min_kernel_share:.0%}); the largest stall is {worst} at {stalls[worst]:.0%}")
     return "kernel-bound", (f"kernels take {kernel:.0%} of step time and no stall reaches its material share; "
                             f"largest stall: {worst} {stalls[worst]:.0%}")
+
+
+# How bound: the share of the step the verdict's category takes (issue 15). A stall of 10-20 % is
+# "moderate", above that "high"; below 10 % (a verdict by default, when kernels fill under half the
+# step and no stall is material) "low".
+DEGREES = ((0.20, "high"), (0.10, "moderate"), (0.0, "low"))
+_ADVERB = {"low": "slightly ", "moderate": "moderately ", "high": ""}
+
+
+def verdict_share(verdict: str, share: dict) -> float:
+    return float(share.get(verdict.removesuffix("-bound"), 0.0))
+
+
+def degree(verdict: str, share: dict) -> str:
+    s = verdict_share(verdict, share)
+    return next(name for bound, name in DEGREES if s >= bound)
+
+
+def _what(category: str, pct: str, gpu: bool) -> str:
+    return {
+        "dataloader": f"{pct} of each step waits for data",
+        "sync": f"{pct} of each step the host waits for the GPU to finish queued work",
+        "transfer": f"{pct} of each step goes to copies between host and GPU",
+        "host": (f"{pct} of each step the GPU waits for the host (Python, op dispatch, launches)" if gpu
+                 else f"{pct} of each step is Python and framework code outside ops"),
+        "communication": f"{pct} of each step waits for collectives with no compute alongside",
+        "kernel": f"kernels run {pct} of each step" if gpu else f"ops compute {pct} of each step",
+    }.get(category, f"{pct} of each step is {category}")
+
+
+def verdict_text(verdict: str, share: dict, gpu: bool) -> str:
+    """'moderately dataloader-bound: 14% of each step waits for data; kernels 83%'."""
+    category = verdict.removesuffix("-bound")
+    words = f"{_ADVERB[degree(verdict, share)]}{verdict}: {_what(category, f'{verdict_share(verdict, share):.0%}', gpu)}"
+    if category != "kernel":
+        words += f"; {'kernels' if gpu else 'ops'} {share.get('kernel', 0.0):.0%}"
+    return words

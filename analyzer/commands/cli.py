@@ -81,13 +81,17 @@ def output_options(fn):
 
 def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False,
          details=False) -> dict:
-    """Print the terminal summary (for a directory: the index, and every report with `details`) and
-    write the requested report files; the report dict (made once: `to_dict` of a large report is not
-    cheap)."""
+    """Print the terminal summary (for a directory: the index, and every report with `details`; then
+    the cross-rank report when the traces are the ranks of one job) and write the requested report
+    files; the report dict (made once: `to_dict` of a large report is not cheap)."""
+    from ..report.ranks_text import render_ranks_terminal
     from ..report.terminal import render_terminal, render_terminal_set, shown_path
 
     data = result if isinstance(result, dict) else result.to_dict()
     say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
+    cross = render_ranks_terminal(data)
+    if cross:
+        say("\n" + cross)
     for s in data.get("skipped", []):
         say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
     written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
@@ -156,7 +160,7 @@ def main(verbose: int) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path())
 @output_options
 @click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
               help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
@@ -169,35 +173,46 @@ def main(verbose: int) -> None:
                    "[tool.perfsleuth] in ./pyproject.toml is read too).")
 @click.option("-j", "--jobs", type=click.IntRange(1), default=None,
               help="Worker processes for large traces and directories of traces [default: the CPU count].")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces of a directory on Dask: tcp://HOST:PORT (a running scheduler) or 'local' "
+                   "(a LocalCluster of --jobs workers). Needs perfsleuth[dask]; see `perfsleuth docs ranks`.")
 @click.option("--hta/--no-hta", default=False, show_default=True,
               help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
                    "to the JSON (needs `pip install traceinsight psutil`; see `perfsleuth docs hta`).")
 @click.option("--verbose", "details", is_flag=True,
               help="For a directory: every trace's full report after the index (the index alone by default).")
 @user_errors
-def analyze(path: Path, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=(), details=False) -> None:
+def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
+            rule_paths=(), sets=(), details=False, scheduler=None) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
     Every microsecond of every step is attributed to one cause (dataloader, kernel,
     sync, transfer, host, communication, other) and the run gets a verdict.
     A directory (tensorboard_trace_handler output) gives one report per trace file:
-    the terminal shows an index (one row per file), --verbose each full report.
+    the terminal shows an index (one row per file), --verbose each full report,
+    and for the ranks of one job a cross-rank report: stragglers, collectives,
+    the job verdict (`perfsleuth docs ranks`). PATH may be a URL (s3://, gs://,
+    hdfs://: the perfsleuth[s3|gcs|hdfs] extras).
     `perfsleuth docs attribution` explains the categories, `perfsleuth rules SLUG` a finding.
     """
     from ..api import analyze_path
     from ..config import Config
     from ..engine.settings import rule_settings
+    from ..trace.cluster import check_scheduler
+    from ..trace.sources import display_name
     from .gates import check_report, known_rule_slugs, parse_fail_on
 
+    check_scheduler(scheduler)
     config = Config(hta=hta, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)
-    jobs = _jobs(jobs)
+    if scheduler in (None, "local"):  # processes on this machine
+        jobs = _jobs(jobs)
     try:
-        result = analyze_path(path, config, progress=ProgressBar(f"reading {path.name}"), jobs=jobs)
+        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
+                              scheduler=scheduler)
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,

@@ -12,12 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ..analysis.verdict import VERDICTS
+from ..analysis.stragglers import STRAGGLER_BOUND
+from ..analysis.verdict import VERDICTS as RANK_VERDICTS
 from ..config import Config
 from ..errors import UsageError
 from .diff import REGRESSION
 
 EXIT_GATE = 1  # a gate tripped (bad input is 2, like every user error)
+# A directory of one job's rank traces also has a job verdict (docs/ranks.md): straggler-bound, or one of these.
+VERDICTS = RANK_VERDICTS + (STRAGGLER_BOUND,)
 SLUG = re.compile(r"^[a-z0-9-]+$")
 _PCT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*$")
 
@@ -84,6 +87,9 @@ def check_report(result: dict, fail_on: FailOn) -> list:
     reports = result.get("reports") if isinstance(result.get("reports"), list) else [result]
     several = len(reports) > 1
     failures = []
+    job = result.get("job") if isinstance(result.get("job"), dict) else {}
+    if job.get("verdict") in fail_on.verdicts:
+        failures.append(f"job verdict {job['verdict']} (--fail-on {job['verdict']})")
     for rep in reports:
         where = f" in {_path(rep)}" if several else ""
         verdict = rep.get("verdict")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
-from . import run_facts, run_outputs
+from . import run_facts, run_outputs, run_ranks
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
 from .step_hooks import StepHooks
@@ -110,6 +110,8 @@ class ProfileSession:
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
         self._finished = False
+        self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
+        self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
 
     @property
     def source(self) -> Optional[str]:
@@ -149,14 +151,19 @@ class ProfileSession:
 
     def _record_metadata(self) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
-        records (warm-up or active), the last value of a key winning: called at each such step."""
+        records (warm-up or active), the last value of a key winning: called at each such step, it adds
+        them only when there is something new (another profiler, another loader) -- inside a profiled
+        step every Python call is recorded, and the step's time must stay the script's own. Host facts
+        are taken afresh for each profiler: by the scheduled one the script has set its threads."""
         prof = self._light if self._light is not None else self._prof
-        if prof is None:
+        if prof is None or self._meta_sent == (prof, len(self.hooks.loaders)):
             return
         try:
-            rank, world = rank_info()
-            meta = run_facts.metadata(run_facts.host_facts(rank, world), self.hooks.loaders)
+            if self._meta_sent[0] is not prof:  # the script may have set its threads since the last one
+                self._host = run_facts.host_facts(*rank_info())
+            meta = run_facts.metadata(self._host, self.hooks.loaders)
             prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
+            self._meta_sent = (prof, len(self.hooks.loaders))
         except Exception as exc:  # never the user's run's problem
             log.warning("could not record machine facts in the trace: %s", exc)
 
@@ -317,7 +324,9 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
         if o.exit_code in (0, None):
             o.exit_code = EXIT_OUTPUT
     if have and o.rank in (None, 0):
-        o.report = analyze(o.trace_path.absolute(), o.warnings)
+        own = analyze(o.trace_path.absolute(), o.warnings)
+        o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
+        o.message = "; ".join(m for m in (o.message, note) if m) or None
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):

@@ -4,7 +4,8 @@ the same file later knows them too: a trace alone says nothing about free cores 
 
     "perfsleuth": {"version": 1,
                    "host": {"cpu_count", "affinity_cpus", "torch_threads", "torch_interop_threads",
-                            "omp_num_threads", "loadavg", "torch_version", "accelerator", "rank", "world_size"},
+                            "omp_num_threads", "loadavg", "torch_version", "accelerator", "rank", "world_size",
+                            "local_world_size"},
                    "loaders": [{"dataset", "num_workers", "batch_size", "pin_memory", "persistent_workers",
                                 "prefetch_factor", "collate_fn"}, ...]}
 
@@ -38,7 +39,15 @@ def host_facts(rank: Optional[int] = None, world_size: Optional[int] = None) -> 
     return {"cpu_count": os.cpu_count(), "affinity_cpus": affinity, "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "loadavg": load,
-            "torch_version": torch.__version__, "accelerator": accelerator, "rank": rank, "world_size": world_size}
+            "torch_version": torch.__version__, "accelerator": accelerator, "rank": rank, "world_size": world_size,
+            "local_world_size": _env_int("LOCAL_WORLD_SIZE")}
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def _name(obj: Any) -> Optional[str]:

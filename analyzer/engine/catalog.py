@@ -16,7 +16,7 @@ import math
 import os
 import re
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -25,7 +25,7 @@ from jinja2 import StrictUndefined, TemplateError, meta
 
 from ..config import CATEGORIES
 from ..errors import TraceError, UsageError
-from ..facts.core import FACTS
+from ..facts.core import FACTS, REQUIREMENTS
 from ..report.present import fmt_bytes, fmt_pct, fmt_us
 from ..trace.files import describe_os_error, open_regular
 from .sandbox import LOOP_GUARD, BoundedEnvironment, forbidden_construct
@@ -36,13 +36,17 @@ SEVERITIES = ("low", "medium", "high")
 DOC_SECTIONS = ("what", "why", "example", "use_instead", "thresholds", "references")
 DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Example",
               "use_instead": "Use instead", "thresholds": "Thresholds", "references": "References"}
-TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families")  # evidence tables rules may name
+# Evidence tables rules may name (templates, `locations`); the *_sites ones are source locations.
+TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers", "host_sites",
+          "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites", "zero_grad_sites",
+          "pageable_copy_sites", "blocking_copy_sites")
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
              "saving_us": str, "saving_basis": str, "evidence": list, "message": str, "fix": str,
              "thresholds": dict, "docs": dict}
-_OPTIONAL = {"severity_when": dict, "locations": str}
+_OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies": str, "cpu": dict}
+CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
 _ENV = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                           keep_trailing_newline=False)  # bounded in time, memory and output: sandbox.py
@@ -77,12 +81,16 @@ class Rule:
     source: str
     severity_when: tuple = ()  # ((severity, expression), ...), most severe first
     locations: str = ""
+    requires: tuple = ()  # names in facts.core.REQUIREMENTS: facts the rule needs to be checked at all
+    applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
+    cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
 
     @functools.cached_property
     def compiled(self) -> dict:
         """Conditions and templates compiled once per rule object (thresholds are runtime names)."""
         expr = functools.partial(_ENV.compile_expression, undefined_to_none=False)
         return {"condition": expr(self.condition), "saving_us": expr(self.saving_us),
+                "applies": expr(self.applies or "true"),
                 "severity_when": tuple((s, expr(e)) for s, e in self.severity_when),
                 "message": _ENV.from_string(self.message), "fix": _ENV.from_string(self.fix)}
 
@@ -116,6 +124,12 @@ def _check_types(where: str, raw: dict) -> None:
     for sev in raw.get("severity_when", {}):
         if sev not in SEVERITIES:
             _fail(where, f"severity_when key '{sev}' is not one of {', '.join(SEVERITIES)}")
+    for name in raw.get("requires", []):
+        if name not in REQUIREMENTS:
+            _fail(where, f"requires '{name}' is not one of {', '.join(REQUIREMENTS)}")
+    extra = set(raw.get("cpu", {})) - set(CPU_KEYS)
+    if extra or not all(isinstance(v, str) and v for v in raw.get("cpu", {}).values()):
+        _fail(where, f"'cpu' takes non-empty strings for {', '.join(CPU_KEYS)} only")
     for name, value in raw["thresholds"].items():
         if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(where, f"threshold '{name}' must be a snake_case name with a number")
@@ -162,8 +176,9 @@ def build_rule(raw: dict, source: str) -> Rule:
     _check_types(where, raw)
     _check_docs(where, raw["docs"])
     allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
-    for key in ("condition", "saving_us"):
-        _check_names(where, key, raw[key], allowed)
+    for key in ("condition", "saving_us", "applies"):
+        if key in raw:
+            _check_names(where, key, raw[key], allowed)
     for sev, expr in raw.get("severity_when", {}).items():
         _check_names(where, f"severity_when.{sev}", expr, allowed)
     for key in ("message", "fix"):
@@ -179,7 +194,8 @@ def build_rule(raw: dict, source: str) -> Rule:
                 evidence=tuple(raw["evidence"]), message=raw["message"].strip(), fix=raw["fix"].strip(),
                 thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
-                locations=raw.get("locations", ""))
+                locations=raw.get("locations", ""), requires=tuple(raw.get("requires", ())),
+                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})))
     try:
         rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
     except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..facts.core import FACTS
+from ..facts.core import FACTS, REQUIREMENTS
 from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
 from ..report.escape import terminal
 from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
@@ -52,6 +52,15 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
         out.append("")
     out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
             f"Estimated saving per step: `{r.saving_us}` ({r.saving_basis}).", ""]
+    if r.requires:
+        needs = "; ".join(f"`{name}`: {REQUIREMENTS[name][1]}" for name in r.requires)
+        applies = f" and `{r.applies}` holds" if r.applies else ""
+        out += [f"Requires {needs}. Without it, when the rule does not fire{applies}, the report lists it under "
+                "`not_checked`.", ""]
+    if r.cpu:
+        out += ["On CPU-only traces: " + "; ".join(f"{k.replace('_', ' ')} \"{v}\"" for k, v in r.cpu.items()) + ".", ""]
+    if r.locations:
+        out += [f"Source locations: `{r.locations}` (with python stacks).", ""]
     return "\n".join(out)
 
 

@@ -1,19 +1,23 @@
 """Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds,
-ordered by estimated saving. A rule that fails on one trace is logged and skipped, never fatal."""
+ordered by saving (`order`), and the rules that could not be checked for lack of a fact
+(`not_checked`). A rule that fails on one trace is logged and skipped, never fatal."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any, Callable, Optional
 
 from jinja2 import Undefined
 
-from ..facts.core import Facts
+from ..facts.core import REQUIREMENTS, Facts
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .sandbox import BudgetError, metered, render
 
 log = logging.getLogger(__name__)
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
 
 def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
     try:
@@ -28,25 +32,84 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
         return None
 
 
+def saving_of(finding: dict) -> float:
+    """What findings are ranked by: the estimated saving per step (the forecast saving once findings
+    carry forecasts)."""
+    return float(finding.get("estimated_saving_us") or 0.0)
+
+
+def sort_key(finding: dict) -> tuple:
+    """Larger saving first; equal savings by severity (high first), then slug."""
+    return (-saving_of(finding), -_RANK.get(finding.get("severity"), 0), finding.get("rule", ""))
+
+
+def order(findings: list) -> list:
+    """Findings by `sort_key`, except that the first one is the best of the most severe: the top
+    finding is never of lower severity than another finding (a low `step-outliers` with a large
+    upper bound does not head a report that has a medium finding)."""
+    ranked = sorted(findings, key=sort_key)
+    if ranked:
+        worst = max(_RANK.get(f.get("severity"), 0) for f in ranked)
+        top = next(i for i, f in enumerate(ranked) if _RANK.get(f.get("severity"), 0) == worst)
+        ranked.insert(0, ranked.pop(top))
+    return ranked
+
+
 def evaluate(rules: list, facts: Facts) -> list:
-    """Finding dicts for every rule whose condition holds, ordered by estimated saving (largest first)."""
-    findings = [f for f in (evaluate_rule(r, facts) for r in rules) if f is not None]
-    rank = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(findings, key=lambda f: (-f["estimated_saving_us"], -rank[f["severity"]], f["rule"]))
+    """Finding dicts for every rule whose condition holds, in `order`."""
+    return order([f for f in (evaluate_rule(r, facts) for r in rules) if f is not None])
+
+
+def names_for(rule: Rule, facts: Facts) -> dict:
+    return {**facts.values, **{t: facts.tables.get(t, []) for t in TABLES}, **rule.thresholds}
+
+
+def unmet(rule: Rule, facts: Facts) -> list:
+    """The rule's requirements (facts.core.REQUIREMENTS) this trace does not meet."""
+    return [r for r in rule.requires if not facts.values.get(REQUIREMENTS[r][0])]
+
+
+def not_checked(rules: list, facts: Facts, findings: list) -> list:
+    """Rules that did not fire, lack a fact they require, and apply to this trace (their `applies`
+    expression holds): [{"rule", "title", "missing", "reason"}]. Never skipped silently."""
+    fired = {f["rule"] for f in findings}
+    out = []
+    for rule in rules:
+        missing = unmet(rule, facts)
+        if rule.slug in fired or not missing:
+            continue
+        with _bounded(rule):
+            applies = _call(rule, "applies", rule.compiled["applies"], names_for(rule, facts))
+        if not applies:
+            continue
+        out.append({"rule": rule.slug, "title": _title(rule, facts), "missing": missing,
+                    "reason": "; ".join(REQUIREMENTS[m][1] for m in missing)})
+    return out
+
+
+def _title(rule: Rule, facts: Facts) -> str:
+    return rule.cpu.get("title", rule.title) if not facts.values.get("device_is_gpu") else rule.title
 
 
 def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     """The finding of `rule` on `facts`, or None. A rule that goes past the engine's bounds (time,
     size of what it builds or renders: sandbox.py) is a RuleError naming its file."""
+    with _bounded(rule):
+        return _evaluate_rule(rule, facts)
+
+
+@contextlib.contextmanager
+def _bounded(rule: Rule):
+    """Rule code in this block runs against a fresh budget (sandbox.metered); past it, a RuleError."""
     try:
         with metered():
-            return _evaluate_rule(rule, facts)
+            yield
     except BudgetError as exc:
         raise RuleError(f"{rule.source}: rule '{rule.slug}' {exc}") from None
 
 
 def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
-    names = {**facts.values, **{t: facts.tables.get(t, []) for t in TABLES}, **rule.thresholds}
+    names = names_for(rule, facts)
     c = rule.compiled
     if not _call(rule, "condition", c["condition"], names):
         return None
@@ -55,11 +118,12 @@ def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     step_us = float(facts.values.get("step_us") or 0.0)
     saving = _as_us(rule, _call(rule, "saving_us", c["saving_us"], names), step_us)
     speedup = step_us / (step_us - saving) if step_us > saving else None
+    cpu = not facts.values.get("device_is_gpu")
     return {
-        "rule": rule.slug, "title": rule.title, "category": rule.category, "severity": severity,
+        "rule": rule.slug, "title": _title(rule, facts), "category": rule.category, "severity": severity,
         "estimated_saving_us": round(saving, 3),
         "estimated_speedup": round(speedup, 3) if speedup is not None else None,
-        "saving_basis": rule.saving_basis,
+        "saving_basis": rule.cpu.get("saving_basis", rule.saving_basis) if cpu else rule.saving_basis,
         "message": _render(rule, "message", names),
         "evidence": {e: facts.values[e] for e in rule.evidence},
         "thresholds": dict(rule.thresholds),
@@ -91,8 +155,11 @@ def _render(rule: Rule, what: str, names: dict) -> str:
         return ""
 
 
+LOCATION_KEYS = ("file", "line", "function", "count", "line_kind")
+
+
 def _locations(rule: Rule, facts: Facts) -> list:
     if not rule.locations:
         return []
-    return [{"file": r["file"], "line": r["line"], "function": r["function"], "count": r.get("count")}
+    return [{k: r.get(k) for k in LOCATION_KEYS if k in r or k == "count"}
             for r in facts.tables.get(rule.locations, []) if "file" in r]

@@ -145,3 +145,31 @@ def innermost_enclosing(points: pd.DataFrame, spans: pd.DataFrame, max_back: int
         out[hit] = c[hit]
         todo &= ~hit & ~(ok & ~same)  # stop at a hit or when we ran past this thread's spans
     return out
+
+
+def subtract(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
+    """a minus b as sorted disjoint intervals."""
+    a, b = iv.union(a), iv.union(b)
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    lo, hi = min(int(a[0][0]), int(b[0][0])), max(int(a[1][-1]), int(b[1][-1]))
+    outside_b = iv.merge(np.concatenate([[lo], b[1]]), np.concatenate([b[0], [hi]]))
+    return intersect(a, outside_b)
+
+
+def covered_ns(intervals: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each [start, end): how many ns of `intervals` (sorted, disjoint) it covers, by a prefix sum of
+    the intervals' lengths (one searchsorted per bound, no per-event loop)."""
+    s, e = intervals
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if s.size == 0 or starts.size == 0:
+        return np.zeros(starts.shape, dtype=np.int64)
+    length = e - s
+    before = np.concatenate([[0], np.cumsum(length)])  # total length of the intervals before each one
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(s, t, side="right") - 1
+        jj = np.clip(j, 0, None)
+        return np.where(j >= 0, before[jj] + np.clip(t - s[jj], 0, length[jj]), 0)
+
+    return np.maximum(upto(ends) - upto(starts), 0)

@@ -18,13 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..analysis.attribution import CATEGORIES, Breakdown
 from ..analysis.steps import Steps
-from ..trace.model import Trace
+from ..trace.model import KERNEL, Trace
+from ..trace.selection import of_kind
 from .common import Context, make_context
 from .device import DEVICE_FACTS, device_facts
+from .generation import device_generation
 from .host import HOST_FACTS, host_facts
+from .host_time import HOST_TIME_FACTS, host_time_facts
+from .ops import OP_FACTS, op_facts
+from .threads import THREAD_FACTS, thread_facts
 
 CORE_FACTS = {
     "steps": ("count", "number of steps analysed"),
@@ -38,7 +44,14 @@ CORE_FACTS = {
     "device_is_gpu": ("bool", "the trace has device work on a CUDA or ROCm GPU"),
     "device_type": ("text", "cuda, rocm, cpu or other"),
     "device_vendor": ("text", "nvidia, amd or unknown"),
-    "device_compute_capability": ("capability", "compute capability of the first device (e.g. 8.0); 0 when unknown"),
+    "device_compute_capability": ("capability", "compute capability of the first device (e.g. 8.0): from "
+                                  "deviceProperties, else the device name or the kernel names "
+                                  "(device_generation_source); 0 when unknown"),
+    "device_generation": ("text", "GPU architecture (volta, turing, ampere, ada, hopper, blackwell; cdna2, cdna3 on "
+                          "ROCm); '' when unknown"),
+    "device_generation_source": ("text", "where the generation comes from: deviceProperties, device name, "
+                                 "kernel names or unknown"),
+    "device_generation_known": ("bool", "a GPU trace whose generation is known (always false on CPU-only traces)"),
     "device_busy_share": ("share", "share of step time the device runs anything"),
     "world_size": ("count", "ranks in the job (1 when the trace has no distributedInfo)"),
     "has_stacks": ("bool", "the trace has python_function events (with_stack=True)"),
@@ -48,7 +61,19 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_share"] = ("share", f"share of step time attributed to {_c} (the breakdown)")
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
-FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS}
+FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS}
+
+# What a rule may declare it `requires` (rules/*.toml): name -> (the bool fact that says the trace has
+# it, why the rule could not be checked without it). A rule that requires something the trace lacks and
+# that applies to the trace is listed as not checked (docs/rules.md), never skipped silently.
+REQUIREMENTS = {
+    "device_generation": ("device_generation_known", "device generation unknown (no deviceProperties, and no "
+                          "architecture in the device name or the kernel names)"),
+    "run_metadata": ("has_run_metadata", "cores, threads and DataLoader workers unknown (recorded only by "
+                     "`perfsleuth run` or `perfsleuth.profile()`)"),
+    "stacks": ("has_stacks", "no Python stacks (record with with_stack=True)"),
+    "shapes": ("has_shapes", "no input shapes or types (record with record_shapes=True)"),
+}
 
 
 @dataclass
@@ -64,7 +89,7 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
     """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
     ctx = make_context(trace, steps, breakdown)
     facts = Facts()
-    for provider in (core_facts, host_facts, device_facts):
+    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)
@@ -82,12 +107,23 @@ def _device_vendor(trace: Trace) -> str:
     return "unknown"
 
 
+def generation_of(ctx: Context) -> dict:
+    """The device's generation (facts/generation.py), from its properties, name or kernel names."""
+    def make() -> dict:
+        names = of_kind(ctx.trace.events, KERNEL)["name"]
+        kernel_names = [str(n) for n in pd.unique(names.astype(object))] if len(names) else []
+        return device_generation(ctx.trace.devices, _device_vendor(ctx.trace), kernel_names)
+
+    return ctx.cached("generation", make)
+
+
 def core_facts(ctx: Context) -> tuple[dict, dict]:
     trace, st = ctx.trace, ctx.breakdown.steps
     dur = st["duration"].to_numpy(np.float64) / 1000.0
     median = float(np.median(dur)) if len(dur) else 0.0
-    caps = [d.compute_capability for d in trace.devices if d.compute_capability is not None]
     has_device = ctx.breakdown.has_device
+    gpu = bool(has_device and trace.device_type in ("cuda", "rocm"))
+    gen = generation_of(ctx) if gpu else {"compute_capability": 0.0, "generation": "", "source": "unknown"}
     v = {
         "steps": ctx.n_steps,
         "step_source": ctx.steps.source,
@@ -97,10 +133,13 @@ def core_facts(ctx: Context) -> tuple[dict, dict]:
         "step_max_ratio": round(float(dur.max()) / median, 4) if len(dur) > 1 and median > 0 else 1.0,
         "step_slowest_index": int(np.argmax(dur)) if len(dur) else 0,
         "step_excess_us_per_step": round(float(np.clip(dur - median, 0, None).mean()), 3) if len(dur) else 0.0,
-        "device_is_gpu": bool(has_device and trace.device_type in ("cuda", "rocm")),
+        "device_is_gpu": gpu,
         "device_type": trace.device_type,
         "device_vendor": _device_vendor(trace),
-        "device_compute_capability": float(caps[0]) if caps else 0.0,
+        "device_compute_capability": float(gen["compute_capability"]),
+        "device_generation": gen["generation"],
+        "device_generation_source": gen["source"],
+        "device_generation_known": bool(gpu and gen["compute_capability"] > 0),
         "device_busy_share": ctx.share(ctx.breakdown.device_busy_ns.sum()) if has_device else 0.0,
         "world_size": int(trace.world_size) if trace.world_size else 1,
         "has_stacks": bool(trace.has_stacks),

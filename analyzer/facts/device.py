@@ -19,18 +19,24 @@ from ..trace.names import is_comm, is_memory_kernel, used_categories
 from ..trace.selection import of_kind
 from .common import Context, innermost_enclosing
 
-_GEMM = re.compile(r"(?<!fb)gemm|gemv|xmma|hmma|imma|nvjet|cublas|Cijk_|matmul|_mm_|bmm", re.IGNORECASE)
-_CONV = re.compile(r"conv(?!ert)|implicit_convolve|fprop|dgrad|wgrad|winograd", re.IGNORECASE)
+# GEMM: cuBLAS/cuBLASLt/CUTLASS names; ROCm: rocBLAS/hipBLASLt (Tensile `Cijk_…`), Composable Kernel.
+_GEMM = re.compile(r"(?<!fb)gemm|gemv|xmma|hmma|imma|nvjet|cublas|Cijk_|matmul|_mm_|bmm|rocblas|hipblaslt|tensile",
+                   re.IGNORECASE)
+# Convolutions: cuDNN names; MIOpen's implicit-GEMM convolutions (`igemm_fwd|bwd|wrw_…`), naive and
+# assembly kernels, and Composable Kernel's grouped convolutions and backward-weight GEMMs.
+_CONV = re.compile(r"conv(?!ert)|implicit_convolve|fprop|dgrad|wgrad|winograd|igemm_(?:fwd|bwd|wrw)|"
+                   r"(?:^|_)wrw_|xdlops_bwd_weight|bwd_weight_xdl", re.IGNORECASE)
 _ATTENTION = re.compile(r"flash|attention|fmha|sdpa", re.IGNORECASE)
-_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose", re.IGNORECASE)
+_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|batched_transpose|transpose_(?:nchw|cnhw|nhwc)",
+                     re.IGNORECASE)
 SHORT_KERNEL_NS = 10_000  # a "short" kernel runs under 10 µs
 
 # Kernel-name dtype hints, first match wins (case-insensitive). FP32 inputs running on TF32 tensor
 # cores are "tf32"; plain FP32 (SIMT) GEMMs are "fp32". Both count as FP32 GEMMs for the amp rule.
 KERNEL_DTYPE_HINTS = (
     ("fp8", r"fp8|e4m3|e5m2|float8"),
-    ("bf16", r"bf16|bfloat16"),
-    ("fp16", r"fp16|f16|half|h884|h1688|h16816|hmma|s884"),
+    ("bf16", r"bf16|bfloat16|_bbs_|_bss_|_bb_"),
+    ("fp16", r"fp16|f16|half|h884|h1688|h16816|hmma|s884|_hhs_|_hss_|_hh_"),
     ("int8", r"int8|i8816|imma|i8i8"),
     ("tf32", r"tf32|s1688|s16816"),
     ("fp32", r"sgemm|f32f32|<float|simt|scudnn|_sb_|float"),

@@ -10,7 +10,7 @@ from ..trace.model import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from ..trace.names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, is_copy_call, is_dataloader, name_mask, parse_memcpy
 from ..trace.selection import of_kind
 from .common import Context, innermost_enclosing, intersect, launched_inside, overlap_ns, span
-from .locations import sync_sites
+from .locations import sites, sites_under, sync_sites
 
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
@@ -66,7 +66,21 @@ def host_facts(ctx: Context) -> tuple[dict, dict]:
         v.update(part(ctx))
     sync_v, tables = _syncs(ctx)
     v.update(sync_v)
+    tables.update(_code_sites(ctx))
     return v, tables
+
+
+def _code_sites(ctx: Context) -> dict:
+    """Where in the user's code the DataLoader work, the copies and zero_grad come from."""
+    dl = _named(ctx.kind(ANNOTATION, CPU_OP), is_dataloader)
+    c = copy_calls(ctx)
+    h2d = c[c["direction"].eq("HtoD")]
+    pinned = h2d[h2d["src"].eq("Pinned")]
+    blocking = pinned[pinned["name"].astype(str).isin(BLOCKING_COPY_CALLS) | pinned["then_sync"]]
+    return {"dataloader_sites": sites_under(ctx.trace, dl, ctx.n_steps),
+            "pageable_copy_sites": sites(ctx.trace, h2d[h2d["src"].eq("Pageable")], ctx.n_steps),
+            "blocking_copy_sites": sites(ctx.trace, blocking, ctx.n_steps),
+            "zero_grad_sites": sites(ctx.trace, _windows_named(ctx, ZERO_GRAD_PREFIX), ctx.n_steps)}
 
 
 def _named(ev: pd.DataFrame, pred) -> pd.DataFrame:
@@ -218,7 +232,7 @@ def _optimizer(ctx: Context) -> dict:
     return {
         "optimizer_name": name,
         "optimizer_fused": "fused" in name.lower() or _fused_ops_inside(ctx, win),
-        "optimizer_us_per_step": ctx.per_step_us(iv.total(win)),
+        "optimizer_us_per_step": ctx.per_step_us(ctx.in_steps_ns(win)),
         "optimizer_kernels_per_step": ctx.per_step(int((kernels["kind"] == KERNEL).sum())),
     }
 
@@ -243,7 +257,7 @@ def _zero_grad(ctx: Context) -> dict:
     memsets = ctx.kind(MEMSET)
     return {
         "zero_grad_calls_per_step": ctx.per_step(len(zg)),
-        "zero_grad_us_per_step": ctx.per_step_us(iv.total(win)),
+        "zero_grad_us_per_step": ctx.per_step_us(ctx.in_steps_ns(win)),
         "zero_grad_fill_ops_per_step": ctx.per_step(len(fills)),
         "zero_grad_device_us_per_step": ctx.per_step_us(dev["dur"].sum()),
         "memsets_per_step": ctx.per_step(len(memsets)),

@@ -1,29 +1,45 @@
-"""Source lines from python stacks: where in the user's code a sync (or any host event) happened.
+"""Source lines from python stacks: where in the user's code a cause lies.
 
 With `with_stack=True` the trace holds `python_function` events named `file.py(57): func` (and
 `<built-in method item of Tensor object at 0x…>` for C calls) linked by `Python parent id`. For each
 event of interest we take the innermost python frame on the same thread that encloses it in time,
 then walk `py_parent` up to the first frame whose file is neither torch's nor the standard library's
 (`train.py:57 in train_step`). Walks are vectorised over events; loops run over stack depth only.
+
+Which line a frame names: the profiler names a frame by its function's first line (`def`, or its
+first decorator), except frames that were already running when tracing started: those carry the line
+they were executing at that moment (in a training loop, usually the `prof.step()` or
+`optimizer.step()` line that started the profiler). Every location says which (`line_kind`:
+"function" or "running").
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from ..analysis import intervals as iv
 from ..trace.model import PYTHON, Trace
 from ..trace.names import name_mask
-from ..trace.selection import of_kind
-from .common import last_started
+from ..trace.selection import derived, of_kind
+from .common import last_started, thread_key
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
-_LIBRARY_ROOTS = frozenset({"torch"})
+_LIBRARY_ROOTS = frozenset({"torch", "perfsleuth"})
+# perfsleuth's own frames (`perfsleuth run` records the machine facts inside the step) are not the user's,
+# wherever the package lives (an editable checkout is not named perfsleuth).
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
+# The frame the profiler starts tracing from: everything running above it was already running.
+# (`record_function.__enter__` lives in the same file and must not match.)
+_PROFILER_START = re.compile(r"(?:^|/)torch/autograd/profiler\.py\(\d+\): (?:_start_trace|_prepare_trace)$")
 MAX_DEPTH = 512
 MAX_SITES = 10
+LINE_KINDS = {"function": "the function's first line", "running": "the line running when tracing started"}
 
 
 def parse_frame(name: str):
@@ -37,7 +53,10 @@ def is_user_frame(name: str) -> bool:
     frame = parse_frame(name)
     if frame is None or frame[0].startswith("<"):
         return False
-    parts = frame[0].replace("\\", "/").split("/")
+    path = frame[0].replace("\\", "/")
+    if path.startswith(_OWN_DIR):
+        return False
+    parts = path.split("/")
     if any(p in _LIBRARY_ROOTS for p in parts[:-1]):
         return False
     if "site-packages" not in parts and any(p.startswith("python3") for p in parts[:-1]):
@@ -46,16 +65,51 @@ def is_user_frame(name: str) -> bool:
     return top not in sys.stdlib_module_names
 
 
+def _python(trace: Trace) -> pd.DataFrame:
+    return derived(trace.events, ("python",), lambda: of_kind(trace.events, PYTHON).reset_index(drop=True))
+
+
+def _tree(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """For the frames of `_python(trace)`: the row of each frame's parent (-1 for none), and which
+    frames are user code; once per analysis (several tables of source locations need them)."""
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        py = _python(trace)
+        ids, parent = py["py_id"].to_numpy(np.int64), py["py_parent"].to_numpy(np.int64)
+        order = np.argsort(ids, kind="stable")
+        pos = np.clip(np.searchsorted(ids[order], parent), 0, len(ids) - 1)
+        rows = np.where(ids[order][pos] == parent, order[pos], -1) if len(ids) else parent
+        return rows, name_mask(py["name"], is_user_frame)
+
+    return derived(trace.events, ("python_tree",), make)
+
+
+def startup_names(trace: Trace) -> frozenset:
+    """Names of the python frames that were already running when tracing started (their line is the
+    line they were on then, not their function's first line): the frames that enclose the profiler's own
+    start frame (`torch/autograd/profiler.py: _start_trace`). A trace without that frame (older torch,
+    edited traces) gives none: its lines are taken as function lines."""
+    return derived(trace.events, ("startup_names",), lambda: _startup_names(trace))
+
+
+def _startup_names(trace: Trace) -> frozenset:
+    py = _python(trace)
+    if py.empty:
+        return frozenset()
+    start = py[name_mask(py["name"], lambda n: bool(_PROFILER_START.search(n)))]
+    if start.empty:
+        return frozenset()
+    t0 = int(start["ts"].min())
+    hit = (py["ts"].to_numpy() <= t0) & (py["end"].to_numpy() >= t0)
+    return frozenset(py.loc[hit, "name"].astype(str))
+
+
 def user_frames(trace: Trace, points: pd.DataFrame) -> pd.Series:
     """For each row of `points` (ts, pid, tid): the name of the first user frame enclosing it ('' if none)."""
-    py = of_kind(trace.events, PYTHON).reset_index(drop=True)
+    py = _python(trace)
     if py.empty or points.empty:
         return pd.Series([""] * len(points), dtype=object)
-    ids, parent = py["py_id"].to_numpy(np.int64), py["py_parent"].to_numpy(np.int64)
-    order = np.argsort(ids, kind="stable")
-    pos = np.clip(np.searchsorted(ids[order], parent), 0, len(ids) - 1)
-    parent_row = np.where(ids[order][pos] == parent, order[pos], -1)
-    end, user = py["end"].to_numpy(np.int64), name_mask(py["name"], is_user_frame)
+    parent_row, user = _tree(trace)
+    end = py["end"].to_numpy(np.int64)
     t = points["ts"].to_numpy(np.int64)
     cur = last_started(points, py)
     for need_user in (False, True):  # first up to a frame that encloses the point, then up to user code
@@ -69,20 +123,64 @@ def user_frames(trace: Trace, points: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(cur >= 0, names[np.clip(cur, 0, None)], ""), dtype=object)
 
 
-def sites(trace: Trace, points: pd.DataFrame, n_steps: int) -> list:
-    """Call sites of `points`, most frequent first: [{file, line, function, count, count_per_step}]."""
+def location_rows(by_name: pd.DataFrame, n_steps: int, startup: frozenset) -> list:
+    """Location rows from a frame-name-indexed frame with `count` and optionally `ns` columns."""
+    out = []
+    for name, r in by_name.head(MAX_SITES).iterrows():
+        file, line, func = parse_frame(name)
+        row = {"file": file, "line": line, "function": func, "count": int(r["count"]),
+               "count_per_step": round(float(r["count"]) / n_steps, 3) if n_steps else float(r["count"]),
+               "line_kind": "running" if name in startup else "function"}
+        if "ns" in r:
+            row["us_per_step"] = round(float(r["ns"]) / 1000.0 / n_steps, 3) if n_steps else float(r["ns"]) / 1000.0
+        out.append(row)
+    return out
+
+
+def sites(trace: Trace, points: pd.DataFrame, n_steps: int, weights: Optional[np.ndarray] = None) -> list:
+    """Call sites of `points`, most frequent (or, with `weights` in ns, most time) first:
+    [{file, line, function, count, count_per_step, line_kind[, us_per_step]}]."""
     if not trace.has_stacks or points.empty:
         return []
-    frames = user_frames(trace, points)
-    counts = frames[frames != ""].value_counts()
-    out = []
-    for name, count in counts.head(MAX_SITES).items():
-        file, line, func = parse_frame(name)
-        out.append({"file": file, "line": line, "function": func, "count": int(count),
-                    "count_per_step": round(count / n_steps, 3) if n_steps else float(count)})
-    return out
+    frames = user_frames(trace, points).to_numpy()
+    keep = frames != ""
+    df = pd.DataFrame({"name": frames[keep], "count": 1})
+    if weights is not None:
+        df["ns"] = np.asarray(weights, dtype=np.float64)[keep]
+    agg = df.groupby("name").sum().sort_values("ns" if weights is not None else "count", ascending=False)
+    return location_rows(agg, n_steps, startup_names(trace))
 
 
 def sync_sites(trace: Trace, reads: pd.DataFrame, n_steps: int) -> list:
     """Where the scalar reads (aten::item / _local_scalar_dense) come from in the user's code."""
     return sites(trace, reads, n_steps)
+
+
+def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
+    """The user code that runs inside `windows` (host events such as the DataLoader's `__next__`): the
+    outermost user frames inside them (a Dataset's `__getitem__` / `__iter__`, a custom `collate_fn`),
+    by time: [{file, line, function, count, count_per_step, us_per_step, line_kind}]."""
+    py = _python(trace)
+    if not trace.has_stacks or py.empty or windows.empty:
+        return []
+    same = np.isin(thread_key(py), np.unique(thread_key(windows)))
+    win = iv.merge(windows["ts"].to_numpy(np.int64), windows["end"].to_numpy(np.int64))
+    ts = py["ts"].to_numpy(np.int64)
+    inside = same & iv.covers(win, ts)
+    parent_row, user = _tree(trace)
+    cand = np.flatnonzero(inside & user)
+    cur, nested = parent_row[cand], np.zeros(len(cand), dtype=bool)
+    for _ in range(MAX_DEPTH):  # climb while still inside the window: a user frame above means nested
+        c = np.clip(cur, 0, None)
+        up = (cur >= 0) & inside[c]
+        if not up.any():
+            break
+        nested |= up & user[c]
+        cur = np.where(up & ~nested, parent_row[c], -1)
+    top = cand[~nested]
+    if not len(top):
+        return []
+    df = pd.DataFrame({"name": py["name"].astype(str).to_numpy()[top], "count": 1,
+                       "ns": py["dur"].to_numpy(np.float64)[top]})
+    agg = df.groupby("name").sum().sort_values("ns", ascending=False)
+    return location_rows(agg, n_steps, startup_names(trace))

@@ -70,7 +70,8 @@ def render_html(report: dict) -> str:
     body = Markup(env.get_template("_body.html.j2").render(v))  # our own autoescaped output
     title = f"perfsleuth: {v['verdict']} — {shorten(str(v['trace'].get('path') or 'trace'), 80)}"
     return env.get_template("report.html.j2").render(
-        page_title=title, bodies=[body], index=None, version=str((report.get("tool") or {}).get("version") or ""),
+        page_title=title, bodies=[body], index=None, ranks=None,
+        version=str((report.get("tool") or {}).get("version") or ""),
         schema=str(report.get("schema") or "perfsleuth/report@1"))
 
 
@@ -91,6 +92,13 @@ def view(report: dict, pid: str = "") -> dict:
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
         "verdict_reason": report.get("verdict_reason") or "",
+        "degree": str(report.get("degree") or ""),
+        "verdict_text": str(report.get("verdict_text") or ""),
+        "host_statement": shorten(str((report.get("host_time") or {}).get("statement") or ""), 2000)
+        if isinstance(report.get("host_time"), dict) else "",
+        "not_checked": [{"rule": str(n.get("rule") or "?"), "title": str(n.get("title") or ""),
+                         "reason": shorten(str(n.get("reason") or ""), 500)}
+                        for n in (report.get("not_checked") or [])[:MAX_WARNINGS] if isinstance(n, dict)],
         "step_time": {k: step_time.get(k) for k in ("median", "mean", "p90")},
         "device_busy": number(summary.get("device_busy")),
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),

@@ -16,6 +16,7 @@ from . import present
 from .escape import shorten
 from .html import _environment, _verdict_class, view
 from .present import member_path, set_order
+from .ranks_html import ranks_view
 
 MAX_PAGE_BYTES = 1_000_000  # the whole page, index and every section (docs/reports.md)
 COMPACT_FINDINGS = 5  # findings listed in a compact section (title, estimate, rule)
@@ -28,12 +29,14 @@ def render_set_html(data: dict) -> str:
     skipped = [{"path": str(s.get("path")), "problem": str(s.get("problem"))}
                for s in (data.get("skipped") or [])[:50] if isinstance(s, dict)]
 
+    ranks = ranks_view(data)  # the cross-rank section (ranks_html.py), above the sections
+
     def page(kept_rows: list, sections: list, counts: dict) -> str:
         index = {"path": str(data.get("path") or ""), "count": len(reports), "rows": kept_rows, "skipped": skipped,
                  "budget": f"{MAX_PAGE_BYTES / 1e6:g} MB", **counts}
         title = f"perfsleuth: {len(reports)} traces — {shorten(index['path'], 80)}"
         return env.get_template("report.html.j2").render(
-            page_title=title, bodies=sections, index=index, version=str((data.get("tool") or {}).get("version") or ""),
+            page_title=title, bodies=sections, index=index, ranks=ranks, version=str((data.get("tool") or {}).get("version") or ""),
             schema=str(data.get("schema") or "perfsleuth/report-set@1"))
 
     counts = {"full": 0, "compact": 0, "rows_only": 0, "more": 0}

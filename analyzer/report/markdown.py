@@ -13,6 +13,7 @@ from ..config import CATEGORIES
 from . import present
 from .escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from .present import CATEGORY_LABELS, fmt_pct, fmt_speedup, fmt_us, number
+from .ranks_text import render_ranks_markdown
 
 MAX_CHARS = 60_000
 MAX_FINDINGS = 10
@@ -40,7 +41,7 @@ def render_markdown(report: dict) -> str:
 
 def _render_one(report: dict, max_chars: int) -> str:
     """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped)."""
-    head = "\n\n".join(p for p in (_headline(report), _warnings(report), _categories(report)) if p)
+    head = "\n\n".join(p for p in (_headline(report), _warnings(report), _not_checked(report), _categories(report)) if p)
     tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report)))
     budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
@@ -61,6 +62,9 @@ def _render_set(report_set: dict) -> str:
         if isinstance(s, dict):
             lines.append(f"\n- skipped {md_code(s.get('path'), 120)}: {md_text(s.get('problem'), 200)}")
     out = "\n".join(lines)
+    cross = render_ranks_markdown(report_set)
+    if cross:
+        out += "\n\n" + cross
     for i, r in enumerate(reports):
         if MAX_CHARS - len(out) < SET_SECTION_CHARS + 200:
             out += f"\n\n_… {len(reports) - i} more trace summaries in report.json._"
@@ -74,12 +78,17 @@ def _headline(report: dict) -> str:
     step = (summary.get("step_time_us") or {}).get("median")
     busy = number(summary.get("device_busy"))
     busy_text = fmt_pct(busy) if busy is not None else "n/a (CPU only)"
+    degree = f" ({md_text(report['degree'], 20)})" if report.get("degree") else ""
     lines = [
-        f"### perfsleuth: {md_code(report.get('verdict') or 'unknown', 40)} · median step "
+        f"### perfsleuth: {md_code(report.get('verdict') or 'unknown', 40)}{degree} · median step "
         f"**{fmt_us(step)}** · device busy **{busy_text}**"
     ]
-    if report.get("verdict_reason"):
-        lines.append(f"> {md_text(report['verdict_reason'], 600)}")
+    said = [md_text(report[k], 600) for k in ("verdict_text", "verdict_reason") if report.get(k)]
+    if said:
+        lines.append("> " + "  \n> ".join(said))
+    statement = (report.get("host_time") or {}).get("statement") if isinstance(report.get("host_time"), dict) else ""
+    if statement:
+        lines.append(f"**Host time:** {md_text(statement, 1500)}")
     findings = _finding_list(report)
     if findings:
         top = findings[0]
@@ -97,6 +106,15 @@ def _impact(f: dict) -> str:
     if number(f.get("estimated_saving_us")) is not None:
         parts.append(f"saves {fmt_us(f.get('estimated_saving_us'))} per step")
     return ", ".join(parts) or "no estimate"
+
+
+def _not_checked(report: dict) -> str:
+    """Rules that could not be checked for lack of a fact (never skipped silently)."""
+    rows = [n for n in report.get("not_checked") or [] if isinstance(n, dict)]
+    if not rows:
+        return ""
+    return "\n".join(["**Not checked**", ""] + [f"- {md_code(n.get('rule') or '?', 60)} — {md_text(n.get('reason'), 300)}"
+                                               for n in rows[:MAX_WARNINGS]])
 
 
 def _warnings(report: dict) -> str:

@@ -9,23 +9,21 @@ import contextlib
 import gc
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ..analysis.attribution import Breakdown
+from ..analysis.ranks import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
+from ..analysis.tables import us as _us
 from ..config import CATEGORIES
 from ..trace.model import Trace
 from ..version import __version__
 
 SCHEMA = "perfsleuth/report@1"
 SET_SCHEMA = "perfsleuth/report-set@1"
-
-
-def _us(ns) -> float:
-    return round(float(ns) / 1000.0, 3)
 
 
 @dataclass
@@ -39,6 +37,13 @@ class Report:
     top_kernels: list = field(default_factory=list)
     top_ops: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
+    degree: Optional[str] = None  # low | moderate | high: how much of the step the verdict's category takes
+    verdict_text: str = ""  # the verdict in words: "moderately dataloader-bound: 14% of each step waits ..."
+    not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
+    host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement
+    generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
+    # What the cross-rank analysis needs from this rank (analysis/ranks.py); survives slim().
+    rank_summary: Optional[RankSummary] = None
 
     def slim(self) -> "Report":
         """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
@@ -76,14 +81,21 @@ class Report:
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
                       "compute_capability": caps[0] if caps else None, "rank": t.rank,
                       "world_size": t.world_size, "events": int(t.event_count),
-                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes},
+                      "has_stacks": t.has_stacks, "has_shapes": t.has_shapes,
+                      "generation": self.generation.get("name"),
+                      "generation_source": self.generation.get("source", "unknown"),
+                      "compute_capability_inferred": self.generation.get("compute_capability")},
             "steps_source": self.steps.source,
             "steps": None,  # below: built from the columns (a trace may hold 300,000 steps)
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
                         "device_busy": self.device_busy},
             "verdict": self.verdict,
+            "degree": self.degree,
+            "verdict_text": self.verdict_text,
             "verdict_reason": self.verdict_reason,
             "findings": self.findings,
+            "not_checked": self.not_checked,
+            "host_time": self.host_time,
             "top_kernels": self.top_kernels,
             "top_ops": self.top_ops,
             "warnings": self.warnings,
@@ -146,8 +158,12 @@ class ReportSet:
     path: str
     reports: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
+    cross: Optional[Any] = None  # analysis.stragglers.CrossRank: the ranks read together (docs/ranks.md)
 
     def to_dict(self) -> dict:
-        return {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
-                "path": self.path, "reports": [r.to_dict() for r in self.reports],
-                "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        out = {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
+               "path": self.path, "reports": [r.to_dict() for r in self.reports],
+               "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+        if self.cross is not None:
+            out.update(_clean(self.cross.to_dict()))
+        return out

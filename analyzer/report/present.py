@@ -146,8 +146,12 @@ def _paragraph(lines: list[str]) -> dict:
     return {"kind": "text", "parts": parts}
 
 
+LINE_KINDS = {"function": "first line of the function",
+              "running": "the line it was on when tracing started, not the call"}
+
+
 def location_text(loc: Any) -> str:
-    """`train.py:57 in train_step` from a finding location dict."""
+    """`train.py:57 in train_step (first line of the function)` from a finding location dict."""
     if not isinstance(loc, dict):
         return str(loc)
     where = str(loc.get("file") or "?")
@@ -155,6 +159,9 @@ def location_text(loc: Any) -> str:
         where += f":{loc['line']}"
     if loc.get("function"):
         where += f" in {loc['function']}"
+    kind = LINE_KINDS.get(str(loc.get("line_kind")))
+    if kind and loc.get("line") is not None:
+        where += f" ({kind})"
     return where
 
 

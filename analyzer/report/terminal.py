@@ -6,7 +6,7 @@ import os
 
 from ..config import CATEGORIES
 from .escape import terminal
-from .present import member_path, set_order
+from .present import location_text, member_path, set_order
 
 BAR_WIDTH = 30
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -68,7 +68,14 @@ def render_terminal(report: dict) -> str:
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
     if t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
-    lines += ["", f"verdict: {_clean(report['verdict'].upper())}", f"  {_clean(report.get('verdict_reason', ''))}"]
+    degree = f" ({_clean(report['degree'])})" if report.get("degree") else ""
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}"]
+    if report.get("verdict_text"):
+        lines.append(f"  {_clean(report['verdict_text'])}")
+    lines.append(f"  {_clean(report.get('verdict_reason', ''))}")
+    statement = (report.get("host_time") or {}).get("statement")
+    if statement:
+        lines.append(f"  {_clean(statement)}")
     findings = report.get("findings") or []
     if findings:
         lines += ["", "findings:"]
@@ -76,6 +83,10 @@ def render_terminal(report: dict) -> str:
             gain = f.get("estimated_speedup")
             gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
             lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}{gain_txt}")
+            for loc in (f.get("locations") or [])[:2]:
+                lines.append(f"      at {_clean(location_text(loc))}")
+    for n in report.get("not_checked") or []:
+        lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in report.get("warnings") or []:
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)

@@ -38,6 +38,10 @@ class _Args(msgspec.Struct, gc=False):
     python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
     input_type: Optional[list[str]] = msgspec.field(default=None, name="Input type")
     name: Optional[str] = None  # metadata events: process / thread name
+    # Collectives (record_param_comms and, in newer traces, NCCL kernels): the process group, and the
+    # collective's sequence number in it where the trace records one (analysis/ranks.py matches on them).
+    pg: Optional[str] = msgspec.field(default=None, name="Process Group Name")
+    seq: int = msgspec.field(default=-1, name="Seq")
 
 
 class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
@@ -85,7 +89,7 @@ _HEADER = msgspec.json.Decoder(Header)
 _SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
 _STRICT = msgspec.json.Decoder(list[_EVENT])
 _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
-INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent")
+INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent", "seq")
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -269,9 +273,18 @@ def _strict_columns(evs: list) -> dict:
         "py_id": _ints(map(attrgetter("python_id"), args), n),
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
         "input_type": list(map(attrgetter("input_type"), args)),
+        **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
         "meta": meta,
         "entries": len(evs),
     }
+
+
+def _comm_columns(pgs: list, args: list, n: int) -> dict:
+    """Process group (None when absent) and sequence number (-1) of each event. Few events carry
+    them: a piece without any (list.count runs in C) skips reading the sequence numbers."""
+    if pgs.count(None) == n:
+        return {"pg": pgs, "seq": np.full(n, -1, dtype=np.int64)}
+    return {"pg": pgs, "seq": _ints(map(attrgetter("seq"), args), n)}
 
 
 def _lax_int(v) -> int:
@@ -328,6 +341,8 @@ def _lax_columns(items: list) -> dict:
         "corr": arg("correlation"), "ext": arg("External id"), "bytes": arg("bytes"),
         "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
         "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
+        "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
+        "seq": arg("Seq"),
         "meta": meta,
         "skipped": len(items) - len(evs),
         "entries": len(items),

@@ -22,7 +22,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import document, files, kineto, validate
+from . import document, files, kineto, sources, validate
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ class Trace:
     name -- categorical;  pid, tid -- int64 (-1 where the trace used a string);
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
     py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
-    "Input type" of cpu ops joined with "," ("" when not recorded).
+    "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
+    name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent).
     """
 
     path: str
@@ -85,6 +86,8 @@ class Trace:
     rank: Optional[int] = None
     world_size: Optional[int] = None
     backend: Optional[str] = None
+    # distributedInfo.pg_config: process group name -> the global ranks in it ({} when not recorded)
+    process_groups: dict = field(default_factory=dict)
     thread_names: dict = field(default_factory=dict)
     has_stacks: bool = False
     has_shapes: bool = False
@@ -130,13 +133,17 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
 
     `progress(done, total)` is called after each chunk of events (for a progress bar; only the ratio
     means anything). `jobs` > 1 decodes the chunks of a large trace in that many forked processes."""
-    path = Path(path)
     warnings: list[str] = []
-    buf = kineto.read_file(path)
+    path = sources.local_path(os.fspath(path))
+    if sources.is_url(path):
+        buf = sources.read_url(path)  # bytes: decoded like a local file's
+    else:
+        path = Path(path)
+        buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
     # absolute: a report read later, from another folder, still names the right file
-    trace = Trace(path=os.path.abspath(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
+    trace = Trace(path=sources.absolute(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
     frames = [_take_chunk(out, trace) for out in outs]
     del outs
@@ -186,6 +193,16 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
         trace.rank = _int_or_none(dist.get("rank"))
         trace.world_size = _int_or_none(dist.get("world_size"))
         trace.backend = str(dist["backend"]) if dist.get("backend") is not None else None
+        trace.process_groups = _process_groups(dist.get("pg_config"))
+
+
+def _process_groups(config) -> dict:
+    """{pg_name: [ranks]} from distributedInfo.pg_config (a list of {pg_name, ranks, ...})."""
+    out: dict = {}
+    for g in config if isinstance(config, list) else []:
+        if isinstance(g, dict) and g.get("pg_name") is not None and isinstance(g.get("ranks"), list):
+            out[str(g["pg_name"])] = [r for r in (_int_or_none(x) for x in g["ranks"]) if r is not None]
+    return out
 
 
 def _empty_frame() -> pd.DataFrame:
@@ -193,6 +210,7 @@ def _empty_frame() -> pd.DataFrame:
     cols["kind"] = pd.Series(dtype="int8")
     cols["name"] = pd.Series(dtype="category")
     cols["in_type"] = pd.Series(dtype="category")
+    cols["pg"] = pd.Series(dtype="category")
     return pd.DataFrame(cols)
 
 
@@ -204,7 +222,7 @@ def _kinds(cats: list) -> np.ndarray:
 
 _FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
 _NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
-_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "end")  # the frame's columns
+_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "pg", "end")  # the frame's columns
 
 
 def _chunk_frame(c: dict) -> tuple:
@@ -221,7 +239,16 @@ def _chunk_frame(c: dict) -> tuple:
     cols["kind"] = kind[keep]
     cols["name"] = pd.Categorical(names[keep])
     cols["in_type"] = pd.Categorical(in_type[keep])
+    cols["pg"] = _pg_column(c["pg"], keep)
     return cols, c["meta"], c.get("skipped", 0)
+
+
+def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
+    n = int(keep.sum())
+    if pgs.count(None) == len(pgs):  # the common case: no collective in this chunk
+        return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""])
+    values = np.array(["" if p is None else p for p in pgs], dtype=object)
+    return pd.Categorical(values[keep])
 
 
 def _take_chunk(out: tuple, trace: Trace) -> dict:
@@ -244,10 +271,12 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     cols = {k: np.concatenate([f[k] for f in frames]) for k in _NUMERIC}
     names = union_categoricals([f["name"] for f in frames])
     in_types = union_categoricals([f["in_type"] for f in frames])
+    pgs = union_categoricals([f["pg"] for f in frames])
     frames.clear()  # the caller's list: each column is held once from here on
     if "" not in in_types.categories:
         in_types = in_types.add_categories([""])
     cols["name"] = names
+    cols["pg"] = pgs
     cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
     rows = _normalise_times(cols, trace)
     if rows is None:

@@ -24,6 +24,10 @@ DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 _MEMCPY = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 _COMM = re.compile(r"nccl|rccl|c10d::|gloo:|record_param_comms", re.IGNORECASE)
 _MEMORY_KERNEL = re.compile(r"^(Memcpy|Memset)\b")
+# A collective's kind from its span (`gloo:all_reduce`, `nccl:_all_gather_base`) or its kernel
+# (`ncclKernel_AllReduce_RING_LL_Sum_float(...)`, `ncclDevKernel_AllGather_RING_LL(...)`, RCCL's).
+_BACKEND_SPAN = re.compile(r"^(?:nccl|rccl|gloo|mpi|ucc|xccl):(\w+)")
+_COMM_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 
 
 def parse_memcpy(name: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
@@ -36,6 +40,13 @@ def parse_memcpy(name: str) -> tuple[Optional[str], Optional[str], Optional[str]
 
 def is_comm(name: str) -> bool:
     return bool(_COMM.search(name))
+
+
+def collective_kind(name: str) -> Optional[str]:
+    """'gloo:all_reduce' and 'ncclKernel_AllReduce_RING_LL_Sum_float(...)' -> 'allreduce'; None when
+    the name is no collective span or kernel. ('_all_gather_base' -> 'allgatherbase'.)"""
+    m = _BACKEND_SPAN.match(name) or _COMM_KERNEL.match(name)
+    return m.group(1).replace("_", "").lower() if m else None
 
 
 def is_memory_kernel(name: str) -> bool:

@@ -53,3 +53,8 @@ def of_kind(ev: pd.DataFrame, *kinds: int) -> pd.DataFrame:
     """The rows of `ev` whose kind is one of `kinds`, in table order with their index."""
     kinds = tuple(sorted(set(kinds)))
     return _memoised(ev, ("kind",) + kinds, lambda: ev[kind_mask(ev, kinds)])
+
+
+def derived(ev: pd.DataFrame, key: tuple, make: Callable[[], object]):
+    """Anything computed from the event table `ev` once per analysis (inside `memo()`), like `of_kind`."""
+    return _memoised(ev, ("derived",) + key, make)

@@ -1,0 +1,92 @@
+"""Facts about op dispatch: how many ops the step runs, how small they are, and how much of the step
+goes to small ops and the Python between them.
+
+An op called from Python (an "outermost" op: no other op of the same thread encloses it) pays a fixed
+cost -- Python, argument parsing, the dispatcher, allocation -- of several microseconds whatever it
+computes. A step made of hundreds of them spends its time on that cost (`tiny-ops`). The ops an
+outermost op calls in turn (`aten::linear` -> `aten::addmm`) are counted in `ops_per_step` only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import intervals as iv
+from ..analysis.steps import OPTIMIZER_PREFIX
+from ..trace.model import ANNOTATION, CPU_OP
+from ..trace.names import name_mask
+from .common import Context, span, thread_key
+from .locations import sites
+
+SMALL_OP_NS = 100_000  # an outermost op under 100 µs is "small": its fixed cost is a large part of it
+SMALL_GAP_NS = 100_000  # Python between two small ops shorter than this belongs to the loop that runs them
+
+OP_FACTS = {
+    "ops_per_step": ("count/step", "cpu ops dispatched (every op, those called by other ops included)"),
+    "ops_top_per_step": ("count/step", "outermost cpu ops: ops called from Python, not from inside another op"),
+    "op_top_median_us": ("us", "median duration of an outermost op"),
+    "op_top_mean_us": ("us", "mean duration of an outermost op (a few slow ops pull it far above the median)"),
+    "ops_small_per_step": ("count/step", "outermost ops shorter than 100 µs"),
+    "tiny_ops_us_per_step": ("us/step", "time in outermost ops shorter than 100 µs plus the Python gaps (< 100 µs) "
+                             "between two of them on the same thread"),
+    "tiny_ops_share": ("share", "tiny_ops_us_per_step / step time"),
+    "optimizer_ops_per_step": ("count/step", "outermost cpu ops inside Optimizer.step (one or more per parameter "
+                               "tensor without foreach/fused)"),
+}
+
+
+def outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops no other op of the same thread encloses, sorted by (thread, start)."""
+    if ops.empty:
+        return ops
+    key = thread_key(ops)
+    order = np.lexsort((ops["ts"].to_numpy(np.int64), key))
+    o = ops.iloc[order]
+    k, ts, end = key[order], o["ts"].to_numpy(np.int64), o["end"].to_numpy(np.int64)
+    run_max = pd.Series(end).groupby(k).cummax().to_numpy()  # latest end so far within each thread
+    prev = np.empty_like(run_max)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = run_max[:-1]
+    first_of_thread = np.r_[True, k[1:] != k[:-1]]
+    return o[first_of_thread | (ts >= prev)]
+
+
+def dispatched(ctx: Context) -> pd.DataFrame:
+    """cpu ops in the steps that are ops (`aten::add`, `autograd::engine::…`, `c10d::…`), not
+    record_function labels that old traces store as ops (`ProfilerStep#3`, `Optimizer.step#SGD.step`)."""
+    def make() -> pd.DataFrame:
+        ops = ctx.kind(CPU_OP)
+        return ops[name_mask(ops["name"], lambda n: "::" in n)]
+
+    return ctx.cached("dispatched_ops", make)
+
+
+def op_facts(ctx: Context) -> tuple[dict, dict]:
+    ops = dispatched(ctx)
+    top = ctx.cached("outermost_ops", lambda: outermost(ops))
+    dur = top["dur"].to_numpy(np.int64)
+    small = dur < SMALL_OP_NS
+    key = thread_key(top)
+    ts, end = top["ts"].to_numpy(np.int64), top["end"].to_numpy(np.int64)
+    gap = np.r_[ts[1:] - end[:-1], 0] if len(ts) else ts
+    loop = np.r_[(key[1:] == key[:-1]) & small[1:], False] & small & (gap > 0) & (gap < SMALL_GAP_NS)
+    tiny_ns = int(dur[small].sum()) + int(gap[loop].sum())
+    ann = ctx.kind(ANNOTATION, CPU_OP)
+    opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
+    opt_win = span(opt)
+    in_opt = iv.covers(opt_win, ts)
+    values = {
+        "ops_per_step": ctx.per_step(len(ops)),
+        "ops_top_per_step": ctx.per_step(len(top)),
+        "op_top_median_us": round(float(np.median(dur)) / 1000.0, 3) if len(dur) else 0.0,
+        "op_top_mean_us": round(float(dur.mean()) / 1000.0, 3) if len(dur) else 0.0,
+        "ops_small_per_step": ctx.per_step(int(small.sum())),
+        "tiny_ops_us_per_step": ctx.per_step_us(tiny_ns),
+        "tiny_ops_share": ctx.share(tiny_ns),
+        "optimizer_ops_per_step": ctx.per_step(int(in_opt.sum())),
+    }
+    small_ops = top[small]
+    weights = small_ops["dur"].to_numpy(np.float64)
+    return values, {"small_op_sites": sites(ctx.trace, small_ops, ctx.n_steps, weights=weights),
+                    "optimizer_sites": sites(ctx.trace, opt, ctx.n_steps)}

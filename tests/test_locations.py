@@ -1,0 +1,97 @@
+"""Source locations: which line a frame names (function start, or the line it was on when tracing
+started), the Dataset code under the DataLoader's __next__, and every renderer saying which it is."""
+
+from perfsleuth.api import analyze_file
+from perfsleuth.facts.locations import is_user_frame
+from perfsleuth.report.html import render_html
+from perfsleuth.report.markdown import render_markdown
+from perfsleuth.report.present import location_text
+from perfsleuth.report.terminal import render_terminal
+from tracebuilder_rules import SINGLE_LOADER, RuleTraceBuilder, analyze, fired
+
+
+def loader_trace() -> RuleTraceBuilder:
+    """How `perfsleuth run` records a loop: train() and the script were running when the profiler started
+    (inside torch/autograd/profiler.py _start_trace); each step's DataLoader __next__ calls the Dataset's
+    __getitem__ (which calls a helper) and a custom collate_fn."""
+    tb = RuleTraceBuilder(device=False, rank=None)
+    module = tb.py("train.py(90): <module>", 0, 10_000)
+    train = tb.py("train.py(42): train", 1, 9_999, parent=module)
+    step = tb.py("torch/profiler/profiler.py(800): step", 2, 20, parent=train)
+    tb.py("torch/autograd/profiler.py(358): _start_trace", 3, 10, parent=step)
+    for i in range(2):
+        t0 = 100 + i * 4000
+        tb.step(i + 1, t0, 4000)
+        tb.annotation(SINGLE_LOADER, t0 + 10, 2000)
+        nxt = tb.py("torch/utils/data/dataloader.py(700): __next__", t0 + 11, 1990, parent=train)
+        fetch = tb.py("torch/utils/data/_utils/fetch.py(49): fetch", t0 + 12, 1980, parent=nxt)
+        for k in range(4):
+            item = tb.py("data.py(20): __getitem__", t0 + 20 + k * 400, 390, parent=fetch)
+            tb.py("data.py(8): tokenize", t0 + 25 + k * 400, 300, parent=item)
+        tb.py("data.py(30): collate", t0 + 1700, 250, parent=fetch)
+        tb.op("aten::mm", t0 + 2100, 1800)
+    return tb
+
+
+def test_dataloader_findings_point_at_the_dataset(tmp_path):
+    report, facts = analyze(loader_trace(), tmp_path)
+    sites = facts.tables["dataloader_sites"]
+    assert [(s["file"], s["line"], s["function"], s["count"], s["us_per_step"], s["line_kind"]) for s in sites] == [
+        ("data.py", 20, "__getitem__", 8, 1560.0, "function"), ("data.py", 30, "collate", 2, 250.0, "function")]
+    f = fired(report)["num-workers"]
+    assert [(loc["function"], loc["line_kind"]) for loc in f["locations"]] == [("__getitem__", "function"),
+                                                                                ("collate", "function")]
+    assert "The loading time is spent in `__getitem__` (`data.py:20`, 1.56 ms per step)" in f["message"]
+
+
+def test_frames_running_when_tracing_started_carry_that_line(tmp_path):
+    """train() was running: its line 42 is where it was, not its first line; the renderers say so."""
+    tb = loader_trace()
+    report, facts = analyze(tb, tmp_path)
+    hot = {s["function"]: s["line_kind"] for s in facts.tables["host_sites"]}
+    assert hot["train"] == "running"
+    site = next(s for s in facts.tables["small_op_sites"] + facts.tables["host_sites"] if s["function"] == "train")
+    assert location_text(site) == "train.py:42 in train (the line it was on when tracing started, not the call)"
+    assert location_text({"file": "data.py", "line": 20, "function": "__getitem__", "line_kind": "function"}) == \
+        "data.py:20 in __getitem__ (first line of the function)"
+    assert "at data.py:20 in __getitem__ (first line of the function)" in render_terminal(report)
+    assert "data.py:20 in __getitem__ (first line of the function)" in render_markdown(report)
+    assert "data.py:20 in __getitem__ (first line of the function)" in render_html(report)
+
+
+def test_profiler_and_perfsleuth_frames_are_not_user_code():
+    import perfsleuth
+
+    own = perfsleuth.__file__.rsplit("/", 1)[0] + "/commands/run_facts.py(24): host_facts"
+    assert not is_user_frame(own)
+    assert not is_user_frame("site-packages/perfsleuth/commands/run.py(134): step")
+    assert not is_user_frame("torch/autograd/profiler.py(358): _start_trace")
+    assert is_user_frame("data.py(20): __getitem__")
+
+
+def test_html_top_finding_is_never_less_severe_than_another(shared_traces):
+    """mi300: step-outliers (low) has a larger upper bound than channels-last (medium); the top finding is
+    the high exposed-communication, and no low finding heads a list holding a medium one."""
+    report = analyze_file(shared_traces / "mi300_resnet_act_checkpoint.json.gz").to_dict()
+    assert [(f["rule"], f["severity"]) for f in report["findings"]][0] == ("exposed-communication", "high")
+    html = render_html(report)
+    top = html.split('<div class="label">Top finding</div>', 1)[1][:600]
+    assert "Collectives are not hidden behind compute" in top
+
+
+def test_a_low_finding_with_the_larger_saving_does_not_head_the_report(tmp_path):
+    """Steps of 1000, 1000 and 2000 µs (step-outliers, low, 333 µs above the median per step) and a
+    num_workers=0 loader taking 100 µs per step (num-workers, medium, 100 µs): the medium one is on top."""
+    tb = RuleTraceBuilder(device=False, rank=None)
+    t0 = 0
+    for i, dur in enumerate((1000, 1000, 2000)):
+        tb.step(i + 1, t0, dur)
+        tb.annotation(SINGLE_LOADER, t0 + 1, 100)
+        tb.op("aten::mm", t0 + 110, dur - 120)
+        t0 += dur
+    report, _ = analyze(tb, tmp_path)
+    assert [(f["rule"], f["severity"], f["estimated_saving_us"]) for f in report["findings"]] == [
+        ("num-workers", "medium", 100.0), ("step-outliers", "low", 333.333)]
+    top = render_html(report).split('<div class="label">Top finding</div>', 1)[1][:600]
+    assert "DataLoader runs in the main process" in top
+    assert "**Top finding:** DataLoader runs in the main process" in render_markdown(report)
