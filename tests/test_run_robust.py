@@ -109,3 +109,21 @@ def test_a_signal_handler_that_raises_while_the_traceback_is_formatted():
     assert isinstance(shown, RuntimeError) and shown.__context__ is first
     assert "ConnectionResetError" in text and text.rstrip().endswith(
         "RuntimeError: DataLoader worker (pid 1) exited unexpectedly with exit code 7")
+
+
+def test_child_signals_are_quiet_while_perfsleuth_reports_and_restored_after():
+    import signal
+
+    from perfsleuth.commands.run_outputs import quiet_child_signals
+
+    def torch_like(signum, frame):
+        raise RuntimeError("DataLoader worker (pid 1) exited unexpectedly")
+
+    previous = signal.signal(signal.SIGCHLD, torch_like)
+    try:
+        with quiet_child_signals():
+            assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+            signal.raise_signal(signal.SIGCHLD)  # would raise inside perfsleuth's reporting
+        assert signal.getsignal(signal.SIGCHLD) is torch_like
+    finally:
+        signal.signal(signal.SIGCHLD, previous)

@@ -269,14 +269,16 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
-            ended = "raised"
-            outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
-            outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
+            with run_outputs.quiet_child_signals():
+                ended, exc = "raised", run_outputs.dead_worker_error(exc)
+                outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
+                outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
-            # a script that ran to its end without a single step boundary is analysed whole
-            session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
-            session.shutdown_workers()
-            gc.collect()
+            with run_outputs.quiet_child_signals():  # the script is over: a dying worker is not ours to raise
+                # a script that ran to its end without a single step boundary is analysed whole
+                session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
+                session.shutdown_workers()
+                gc.collect()
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path

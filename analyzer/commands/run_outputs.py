@@ -11,10 +11,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Callable, Optional
@@ -65,6 +70,45 @@ def user_traceback(exc: BaseException, formatter: Callable[[BaseException], str]
                 cut.__context__ = exc
             exc = cut
     return "".join(traceback.format_exception_only(type(exc), exc)), exc
+
+
+@contextlib.contextmanager
+def quiet_child_signals():
+    """Once the script has ended (raised, stopped, finished), SIGCHLD goes to its default for the block
+    (restored afterwards): torch's DataLoader handler raises 'DataLoader worker exited unexpectedly' at
+    whatever bytecode runs when a worker dies, which would otherwise land in perfsleuth's own code
+    (reporting the script's error, stopping the profiler) and end the run with its traceback."""
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous if previous is not None else signal.SIG_DFL)
+
+
+def dead_worker_error(exc: BaseException, wait_s: float = 1.0) -> BaseException:
+    """`exc`, or the error torch's SIGCHLD handler raises about a DataLoader worker that died (chained
+    to `exc`) when one did: the script's own error is then often only the broken pipe to that worker,
+    and the handler, quieted while perfsleuth reports, would have said what happened. A broken
+    connection may arrive before the worker's exit is visible: then it is waited for up to `wait_s`."""
+    handling = sys.modules.get("torch.utils.data._utils.signal_handling")
+    if handling is None:
+        return exc
+    deadline = time.monotonic() + (wait_s if isinstance(exc, (ConnectionError, EOFError)) else 0.0)
+    while True:
+        try:
+            handling._error_if_any_worker_fails()
+        except RuntimeError as died:
+            if died is not exc and died.__context__ is None:
+                died.__context__ = exc
+            return died
+        except Exception:
+            return exc
+        if time.monotonic() >= deadline:
+            return exc
+        time.sleep(0.01)
 
 
 def _identity(path: Path) -> Optional[tuple]:
