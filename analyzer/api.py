@@ -52,21 +52,47 @@ def _analyze(trace: Trace, config: Config) -> Report:
 
 
 def _findings(report: Report, config: Config) -> None:
-    """Rule engine hook: findings in order (docs/rules.md), the rules that could not be checked, the
-    host-time explanation and the device generation."""
+    """Rule engine hook: findings with the forecasts of their fixes, in order (docs/rules.md), the
+    report's forecast object (the replay's self-check, the combined forecast), the rules that could
+    not be checked, the host-time explanation and the device generation."""
     from .engine.catalog import load_catalog
     from .engine.evaluate import evaluate, not_checked
     from .engine.explain import host_time
+    from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
+    from .facts.forecasting import make_forecaster
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown)
-    report.findings = evaluate(rules, facts)
+    forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
+                          float(facts.values["step_us"]))
+    report.findings = evaluate(rules, facts, forecasts)
+    forecast = report_forecast(report.findings, forecasts)
+    if forecast:
+        report.extra["forecast"] = forecast
     report.not_checked = not_checked(rules, facts, report.findings)
     report.host_time = host_time(report.verdict, report.findings, facts)
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
+
+
+def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,
+                 config: Optional[Config] = None) -> dict:
+    """The forecast of one fix on one trace file, whether or not a rule fired: `model` is a forecast
+    model (`perfsleuth.analysis.forecast.MODELS`, e.g. "dataloader-workers"), `params` sets the fix
+    where the model allows it ({"workers": 1}). The finding's `forecast` object (docs/schema.md)."""
+    from .facts.core import compute_facts
+    from .facts.forecasting import make_forecaster
+
+    config = config or Config()
+    with without_huge_pages():
+        trace = load_trace(path)
+    with memo():
+        steps = find_steps(trace)
+        facts = compute_facts(trace, steps, attribute(trace, steps))
+        forecaster = make_forecaster(facts.context, config.cpus, facts.values)
+        return forecaster.forecast(model, float(facts.values["step_us"]), params)
 
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,

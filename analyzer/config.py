@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 # The report@1 categories, in their JSON order (docs/schema.md): defined here once, for the analysis,
 # the renderers and diff alike. This module imports nothing heavy, so the renderers stay light.
@@ -37,6 +38,9 @@ class Config:
     # the chance order of arrival has no such excess). Communication-bound uses
     # material_share["communication"] on the critical rank's exposed communication.
     straggler_share: float = 0.10
+    # Cores of the machine a trace was recorded on, for forecasts about DataLoader workers and threads
+    # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.
+    cpus: Optional[float] = None
 
 
 @dataclass(frozen=True)

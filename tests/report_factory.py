@@ -77,7 +77,22 @@ def make_finding(i: int) -> dict:
         "docs": f"perfsleuth rules {rule}",
         "fix": _FIX,
         "locations": [{"file": "train.py", "line": 57 + i, "function": "train_step"}],
+        "bound": {"saving_us": round(600.0 / (i + 1), 3), "speedup": round(1.0 + 0.3 / (i + 1), 3),
+                  "basis": "upper bound: the time the device waits for the next batch"},
+        "forecast": _forecast(i),
     }
+
+
+def _forecast(i: int) -> dict:
+    """A forecast like the engine's (engine/forecast.py); every fifth finding has none."""
+    if i % len(_RULES) == len(_RULES) - 1:
+        return {"speedup": None, "saving_us": None, "low": None, "high": None, "model": None, "assumptions": {},
+                "reason": "no forecast model for this fix"}
+    x = round(1.0 + 0.25 / (i + 1), 3)
+    return {"speedup": x, "saving_us": round(2250.0 * (1 - 1 / x), 3), "low": round(1 + 0.2 / (i + 1), 3),
+            "high": round(1 + 0.3 / (i + 1), 3), "model": "dataloader-workers", "step_us": round(2250.0 / x, 3),
+            "assumptions": {"workers": "num_workers=8 (was 0)", "cores": "8 (recorded by perfsleuth run)",
+                            "replay": "4 steady step(s) replayed; the unchanged replay lands +0.4% from the recording"}}
 
 
 def make_kernel(i: int, total_us: float) -> dict:

@@ -45,7 +45,7 @@ def test_headline_holds_verdict_step_time_busy_and_top_finding():
     assert '<div class="value" id="median-step">2.25 ms</div>' in html
     assert '<div class="value" id="device-busy">71.0%</div>' in html
     assert '<a href="#finding-1-num-workers">DataLoader runs in the main process</a>' in html
-    assert "estimated 1.30× faster · saves 600 µs per step" in html
+    assert "est. 1.25× (1.20–1.30×)</span> faster (forecast) · saves 450 µs per step" in html
     assert "kernels take 61% of the step" in html
 
 
@@ -101,7 +101,7 @@ def test_finding_message_estimate_basis_thresholds_and_docs():
     html = render_html(make_report(findings=1))
     assert ('<div class="message"><p>The DataLoader takes 17.0% of the step in the main process. '
             'Record with <code>with_stack=True</code> to see the source lines.</p>') in html
-    assert ('<p class="basis">Estimate: upper bound: the time the device waits for the next batch. '
+    assert ('<p class="basis">Bound (not a forecast): upper bound: the time the device waits for the next batch. '
             'Thresholds: min_share 5.0%, high_share 20.0%.</p>') in html
     assert "rule <code>num-workers</code> · details: <code>perfsleuth rules num-workers</code>" in html
 
@@ -190,6 +190,7 @@ def test_nan_and_missing_values_render_as_dashes():
     report["summary"]["step_time_us"] = {"median": float("nan")}
     report["summary"]["time_share"]["kernel"] = float("inf")
     report["findings"][0]["estimated_speedup"] = None
+    report["findings"][0]["forecast"]["speedup"] = float("nan")
     del report["top_ops"]
     html = render_html(report)
     assert '<div class="value" id="median-step">—</div>' in html

@@ -42,7 +42,8 @@ def mermaid(md: str) -> list[str]:
 def test_verdict_line_and_top_finding():
     md = render_markdown(make_report())
     assert md.startswith("### perfsleuth: `kernel-bound` · median step **2.25 ms** · device busy **71.0%**\n")
-    assert "**Top finding:** DataLoader runs in the main process — est. **1.30×** faster, saves 600 µs per step" in md
+    assert ("**Top finding:** DataLoader runs in the main process — **est. 1.25× (1.20–1.30×)** faster (forecast), "
+            "saves 450 µs per step") in md
     assert "> kernels take 61% of the step and no stall category takes a material share" in md
 
 
@@ -83,15 +84,16 @@ def test_findings_fold_their_fix_in_details():
     for i, f in enumerate(report["findings"], 1):
         assert f"**{i}. {f['title']}**" in md
     assert md.count("<details><summary>Evidence and fix</summary>") == 3
-    assert md.count("</details>") == 3 + 2  # findings + kernels + ops
+    assert md.count("<details><summary>Forecast: ") == 3  # each finding's forecast and its assumptions
+    assert md.count("</details>") == 3 + 3 + 2  # evidence and fix + forecasts + kernels + ops
     assert "```python\nloader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True)\n```" in md
     assert "- `train.py:57 in train_step`" in md
     assert ("rule `num-workers`\n\nThe DataLoader takes 17.0% of the step in the main process. "
             "Record with `with_stack=True` to see the source lines.\n\n<details>") in md
-    assert "_Estimate: upper bound: the time the device waits for the next batch._" in md
+    assert "_Bound (not a forecast): upper bound: the time the device waits for the next batch._" in md
     assert "| `wait_us_per_step` | 346 µs per step |" in md
     html = gfm(md)
-    assert html.count("<details>") == 5 and html.count('<pre lang="python">') == 6
+    assert html.count("<details>") == 8 and html.count('<pre lang="python">') == 6
 
 
 def test_rendered_by_github_renderer_as_expected():
@@ -123,7 +125,7 @@ def test_hostile_fix_cannot_close_the_details_block():
     report["findings"][0]["fix"] = "</details>\n\n# heading\n\n```\n</details>\n```"
     md = render_markdown(report)
     html = gfm(md)
-    assert html.count("<details>") == html.count("</details>") == 3
+    assert html.count("<details>") == html.count("</details>") == 4  # forecast, evidence and fix, kernels, ops
     assert "<h1>" not in html and "\\</details\\>" in md
 
 
@@ -165,5 +167,7 @@ def test_real_trace_summary(shared_traces):
     for i, f in enumerate(report["findings"], 1):
         assert f"**{i}. {md_text(f['title'], 200)}**" in md
     html = gfm(md)
-    assert html.count("<details>") == len(report["findings"]) + 2
+    combined = 1 if ((report.get("forecast") or {}).get("combined") or {}).get("speedup") else 0
+    # per finding: its forecast and its evidence; the kernels and ops tables; the combined forecast
+    assert html.count("<details>") == 2 * len(report["findings"]) + 2 + combined
     assert all(PIE_LINE.match(line) for line in mermaid(md)[1:])

@@ -102,7 +102,8 @@ def test_chart_is_there_with_javascript_off(page, tmp_path):
         assert visible(chart)
         assert len(chart.find_elements(By.CSS_SELECTOR, "g.bar")) == 12
         assert visible(driver.find_element(By.ID, "verdict"))
-        summaries = driver.find_elements(By.CSS_SELECTOR, "details.finding summary")
+        summaries = driver.find_elements(By.CSS_SELECTOR, "details.finding > summary")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "details.finding details.forecast")) == 5  # one click away
         assert len(summaries) == 5 and all(visible(s) for s in summaries)
         driver.save_screenshot(str(tmp_path / "report-nojs.png"))
     finally:

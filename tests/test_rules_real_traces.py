@@ -47,11 +47,17 @@ def real(shared_traces):
 def test_rules_fired_on_real_traces(real, name):
     report, _ = real(name)
     assert {f["rule"]: f["severity"] for f in report["findings"]} == EXPECTED[name]
-    assert order(report["findings"]) == report["findings"]  # by saving; the top one is of the highest severity
+    # by forecast saving (the bound's where there is no forecast); the top one is of the highest severity
+    assert order(report["findings"]) == report["findings"]
     ranks = [("low", "medium", "high").index(f["severity"]) for f in report["findings"]]
     assert not ranks or ranks[0] == max(ranks)
     for f in report["findings"]:
         assert f["estimated_speedup"] >= 1.0 and f["fix"] and f["message"] and f["evidence"]
+        fc = f["forecast"]
+        if fc["speedup"] is None:
+            assert fc["reason"]
+        else:  # the range (pessimistic to optimistic, widened by the replay's self-check) holds the forecast
+            assert fc["low"] <= fc["speedup"] <= fc["high"] and fc["model"] and fc["assumptions"]["replay"]
 
 
 def test_every_real_trace_is_listed(shared_traces):

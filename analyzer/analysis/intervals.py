@@ -75,3 +75,17 @@ def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals) -> I
     j = np.searchsorted(ws, nxt, side="right") - 1
     same = (i >= 0) & (i == j) & (nxt <= we[np.clip(i, 0, None)])
     return merge(t[same], nxt[same])
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """a ∩ b as sorted disjoint intervals: sweep the boundaries of both, keep where both are open."""
+    a, b = union(a), union(b)
+    if a[0].size == 0 or b[0].size == 0:
+        return EMPTY
+    pts = np.concatenate([a[0], a[1], b[0], b[1]])
+    one = np.ones(a[0].size, np.int64), np.ones(b[0].size, np.int64)
+    delta = np.concatenate([one[0], -one[0], one[1], -one[1]])
+    order = np.lexsort((delta, pts))  # at equal points ends (-1) come first: intervals are half-open
+    pts, depth = pts[order], np.cumsum(delta[order])
+    k = np.flatnonzero(depth[:-1] == 2)
+    return merge(pts[k], pts[k + 1])

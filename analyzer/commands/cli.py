@@ -181,9 +181,13 @@ def main(verbose: int) -> None:
                    "to the JSON (needs `pip install traceinsight psutil`; see `perfsleuth docs hta`).")
 @click.option("--verbose", "details", is_flag=True,
               help="For a directory: every trace's full report after the index (the index alone by default).")
+@click.option("--cpus", type=click.FloatRange(min=1), default=None, metavar="N",
+              help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
+                   "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
+                   "else unknown and said so; `perfsleuth docs forecast`].")
 @user_errors
 def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=(), details=False, scheduler=None) -> None:
+            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
@@ -204,7 +208,7 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from .gates import check_report, known_rule_slugs, parse_fail_on
 
     check_scheduler(scheduler)
-    config = Config(hta=hta, **rule_settings(rule_paths, sets))
+    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)

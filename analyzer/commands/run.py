@@ -112,6 +112,8 @@ class ProfileSession:
         self._finished = False
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
+        self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
+        self.hooks.around_next = self._clock.loader_call
 
     @property
     def source(self) -> Optional[str]:
@@ -139,29 +141,31 @@ class ProfileSession:
                        on_trace_ready=self._on_trace_ready)
 
     def start(self) -> "ProfileSession":
+        self._clock.probe()  # before profiling starts: its children are not in the trace
         if self.config.wait == 0:
             self._prof = self._profiler(light=False)
             self._prof.start()  # already recording (warm-up): metadata is kept from here on
         elif self.config.fallback_window:
             self._light = self._profiler(light=True)
             self._light.start()
+        self._clock.tick(0, self.config.wait + self.config.warmup)
         self._record_metadata()
         self.hooks.install(modules=True)
         return self
 
-    def _record_metadata(self) -> None:
+    def _record_metadata(self, final: bool = False) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
         records (warm-up or active), the last value of a key winning: called at each such step, it adds
         them only when there is something new (another profiler, another loader) -- inside a profiled
         step every Python call is recorded, and the step's time must stay the script's own. Host facts
         are taken afresh for each profiler: by the scheduled one the script has set its threads."""
         prof = self._light if self._light is not None else self._prof
-        if prof is None or self._meta_sent == (prof, len(self.hooks.loaders)):
+        if prof is None or (self._meta_sent == (prof, len(self.hooks.loaders)) and not final):
             return
         try:
             if self._meta_sent[0] is not prof:  # the script may have set its threads since the last one
                 self._host = run_facts.host_facts(*rank_info())
-            meta = run_facts.metadata(self._host, self.hooks.loaders)
+            meta = run_facts.metadata(self._host, self.hooks.loaders, self._clock.facts())
             prof.add_metadata_json(run_facts.METADATA_KEY, json.dumps(meta))
             self._meta_sent = (prof, len(self.hooks.loaders))
         except Exception as exc:  # never the user's run's problem
@@ -183,9 +187,17 @@ class ProfileSession:
             self._prof = self._profiler(light=False)
             self._prof.start()
         self.steps += 1
-        self._prof.step()
-        if not self.window_done and self.steps >= self.config.wait:
-            self._record_metadata()
+        if self.steps == self.config.window:  # this step ends the window: its CPU times go in first
+            with run_facts.own_span():
+                self._record_metadata(final=True)
+            self._prof.step()  # not inside a range: the profiler stops in it
+        else:
+            with run_facts.own_span():  # forecasts leave out the profiler's step and this bookkeeping
+                self._prof.step()
+                self._clock.tick(self.steps, self.config.wait + self.config.warmup)
+                self._clock.see_workers(self.hooks.iterators())
+                if not self.window_done and self.steps >= self.config.wait:
+                    self._record_metadata()
         if self.window_done:
             self.finish(keep_hooks=self.raise_on_complete)
             if self.raise_on_complete:

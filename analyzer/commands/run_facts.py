@@ -7,7 +7,15 @@ the same file later knows them too: a trace alone says nothing about free cores 
                             "omp_num_threads", "loadavg", "torch_version", "accelerator", "rank", "world_size",
                             "local_world_size"},
                    "loaders": [{"dataset", "num_workers", "batch_size", "pin_memory", "persistent_workers",
-                                "prefetch_factor", "collate_fn"}, ...]}
+                                "prefetch_factor", "collate_fn"}, ...],
+                   "cpu": {"probe": {"threads": [1, 2], "cores": [0.9, 1.7], "seconds": 0.1},
+                           "window": {"wall_s", "main_cpu_s", "loader_wall_s", "loader_cpu_s",
+                                      "loader_calls", "workers", "worker_cpu_s"}}}
+
+`cpu` is what the forecasts of worker and thread counts need and a trace cannot show: how many
+cores this process could get when the run started (`probe`: k = 1, 2, 4, 8 busy processes for a tenth of a second,
+the CPU time they got per second of wall time) and, over the active window, the CPU time of the main
+thread, of the in-process DataLoader `__next__` calls and of the loader worker processes.
 
 `trace/model.py` reads it back as `Trace.run_metadata` (an empty dict for other traces). Torch is
 imported inside the functions only.
@@ -16,7 +24,10 @@ imported inside the functions only.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Optional
+
+from ..trace.names import OWN_SPAN
 
 METADATA_KEY = "perfsleuth"
 METADATA_VERSION = 1
@@ -75,5 +86,136 @@ def remember_loader(seen: list, loader: Any) -> None:
         seen.append(facts)
 
 
-def metadata(host: dict, loaders: list) -> dict:
-    return {"version": METADATA_VERSION, "host": host, "loaders": list(loaders)}
+def metadata(host: dict, loaders: list, cpu: Optional[dict] = None) -> dict:
+    out = {"version": METADATA_VERSION, "host": host, "loaders": list(loaders)}
+    if cpu is not None:
+        out["cpu"] = cpu
+    return out
+
+
+PROBE_SECONDS = 0.1
+
+
+def _spin(seconds: float, start: float, out: int) -> None:
+    """In a forked child: busy-loop from `start` for `seconds`, write CPU seconds per wall second."""
+    while time.monotonic() < start:
+        pass
+    c0, t0 = time.process_time(), time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        pass
+    os.write(out, f"{(time.process_time() - c0) / max(time.monotonic() - t0, 1e-9):.4f}".encode())
+
+
+def probe_capacity(seconds: float = PROBE_SECONDS, max_threads: int = 8) -> Optional[dict]:
+    """How many cores this process tree can get now: for k = 1, 2, 4, 8 (more than the usable cores:
+    on a busy machine more processes get a larger share of it), k forked children spin together for
+    `seconds` and report the CPU they got. Linux only (None elsewhere, or on any failure): load, cgroup
+    quotas and the scheduler's grouping all show in it."""
+    if not hasattr(os, "fork") or not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        ks = [k for k in (1, 2, 4, 8, 16) if k <= max(max_threads, 1)]
+        return {"threads": ks, "cores": [round(_probe(k, seconds), 3) for k in ks], "seconds": seconds}
+    except Exception:  # never the user's run's problem
+        return None
+
+
+def _probe(k: int, seconds: float) -> float:
+    start = time.monotonic() + 0.005
+    children = []
+    for _ in range(k):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                os.close(r)
+                _spin(seconds, start, w)
+            finally:
+                os._exit(0)
+        os.close(w)
+        children.append((pid, r))
+    total = 0.0
+    for pid, r in children:
+        data = os.read(r, 64)
+        os.close(r)
+        os.waitpid(pid, 0)
+        total += float(data or 0.0)
+    return total
+
+
+def _proc_cpu_s(pid: int) -> Optional[float]:
+    """utime + stime of a process in seconds (Linux /proc), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpuClock:
+    """CPU and wall time over the active window: the main thread, its in-process DataLoader calls,
+    and the worker processes of multi-process loaders (by pid); and the capacity probe."""
+
+    def __init__(self):
+        self.started: Optional[tuple] = None
+        self.loader_wall = self.loader_cpu = 0.0
+        self.loader_calls = 0
+        self._workers: dict = {}  # pid -> CPU seconds when first seen
+        self._probe: Optional[dict] = None
+
+    def probe(self) -> None:
+        self._probe = probe_capacity()
+
+    def tick(self, steps: int, start_at: int) -> None:
+        """Called at every step boundary: the window starts after `start_at` steps."""
+        if steps == start_at:
+            self.start()
+
+    def start(self) -> None:
+        self.started = (time.perf_counter(), time.thread_time())
+        self.loader_wall = self.loader_cpu = 0.0
+        self.loader_calls = 0
+        self._workers = {}
+
+    def loader_call(self, fn, *args):
+        """Run one DataLoader `__next__`, timing it when the window is running."""
+        if self.started is None:
+            return fn(*args)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.loader_wall += time.perf_counter() - w0
+            self.loader_cpu += time.thread_time() - c0
+            self.loader_calls += 1
+
+    def see_workers(self, iterators) -> None:
+        """Note the worker processes of these multi-process DataLoader iterators (their CPU time so far)."""
+        pids = [w.pid for it in list(iterators) for w in getattr(it, "_workers", ())]
+        for pid in pids:
+            if pid not in self._workers:
+                cpu = _proc_cpu_s(pid)
+                if cpu is not None:
+                    self._workers[pid] = cpu
+
+    def window(self) -> Optional[dict]:
+        if self.started is None:
+            return None
+        worker_cpu = [(_proc_cpu_s(p), c) for p, c in self._workers.items()]
+        return {"wall_s": round(time.perf_counter() - self.started[0], 6),
+                "main_cpu_s": round(time.thread_time() - self.started[1], 6),
+                "loader_wall_s": round(self.loader_wall, 6), "loader_cpu_s": round(self.loader_cpu, 6),
+                "loader_calls": self.loader_calls, "workers": len(worker_cpu),
+                "worker_cpu_s": round(sum(now - then for now, then in worker_cpu if now is not None), 6)}
+
+
+    def facts(self) -> dict:
+        return {"probe": self._probe, "window": self.window()}
+
+
+def own_span():
+    """A profiler range marking perfsleuth's own time in the trace (trace/names.py OWN_SPAN)."""
+    from torch.profiler import record_function
+
+    return record_function(OWN_SPAN)

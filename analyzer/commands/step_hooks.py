@@ -40,6 +40,14 @@ def _own_frame(fn):
     return fn
 
 
+@_own_frame
+def _call_next(next_, it):
+    return next_(it)
+
+
+_own_frame(run_facts.CpuClock.loader_call)  # the clock's frame sits in the user's stack too
+
+
 class StepHooks:
     """Installs the hooks and reports each boundary to `on_step(source, obj)`, which asks `accept`
     whether it counts."""
@@ -55,6 +63,7 @@ class StepHooks:
         self._module: Optional[weakref.ref] = None  # the stepping module, once one repeats
         self._outer_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._depth = threading.local()
+        self.around_next: Callable = _call_next  # runs each DataLoader __next__ (run.py: the CPU clock)
 
     # --- which boundaries count ----------------------------------------------------------------
     def accept(self, source: str, obj: Any = None) -> bool:
@@ -86,7 +95,7 @@ class StepHooks:
             if isinstance(it, dl._MultiProcessingDataLoaderIter):
                 hooks._iterators.add(it)
             hooks.on_step("dataloader", None)
-            return original_next(it)
+            return hooks.around_next(original_next, it)
 
         base.__next__ = __next__
         self._undo.append(lambda: setattr(base, "__next__", original_next))
@@ -160,6 +169,10 @@ class StepHooks:
         self._remove_module_hooks()
         while self._undo:
             self._undo.pop()()
+
+    def iterators(self) -> list:
+        """The multi-process DataLoader iterators seen so far (alive)."""
+        return list(self._iterators)
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""

@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 import tomllib
 from jinja2 import StrictUndefined, TemplateError, meta
 
+from ..analysis.forecast import MODELS
 from ..config import CATEGORIES
 from ..errors import TraceError, UsageError
 from ..facts.core import FACTS, REQUIREMENTS
@@ -45,7 +46,8 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
              "saving_us": str, "saving_basis": str, "evidence": list, "message": str, "fix": str,
              "thresholds": dict, "docs": dict}
-_OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies": str, "cpu": dict}
+_OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies": str, "cpu": dict,
+             "forecast": str}
 CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
 _ENV = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
@@ -84,6 +86,7 @@ class Rule:
     requires: tuple = ()  # names in facts.core.REQUIREMENTS: facts the rule needs to be checked at all
     applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
     cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
+    forecast: str = ""  # the forecast model (analysis/forecast.py MODELS) of the fix; "" = no forecast
 
     @functools.cached_property
     def compiled(self) -> dict:
@@ -188,6 +191,8 @@ def build_rule(raw: dict, source: str) -> Rule:
         _fail(where, f"evidence names unknown fact(s) {', '.join(map(str, bad))}")
     if raw.get("locations") and raw["locations"] not in TABLES:
         _fail(where, f"locations names unknown evidence table '{raw['locations']}'")
+    if raw.get("forecast") and raw["forecast"] not in MODELS:
+        _fail(where, f"forecast names unknown model '{raw['forecast']}' (known: {', '.join(sorted(MODELS))})")
     when = raw.get("severity_when", {})
     rule = Rule(slug=raw["slug"], title=raw["title"], category=raw["category"], severity=raw["severity"],
                 condition=raw["condition"], saving_us=raw["saving_us"], saving_basis=raw["saving_basis"],
@@ -195,7 +200,7 @@ def build_rule(raw: dict, source: str) -> Rule:
                 thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
                 locations=raw.get("locations", ""), requires=tuple(raw.get("requires", ())),
-                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})))
+                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""))
     try:
         rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
     except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)

@@ -51,7 +51,10 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
             out += [f"| `{k}` | {v} | `--set {r.slug}.{k}={v}` |" for k, v in r.thresholds.items()]
         out.append("")
     out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
-            f"Estimated saving per step: `{r.saving_us}` ({r.saving_basis}).", ""]
+            f"Bound on the saving per step: `{r.saving_us}` ({r.saving_basis}).", "",
+            (f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
+             "([forecast.md](forecast.md))." if r.forecast else
+             "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
     if r.requires:
         needs = "; ".join(f"`{name}`: {REQUIREMENTS[name][1]}" for name in r.requires)
         applies = f" and `{r.applies}` holds" if r.applies else ""

@@ -1,5 +1,6 @@
-"""Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds,
-ordered by saving (`order`), and the rules that could not be checked for lack of a fact
+"""Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds, with
+the forecast of its fix (engine/forecast.py), ordered by saving (`order`: the forecast saving, the
+bound where there is no forecast), and the rules that could not be checked for lack of a fact
 (`not_checked`). A rule that fails on one trace is logged and skipped, never fatal."""
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from typing import Any, Callable, Optional
 
 from jinja2 import Undefined
 
+from ..analysis.forecast import no_forecast
 from ..facts.core import REQUIREMENTS, Facts
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
+from .forecast import Forecasts
 from .sandbox import BudgetError, metered, render
 
 log = logging.getLogger(__name__)
@@ -33,9 +36,10 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
 
 
 def saving_of(finding: dict) -> float:
-    """What findings are ranked by: the estimated saving per step (the forecast saving once findings
-    carry forecasts)."""
-    return float(finding.get("estimated_saving_us") or 0.0)
+    """What findings are ranked by: the forecast saving per step, the bound (`estimated_saving_us`)
+    where there is no forecast."""
+    saving = (finding.get("forecast") or {}).get("saving_us")
+    return float(saving if saving is not None else finding.get("estimated_saving_us") or 0.0)
 
 
 def sort_key(finding: dict) -> tuple:
@@ -55,9 +59,20 @@ def order(findings: list) -> list:
     return ranked
 
 
-def evaluate(rules: list, facts: Facts) -> list:
-    """Finding dicts for every rule whose condition holds, in `order`."""
-    return order([f for f in (evaluate_rule(r, facts) for r in rules) if f is not None])
+finding_order = sort_key  # the sort key alone (order() also puts the most severe finding first)
+
+
+def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -> list:
+    """Finding dicts for every rule whose condition holds, each with the forecast of its fix, in `order`."""
+    findings = []
+    for rule in rules:
+        f = evaluate_rule(rule, facts)
+        if f is None:
+            continue
+        f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
+            rule.forecast, "evaluated without a replay")
+        findings.append(f)
+    return order(findings)
 
 
 def names_for(rule: Rule, facts: Facts) -> dict:
@@ -119,11 +134,14 @@ def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     saving = _as_us(rule, _call(rule, "saving_us", c["saving_us"], names), step_us)
     speedup = step_us / (step_us - saving) if step_us > saving else None
     cpu = not facts.values.get("device_is_gpu")
+    basis = rule.cpu.get("saving_basis", rule.saving_basis) if cpu else rule.saving_basis
     return {
         "rule": rule.slug, "title": _title(rule, facts), "category": rule.category, "severity": severity,
         "estimated_saving_us": round(saving, 3),
         "estimated_speedup": round(speedup, 3) if speedup is not None else None,
-        "saving_basis": rule.cpu.get("saving_basis", rule.saving_basis) if cpu else rule.saving_basis,
+        "saving_basis": basis,
+        "bound": {"saving_us": round(saving, 3), "speedup": round(speedup, 3) if speedup is not None else None,
+                  "basis": basis},
         "message": _render(rule, "message", names),
         "evidence": {e: facts.values[e] for e in rule.evidence},
         "thresholds": dict(rule.thresholds),

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
+from ..analysis.intervals import intersect  # noqa: F401  (facts' providers import it from here)
 from ..analysis.attribution import Breakdown
 from ..analysis.steps import Steps
 from ..trace.model import DEVICE_KINDS, RUNTIME, Trace
@@ -60,20 +61,6 @@ def make_context(trace: Trace, steps: Steps, breakdown: Breakdown) -> Context:
     windows = iv.merge(st["start"].to_numpy(np.int64), st["end"].to_numpy(np.int64))
     return Context(trace=trace, steps=steps, breakdown=breakdown, windows=windows,
                    n_steps=len(st), total_ns=int(st["duration"].sum()))
-
-
-def intersect(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
-    """a ∩ b as sorted disjoint intervals: sweep the boundaries of both, keep where both are open."""
-    a, b = iv.union(a), iv.union(b)
-    if a[0].size == 0 or b[0].size == 0:
-        return iv.EMPTY
-    pts = np.concatenate([a[0], a[1], b[0], b[1]])
-    one = np.ones(a[0].size, np.int64), np.ones(b[0].size, np.int64)
-    delta = np.concatenate([one[0], -one[0], one[1], -one[1]])
-    order = np.lexsort((delta, pts))  # at equal points ends (-1) come first: intervals are half-open
-    pts, depth = pts[order], np.cumsum(delta[order])
-    k = np.flatnonzero(depth[:-1] == 2)
-    return iv.merge(pts[k], pts[k + 1])
 
 
 def overlap_ns(a: iv.Intervals, b: iv.Intervals) -> int:

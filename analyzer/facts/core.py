@@ -15,7 +15,7 @@ over events in Python: names are classified once per category and times are inte
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -80,6 +80,7 @@ REQUIREMENTS = {
 class Facts:
     values: dict = field(default_factory=dict)  # fact name -> number / bool / str
     tables: dict = field(default_factory=dict)  # evidence table name -> list of dicts
+    context: Optional[Context] = field(default=None, repr=False, compare=False)  # what they were computed from
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -88,7 +89,7 @@ class Facts:
 def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
     """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
     ctx = make_context(trace, steps, breakdown)
-    facts = Facts()
+    facts = Facts(context=ctx)
     for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts):
         values, tables = provider(ctx)
         facts.values.update(values)

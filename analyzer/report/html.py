@@ -107,6 +107,8 @@ def view(report: dict, pid: str = "") -> dict:
         "shares": shares(summary.get("time_share") or {}, report.get("steps") or []),
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
         "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
+        "combined": _combined(report),
+        "forecast_note": present.FORECAST_NOTE,
         "findings_more": max(0, len(findings) - MAX_FINDINGS),
         "kernels": _rows(report.get("top_kernels")),
         "kernels_more": max(0, len(report.get("top_kernels") or []) - MAX_TABLE_ROWS),
@@ -133,8 +135,12 @@ def _finding(i: int, f: dict) -> dict:
         "category": str(f.get("category") or ""),
         "category_class": f.get("category") if f.get("category") in CATEGORIES else "other",
         "severity": html_id(f.get("severity") or "info"),
-        "saving_us": number(f.get("estimated_saving_us")),
-        "speedup": number(f.get("estimated_speedup")),
+        "saving_us": number(present.forecast_of(f).get("saving_us")),
+        "speedup": number(present.forecast_of(f).get("speedup")),
+        "forecast": present.fmt_forecast(present.forecast_of(f)),
+        "forecast_rows": [(k, shorten(v, 500)) for k, v in present.forecast_details(present.forecast_of(f))],
+        "forecast_title": shorten("; ".join(f"{k}: {v}" for k, v in present.forecast_details(present.forecast_of(f))),
+                                  MAX_TOOLTIP),
         "evidence": [(str(k), present.fmt_value(str(k), v)) for k, v in list(evidence.items())[:30]],
         "message": present.fix_blocks(shorten(str(f.get("message") or ""), MAX_FIX)),
         "basis": shorten(str(f.get("saving_basis") or ""), 500),
@@ -143,6 +149,17 @@ def _finding(i: int, f: dict) -> dict:
         "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),
         "locations": [present.location_text(loc) for loc in locations[:20]],
     }
+
+
+def _combined(report: dict) -> dict | None:
+    """The combined forecast of the top fixes, for the findings section (None when there is none)."""
+    fc = (report.get("forecast") or {}).get("combined") if isinstance(report.get("forecast"), dict) else None
+    if not isinstance(fc, dict) or number(fc.get("speedup")) is None:
+        return None
+    rows = present.forecast_details(fc)
+    return {"text": present.fmt_forecast(fc), "rules": ", ".join(str(r) for r in fc.get("rules") or []),
+            "rows": [(k, shorten(v, 500)) for k, v in rows],
+            "title": shorten("; ".join(f"{k}: {v}" for k, v in rows), MAX_TOOLTIP)}
 
 
 def _thresholds(thresholds: Any) -> str:

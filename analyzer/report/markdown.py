@@ -12,7 +12,7 @@ from typing import Any
 from ..config import CATEGORIES
 from . import present
 from .escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
-from .present import CATEGORY_LABELS, fmt_pct, fmt_speedup, fmt_us, number
+from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .ranks_text import render_ranks_markdown
 
 MAX_CHARS = 60_000
@@ -94,18 +94,29 @@ def _headline(report: dict) -> str:
         top = findings[0]
         lines.append(f"**Top finding:** {md_text(top.get('title') or top.get('rule'), 200)} — "
                      f"{_impact(top)}")
+        combined = (report.get("forecast") or {}).get("combined")
+        if isinstance(combined, dict) and number(combined.get("speedup")) is not None:
+            lines.append(_forecast_block(combined, "All top fixes together (" + ", ".join(
+                str(r) for r in combined.get("rules") or []) + ")"))
     else:
         lines.append("**No findings:** no rule fired on this trace.")
     return "\n\n".join(lines)
 
 
 def _impact(f: dict) -> str:
-    parts = []
-    if number(f.get("estimated_speedup")) is not None:
-        parts.append(f"est. **{fmt_speedup(f.get('estimated_speedup'))}** faster")
-    if number(f.get("estimated_saving_us")) is not None:
-        parts.append(f"saves {fmt_us(f.get('estimated_saving_us'))} per step")
-    return ", ".join(parts) or "no estimate"
+    fc = present.forecast_of(f)
+    if number(fc.get("speedup")) is None:
+        return "no forecast"
+    text = f"**{md_text(present.fmt_forecast(fc), 60)}** faster (forecast)"
+    if number(fc.get("saving_us")) is not None:
+        text += f", saves {fmt_us(fc.get('saving_us'))} per step"
+    return text
+
+
+def _forecast_block(fc: dict, title: str) -> str:
+    """The forecast and its assumptions, one click away."""
+    rows = "\n".join(f"- {md_text(k, 60)}: {md_text(v, 400)}" for k, v in present.forecast_details(fc))
+    return f"<details><summary>{md_text(title, 80)}: {md_text(present.fmt_forecast(fc), 60)}</summary>\n\n{rows}\n\n</details>"
 
 
 def _not_checked(report: dict) -> str:
@@ -175,7 +186,8 @@ def _finding(i: int, f: dict) -> str:
     message = _prose(f.get("message"), MAX_MESSAGE)
     if message:
         head = f"{head}\n\n{message}"
-    basis = f"_Estimate: {md_text(f['saving_basis'], 300)}._" if f.get("saving_basis") else ""
+    head = f"{head}\n\n{_forecast_block(present.forecast_of(f), 'Forecast')}"
+    basis = f"_Bound (not a forecast): {md_text(f['saving_basis'], 300)}._" if f.get("saving_basis") else ""
     body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), basis, _locations(f)]
     inner = "\n\n".join(b for b in body if b)
     if not inner:

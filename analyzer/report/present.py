@@ -165,6 +165,42 @@ def location_text(loc: Any) -> str:
     return where
 
 
+FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
+                 "pessimistic to its optimistic assumptions")
+
+
+def forecast_of(finding: Any) -> dict:
+    """A finding's (or the combined) forecast object, {} when there is none or it is malformed."""
+    fc = finding.get("forecast") if isinstance(finding, dict) else None
+    return fc if isinstance(fc, dict) else {}
+
+
+def fmt_forecast(fc: Any) -> str:
+    """`est. 1.40× (1.20–1.60×)`, or `no forecast` (a forecast, never a bound)."""
+    fc = fc if isinstance(fc, dict) else {}
+    x, lo, hi = number(fc.get("speedup")), number(fc.get("low")), number(fc.get("high"))
+    if x is None:
+        return "no forecast"
+    rng = f" ({lo:.2f}–{hi:.2f}×)" if lo is not None and hi is not None else ""
+    return f"est. {x:.2f}×{rng}"
+
+
+def forecast_details(fc: Any) -> list[tuple[str, str]]:
+    """(label, text) rows explaining a forecast: the model, the step after the fix, each assumption,
+    or why there is none."""
+    fc = fc if isinstance(fc, dict) else {}
+    rows = [("model", str(fc.get("model") or "—"))]
+    if number(fc.get("speedup")) is None:
+        return rows + [("no forecast", str(fc.get("reason") or "no model for this fix"))]
+    if number(fc.get("step_us")) is not None:
+        rows.append(("step after the fix", fmt_us(fc.get("step_us"))))
+    if number(fc.get("saving_us")) is not None:
+        rows.append(("saving per step", fmt_us(fc.get("saving_us"))))
+    assumptions = fc.get("assumptions") if isinstance(fc.get("assumptions"), dict) else {}
+    rows += [(str(k).replace("_", " "), str(v)) for k, v in list(assumptions.items())[:20]]
+    return rows
+
+
 # --- a directory of traces ------------------------------------------------------------------------
 def set_order(reports: list) -> list:
     """The reports of a set by rank (traces without one last), then path: the order of every index."""

@@ -6,7 +6,7 @@ import os
 
 from ..config import CATEGORIES
 from .escape import terminal
-from .present import location_text, member_path, set_order
+from .present import FORECAST_NOTE, fmt_forecast, forecast_of, location_text, member_path, set_order
 
 BAR_WIDTH = 30
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -80,11 +80,15 @@ def render_terminal(report: dict) -> str:
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
-            gain = f.get("estimated_speedup")
-            gain_txt = f"  (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else ""
-            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}{gain_txt}")
+            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}  "
+                         f"({_clean(fmt_forecast(forecast_of(f)))})")
             for loc in (f.get("locations") or [])[:2]:
                 lines.append(f"      at {_clean(location_text(loc))}")
+        combined = (report.get("forecast") or {}).get("combined")
+        if isinstance(combined, dict) and combined.get("speedup") is not None:
+            rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
+            lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
+        lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in report.get("warnings") or []:

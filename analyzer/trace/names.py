@@ -21,6 +21,7 @@ BLOCKING_COPY_CALLS = frozenset({
     "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpyHtoD", "hipMemcpyDtoH",
 })
 DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
+OWN_SPAN = "perfsleuth#step"  # `run`/`profile()` mark the profiler's step and their own bookkeeping with it
 _MEMCPY = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 _COMM = re.compile(r"nccl|rccl|c10d::|gloo:|record_param_comms", re.IGNORECASE)
 _MEMORY_KERNEL = re.compile(r"^(Memcpy|Memset)\b")

@@ -1,0 +1,135 @@
+"""Forecast model of DataLoader worker processes: W workers make the batches the step waits for.
+
+Per batch, the loading is CPU work (core seconds) plus waiting (I/O, sleeps) -- split by the CPU time
+`run` measured inside the loader, else assumed all CPU. In W worker processes the CPU work runs at the
+speed one of n busy threads gets on this machine (`Machine.speed`: the capacity probe, or free cores),
+the waits overlap freely, and handing a batch over costs CPU on both sides. The main process's own host
+work slows down the same way when the workers take cores from it. n -- the main thread's busy share
+plus the workers' -- comes from the replay itself, iterated to a fixed point. The replay runs the
+workers as resources: batch j is made by worker j mod W once the main process has taken batch
+j - prefetch*W, and the step's `__next__` waits for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .forecast import Inputs, NoForecast, model
+from .timeline import LOADER
+from .whatif import Plan, Workers, step_ns
+
+# CPU per tensor of a batch to pass it from a worker (collate into shared memory, pickle, queue; worker
+# start-up spread over the epoch) and to take it in the main process (unpickle, receive the file
+# descriptors, map the memory). Measured on the 2-core development machine, torch 2.13 (CPU), with a
+# 300-batch epoch of fixtures/scripts/cpu/python_dataset.py --python-work 10 (CPU time with 2 workers
+# minus with none, per batch of 2 tensors): 0.8-0.9 ms (worker) and 0.4 ms (main) at a load average
+# of 5, twice that at 6-7. Pessimistic variant: twice these; optimistic: half.
+HANDOFF_WORKER_NS = 450_000.0
+HANDOFF_MAIN_NS = 300_000.0
+# Under contention the loading and the compute phases get different CPU shares by chance; a loader
+# whose CPU share is at least half the main thread's is taken as all CPU work (a sleeping or I/O-bound
+# loader gets far less).
+CPU_BOUND = 0.5
+DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
+MAX_WORKERS = 8  # the fix's suggestion: min(8, cores)
+ROUNDS = 6
+
+
+def _cpu_fraction(share, speed: float) -> float:
+    """The part of the loading that is CPU work: its CPU share over the speed a busy thread got."""
+    if share is None or speed <= 0:
+        return 1.0
+    frac = share / speed
+    return 1.0 if frac >= CPU_BOUND else frac
+
+
+def _loader_settings(x: Inputs) -> dict:
+    loaders = [ld for ld in x.machine.loaders if isinstance(ld.get("num_workers"), int)]
+    return max(loaders, key=lambda ld: ld["num_workers"]) if loaders else {}
+
+
+def _tensors_per_batch(x: Inputs, loaders: np.ndarray) -> int:
+    """Collate stacks one tensor per field: count aten::stack / aten::cat inside the loader spans."""
+    tl = x.tl
+    ops = x.ops
+    stack = ops[ops["name"] == "aten::stack"]  # (aten::stack calls aten::cat: one of them)
+    if stack.empty:
+        stack = ops[ops["name"] == "aten::cat"]
+    if stack.empty or loaders.size == 0:
+        return DEFAULT_TENSORS
+    i = np.searchsorted(tl.t[loaders], stack["ts"].to_numpy(), side="right") - 1
+    ok = (i >= 0) & (stack["ts"].to_numpy() < tl.e[loaders][np.clip(i, 0, None)])
+    per = np.bincount(i[ok], minlength=loaders.size)
+    return int(max(1, np.median(per))) if ok.any() else DEFAULT_TENSORS
+
+
+@model("dataloader-workers")
+def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
+    tl, m = x.tl, x.machine
+    loaders = np.flatnonzero(tl.kind == LOADER)
+    if loaders.size == 0:
+        raise NoForecast("no DataLoader __next__ in the replayed steps")
+    multi = any("_MultiProcessing" in str(n) for n in tl.name[loaders])
+    settings = _loader_settings(x)
+    out: dict = {}
+    if multi:
+        w0 = settings.get("num_workers") or 0
+        if w0 <= 0:
+            w0 = 1
+            out["workers_before"] = "1 (assumed: the worker count was not recorded)"
+    else:
+        w0 = 0
+    cores = m.cores
+    target = max(w0 + 1, min(MAX_WORKERS, int(cores))) if cores else max(w0 + 1, 4)
+    why = "min(8, cores)" + ("" if cores else ", cores unknown: 4")
+    if x.params.get("workers"):
+        target, why = int(x.params["workers"]), "as asked"
+    out["workers"] = f"num_workers={target} (was {w0}): {why}"
+    out.update(m.assumptions)
+    prefetch = int(settings.get("prefetch_factor") or 2)
+    tensors = _tensors_per_batch(x, loaders) if not multi else DEFAULT_TENSORS
+    s0 = m.recording_speed
+    span = tl.e[loaders] - tl.t[loaders]
+    gaps = tl.gap[loaders]
+    if multi:
+        produce0 = w0 * float(np.median(np.diff(tl.steps["end"].to_numpy(np.float64), prepend=tl.steps["start"].iloc[0])))
+        v0 = m.speed(1 + w0)
+        share = m.worker_cpu_share
+        cpu_frac = _cpu_fraction(share, v0)
+        cpu_core = cpu_frac * produce0 * v0  # core ns per batch, overheads included
+        wait = produce0 * (1 - cpu_frac)
+        out["batch"] = (f"{produce0 / 1e6:.2f} ms per batch per worker (workers x step), "
+                        f"{cpu_frac:.0%} of it CPU" + (" (measured)" if share is not None else " (assumed)"))
+    else:
+        load = float(np.median(span))
+        share = m.loader_cpu_share
+        cpu_frac = _cpu_fraction(share, s0)
+        cpu_core = cpu_frac * load * s0
+        wait = load * (1 - cpu_frac)
+        out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
+                        + (" (measured)" if share is not None else " (assumed: all CPU work)"))
+    k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
+    worker_core = cpu_core + (0.0 if multi else k * HANDOFF_WORKER_NS * tensors)
+    main_core = k * HANDOFF_MAIN_NS * tensors
+    out["handoff"] = (f"{tensors} tensor(s) per batch: {HANDOFF_WORKER_NS * tensors / 1e6:g} ms of worker CPU and "
+                      f"{HANDOFF_MAIN_NS * tensors / 1e6:g} ms of main-process CPU per batch (measured constants)")
+    base_a = p.a.copy()
+    base_a[loaders] = gaps
+    main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)
+    n_batches = loaders.size
+    n = 1.0 + target
+    for _ in range(ROUNDS):
+        v = m.speed(n)
+        p.a[:] = base_a
+        p.a[loaders] = gaps + main_core / s0  # host work is stored at the recording speed
+        p.host_speed = v / s0
+        p.workers = Workers(count=target, produce_ns=wait + worker_core / v, handoff_ns=main_core / v,
+                            prefetch=prefetch)
+        step, _ = step_ns(p)
+        window = step * len(tl.steps)
+        busy_main = min(1.0, (main_work + main_core * n_batches) / v / window) if window > 0 else 1.0
+        busy_workers = min(float(target), worker_core / v * n_batches / window) if window > 0 else target
+        n = 0.5 * n + 0.5 * max(1.0, busy_main + busy_workers)
+    out["cpu"] = (f"{n:.1f} busy threads of this run: {v:.2f} of a core each "
+                  f"(the main thread had {s0:.2f} while recorded)")
+    return out

@@ -1,0 +1,222 @@
+"""Forecasts: the steady step time after a fix, by replaying a few steady steps with the fix applied.
+
+`Forecaster` takes the steps the facts use (steady steps, once steadiness is known), picks a run of
+consecutive ones that fits the node budget and lies closest to the median, builds their dependency
+graph (`timeline`), and replays it unchanged -- the self-check: how far the replay lands from the
+recording -- and with each fix's edits (`whatif`). A model (`MODELS`: name -> function) edits a plan
+and returns its assumptions; it raises `NoForecast` where no model is good enough. Each forecast is
+replayed three times: central, and with the model's pessimistic ("low") and optimistic ("high")
+assumptions, widened by the self-check error. Speed-up = replayed step before / replayed step after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
+from ..trace.names import OWN_SPAN
+from ..trace.selection import of_kind
+from . import intervals as iv
+from .machine import Machine
+from .timeline import Timeline, build_timeline
+from .whatif import Plan, plan, remove_host, step_ns, window_step
+
+MAX_NODES = 30_000  # host items + device nodes replayed at most (a few steps of a large trace)
+MAX_STEPS = 16
+VARIANTS = ("central", "low", "high")
+
+
+class NoForecast(Exception):
+    """No model is good enough for this fix on this trace; the message says why."""
+
+
+@dataclass
+class Inputs:
+    """What models read: the trace, the replayed timeline, the machine, the window's host ops."""
+
+    trace: Trace
+    tl: Timeline
+    machine: Machine
+    all_steps: pd.DataFrame  # every step the facts use (durations for models that need them)
+    node_class: Optional[Callable] = None  # Timeline -> {"family": array, "dtype": array} per device node
+    params: dict = field(default_factory=dict)  # settings of the fix, e.g. {"workers": 1} (defaults: the rule's)
+    compute_capability: Optional[float] = None  # the device's, inferred where the trace lists none
+    _cache: dict = field(default_factory=dict)
+
+    def cached(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """Host ops and annotations that start in the window, times relative to it (ns)."""
+        def make():
+            ev = of_kind(self.trace.events, CPU_OP, ANNOTATION)
+            w0, w1 = self.tl.w0, self.tl.w0 + int(self.tl.steps["host_end"].iloc[-1]) + 1
+            sel = ev[(ev["ts"].to_numpy() >= w0) & (ev["ts"].to_numpy() < w1)]
+            return pd.DataFrame({"ts": (sel["ts"].to_numpy() - w0).astype(np.float64),
+                                 "end": (sel["end"].to_numpy() - w0).astype(np.float64),
+                                 "name": sel["name"].astype(str).to_numpy(), "kind": sel["kind"].to_numpy(),
+                                 "pid": sel["pid"].to_numpy(), "tid": sel["tid"].to_numpy(),
+                                 "in_type": sel["in_type"].astype(str).to_numpy()})
+        return self.cached("ops", make)
+
+    def spans(self, prefix: str) -> iv.Intervals:
+        """Merged spans of the window's ops/annotations whose name starts with `prefix`."""
+        ops = self.ops
+        hit = ops[ops["name"].str.startswith(prefix)]
+        return iv.merge(hit["ts"].to_numpy(np.int64), hit["end"].to_numpy(np.int64))
+
+    def classes(self) -> dict:
+        """Per device node: kernel family and dtype (from the facts layer), or unknowns."""
+        def make():
+            if self.node_class is None or self.tl.n_nodes == 0:
+                n = self.tl.n_nodes
+                return {"family": np.full(n, "other", object), "dtype": np.full(n, "unknown", object)}
+            return self.node_class(self.tl)
+        return self.cached("classes", make)
+
+
+def choose_steps(steps: pd.DataFrame, trace: Trace, max_steps: int = MAX_STEPS) -> pd.DataFrame:
+    """The run of consecutive steps to replay: as many as the node budget allows (two at least when a
+    step fits it: the first of them is the replay's warm-up), the run whose mean step is closest to
+    the median step."""
+    steps = steps.sort_values("start").reset_index(drop=True)
+    n = len(steps)
+    ts = np.sort(of_kind(trace.events, RUNTIME, *DEVICE_KINDS)["ts"].to_numpy())
+    lo = np.searchsorted(ts, steps["host_start"].to_numpy(np.int64))
+    hi = np.searchsorted(ts, steps["host_end"].to_numpy(np.int64))
+    per_step = 2.0 * float(np.median(hi - lo)) if n else 0.0  # runtime calls and about as many device nodes
+    fit = MAX_NODES // max(per_step, 1.0)
+    k = int(max(1, min(n, max_steps, max(fit, 2 if per_step <= MAX_NODES else 1))))
+    dur = steps["duration"].to_numpy(np.float64) if "duration" in steps else (steps["end"] - steps["start"]).to_numpy()
+    med = float(np.median(dur))
+    means = np.convolve(dur, np.ones(k) / k, mode="valid")
+    first = int(np.argmin(np.abs(means - med)))
+    return steps.iloc[first: first + k]
+
+
+class Forecaster:
+    """Forecasts for one trace: `forecast(model)` per fix, `combined(models)` for several at once."""
+
+    def __init__(self, trace: Trace, steps: pd.DataFrame, machine: Machine, node_class: Optional[Callable] = None,
+                 max_steps: int = MAX_STEPS):
+        self.error: Optional[str] = None
+        self.inputs: Optional[Inputs] = None
+        if steps is None or len(steps) == 0:
+            self.error = "no steps to replay"
+            return
+        if "host_start" not in steps or "host_end" not in steps:
+            self.error = "the steps have no host windows"
+            return
+        chosen = choose_steps(steps, trace, max_steps)
+        tl = build_timeline(trace, chosen)
+        self.inputs = Inputs(trace=trace, tl=tl, machine=machine, all_steps=steps, node_class=node_class)
+        raw = plan(tl)
+        replayed, sched = step_ns(raw)
+        rec = tl.steps
+        self.recorded_ns = window_step(rec["end"].to_numpy(np.float64), float(rec["start"].iloc[0]))
+        self.self_check = (replayed - self.recorded_ns) / self.recorded_ns if self.recorded_ns else 0.0
+        if not sched.converged:
+            self.error = f"the replay did not converge in {sched.rounds} rounds"
+        # What an unprofiled run does not spend: the profiler's step and perfsleuth's own bookkeeping.
+        self.base = raw.copy()
+        self.own_ns = remove_host(self.base, self.inputs.spans(OWN_SPAN)) / len(rec)
+        self.before_ns, _ = step_ns(self.base)
+        self._memo: dict = {}
+        self._replays: dict = {}
+
+    # --- the replay's own accuracy ------------------------------------------------------------
+    def check(self) -> dict:
+        if self.inputs is None:
+            return {"available": False, "reason": self.error}
+        tl = self.inputs.tl
+        return {"available": self.error is None, "reason": self.error, "steps": list(map(str, tl.steps["name"])),
+                "host_items": tl.n_items, "device_nodes": tl.n_nodes,
+                "recorded_step_us": round(self.recorded_ns / 1000, 3), "replayed_step_us": round(self.before_ns / 1000, 3),
+                "self_check_error": round(self.self_check, 4),
+                "profiler_step_us": round(self.own_ns / 1000, 3),
+                "launch_queue_depth": tl.queue_depth, "launch_queue_observed": tl.queue_observed}
+
+    # --- forecasts ---------------------------------------------------------------------------------
+    def _replay(self, models: list, variant: str) -> tuple[float, dict]:
+        p = self.base.copy()
+        assumptions: dict = {}
+        for name in sorted(models, key=lambda m: m == "dataloader-workers"):  # the loader model sees the rest
+            said = MODELS[name](self.inputs, p, variant) or {}
+            assumptions.update(said if len(models) == 1 else {f"{name}: {k}": v for k, v in said.items()})
+        key = p.fingerprint()
+        if key not in self._replays:  # variants and combinations often edit the same way
+            after, sched = step_ns(p)
+            if not sched.converged:
+                raise NoForecast(f"the replay with the fix did not converge in {sched.rounds} rounds")
+            self._replays[key] = after
+        return self._replays[key], assumptions
+
+    def forecast(self, models, mean_step_us: Optional[float] = None, params: Optional[dict] = None) -> dict:
+        """The forecast object of a finding (docs/schema.md) for one model or a list applied together;
+        `params` set the fix where a model allows it (`{"workers": 1}`)."""
+        models = [models] if isinstance(models, str) else list(models)
+        key = (tuple(sorted(models)), tuple(sorted((params or {}).items())))
+        if key not in self._memo:
+            if self.inputs is not None:
+                self.inputs.params = dict(params or {})
+            self._memo[key] = self._forecast(models, mean_step_us)
+        return self._memo[key]
+
+    def _forecast(self, models: list, mean_step_us: Optional[float]) -> dict:
+        label = " + ".join(models)
+        unknown = [m for m in models if m not in MODELS]
+        if unknown:
+            return no_forecast(label, f"unknown model {unknown[0]}")
+        if self.error is not None:
+            return no_forecast(label, self.error)
+        try:
+            runs = {v: self._replay(models, v) for v in VARIANTS}
+        except NoForecast as exc:
+            return no_forecast(label, str(exc))
+        after, assumptions = runs["central"]
+        if after <= 0:
+            return no_forecast(label, "the replay left no step time")
+        speedup = self.before_ns / after
+        lows = [self.before_ns / runs[v][0] for v in VARIANTS]
+        err = abs(self.self_check)
+        low, high = min(lows) / (1 + err), max(lows) * (1 + err)
+        step_us = mean_step_us if mean_step_us else self.recorded_ns / 1000
+        assumptions["replay"] = (f"{len(self.inputs.tl.steps)} steady step(s) replayed; the unchanged replay "
+                                 f"lands {self.self_check:+.1%} from the recording")
+        if self.own_ns > 0:
+            assumptions["profiler"] = (f"the profiler's step and perfsleuth's bookkeeping ({self.own_ns / 1000:.0f} µs "
+                                       "per step) left out before and after")
+        return {"speedup": round(speedup, 3), "saving_us": round(step_us * (1 - 1 / speedup), 3),
+                "low": round(low, 3), "high": round(high, 3), "model": label,
+                "step_us": round(step_us / speedup, 3), "assumptions": assumptions, "reason": None}
+
+
+def no_forecast(model: str, reason: str) -> dict:
+    """The forecast object when there is none: the reason instead of numbers (never a bound)."""
+    return {"speedup": None, "saving_us": None, "low": None, "high": None, "model": model or None,
+            "assumptions": {}, "reason": reason}
+
+
+MODELS: dict = {}
+
+
+def model(name: str):
+    """Register a forecast model: f(inputs, plan, variant) -> assumptions dict (edits the plan)."""
+    def deco(fn: Callable[[Inputs, Plan, str], Optional[dict]]):
+        MODELS[name] = fn
+        return fn
+    return deco
+
+
+def _register() -> None:
+    from . import fc_device, fc_host, fc_loader  # noqa: F401  (registration by import)
+
+
+_register()

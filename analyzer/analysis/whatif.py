@@ -1,0 +1,158 @@
+"""Edits of a timeline -- what a fix changes -- and the replay of the edited timeline.
+
+A `Plan` is a timeline with the quantities a fix may change held apart: the host work of each item,
+the duration and launch lag of each device node, which wait edges hold, a speed factor for host CPU
+work, and extra resources (DataLoader workers). Models (`forecast_models`) edit a plan with the
+primitives below; `step_ns` replays it and returns the mean step time over the window. Several
+fixes are forecast together by applying their edits to one plan: savings are never added up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from . import intervals as iv
+from .replay import Schedule, solve
+from .timeline import LOADER, Timeline, step_ends, to_graph
+
+
+@dataclass
+class Workers:
+    """DataLoader worker processes that produce the batch each LOADER item takes."""
+
+    count: int
+    produce_ns: float  # time one worker needs for one batch (its CPU work at its speed, plus waits)
+    handoff_ns: float  # main-process cost of taking a ready batch (queue, unpickling)
+    prefetch: int = 2  # batches per worker in flight (DataLoader's prefetch_factor)
+
+
+@dataclass
+class Plan:
+    tl: Timeline
+    a: np.ndarray
+    dur: np.ndarray
+    d_lag: np.ndarray
+    waits: np.ndarray  # bool per wait edge: still a dependency
+    host_speed: float = 1.0  # host CPU work runs this much faster (contention)
+    workers: Optional[Workers] = None
+    removed_ns: float = 0.0  # host work removed by edits, for the record
+    scale: float = 1.0  # the replayed step time is multiplied by this (models that are not replay edits)
+    notes: dict = field(default_factory=dict)
+
+    def fingerprint(self) -> bytes:
+        """Equal for plans that replay the same (the timeline is shared)."""
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (self.a, self.dur, self.d_lag, self.waits):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(repr((self.host_speed, self.workers, self.scale)).encode())
+        return h.digest()
+
+    def copy(self) -> "Plan":
+        return Plan(self.tl, self.a.copy(), self.dur.copy(), self.d_lag.copy(), self.waits.copy(), self.host_speed,
+                    self.workers, self.removed_ns, self.scale, dict(self.notes))
+
+
+def plan(tl: Timeline) -> Plan:
+    return Plan(tl, tl.a.copy(), tl.d_dur.copy(), tl.d_lag.copy(), np.ones(tl.w_src.size, bool))
+
+
+# --- host edits -----------------------------------------------------------------------------------
+def _measure(ivs: iv.Intervals, x: np.ndarray) -> np.ndarray:
+    """|ivs ∩ (-inf, x)| for each x (ivs sorted and disjoint)."""
+    s, e = (np.asarray(v, np.float64) for v in ivs)
+    x = np.asarray(x, np.float64)
+    if s.size == 0:
+        return np.zeros(x.shape)
+    before = np.concatenate([[0.0], np.cumsum(e - s)])  # before[k]: length of the first k intervals
+    i = np.searchsorted(s, x, side="right")  # intervals that start at or before x
+    j = np.clip(i - 1, 0, None)
+    return np.where(i > 0, before[j] + np.clip(np.minimum(x, e[j]) - s[j], 0, None), 0.0)
+
+
+def host_work_in(tl: Timeline, ivs: iv.Intervals) -> np.ndarray:
+    """Per item: how much of its host work (gap before it and its own cost) lies inside `ivs`
+    (relative ns, sorted disjoint)."""
+    prev = tl.t - tl.gap
+    own0 = np.maximum(tl.t, prev)
+    return (_measure(ivs, tl.t) - _measure(ivs, prev)) + (_measure(ivs, own0 + tl.own) - _measure(ivs, own0))
+
+
+def remove_host(p: Plan, ivs: iv.Intervals, keep: float = 0.0) -> float:
+    """Remove the host work inside `ivs` (all but `keep` of it); returns the ns removed from the plan."""
+    cut = np.minimum(host_work_in(p.tl, ivs) * (1.0 - keep), p.a)
+    p.a -= cut
+    p.removed_ns += float(cut.sum())
+    return float(cut.sum())
+
+
+def set_host(p: Plan, items: np.ndarray, work: np.ndarray) -> None:
+    """Give `items` (indices) this host work."""
+    p.removed_ns += float((p.a[items] - work).sum())
+    p.a[items] = work
+
+
+def drop_waits(p: Plan, items: np.ndarray) -> int:
+    """The host items (boolean mask) no longer wait for device work; returns the edges dropped."""
+    hit = items[p.tl.w_dst] & p.waits
+    p.waits &= ~hit
+    return int(hit.sum())
+
+
+# --- device edits ---------------------------------------------------------------------------------
+def scale_device(p: Plan, nodes: np.ndarray, factor, floor_ns: float = 0.0) -> None:
+    """Device nodes (mask) take `factor` of their time, never less than `floor_ns` (or their own time)."""
+    new = np.maximum(p.dur[nodes] * factor, np.minimum(p.dur[nodes], floor_ns))
+    p.dur[nodes] = new
+
+
+# --- replay -----------------------------------------------------------------------------------------
+def _worker_resources(p: Plan):
+    """The worker chains: batch j (the j-th LOADER item) is made by worker j mod W, after the main
+    process took batch j - prefetch*W; the LOADER item waits for it. Workers start in steady-state
+    phase (staggered by produce/W), as a pipeline that has been running."""
+    w = p.workers
+    tl = p.tl
+    loaders = np.flatnonzero(tl.kind == LOADER)
+    n, W = loaders.size, max(1, w.count)
+    base = tl.n_items + tl.n_nodes
+    batch = np.arange(n)
+    order = np.lexsort((batch, batch % W))  # nodes grouped by worker, in batch order
+    counts = np.bincount(batch % W, minlength=W)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    node_of_batch = np.empty(n, np.int64)
+    node_of_batch[order] = np.arange(n)
+    a = np.full(n, w.produce_ns)
+    free = np.arange(W) * w.produce_ns / W - w.produce_ns  # batch j ready at j * produce / W
+    back = batch - w.prefetch * W
+    has = back >= 0
+    src = np.concatenate([loaders[back[has]], base + node_of_batch])
+    dst = np.concatenate([base + node_of_batch[has], loaders])
+    lag = np.concatenate([np.zeros(int(has.sum())), np.full(n, w.handoff_ns)])
+    key = np.empty(n)
+    key[node_of_batch] = np.maximum.accumulate(tl.e)[loaders]  # a batch is made before it is taken
+    return a, a.copy(), offsets, free, src, dst, lag, key
+
+
+def schedule(p: Plan) -> Schedule:
+    tl = p.tl
+    extra = _worker_resources(p) if p.workers is not None and (tl.kind == LOADER).any() else None
+    return solve(to_graph(tl, a=p.a / p.host_speed, dur=p.dur, d_lag=p.d_lag, waits=p.waits, extra=extra))
+
+
+def window_step(ends: np.ndarray, start: float) -> float:
+    """Mean step over a window: from the end of its first step when it has several (the first one
+    takes the pipeline from the recording to the replay's steady state), else from its start."""
+    if len(ends) >= 2:
+        return (float(ends[-1]) - float(ends[0])) / (len(ends) - 1)
+    return float(ends[0]) - start
+
+
+def step_ns(p: Plan) -> tuple[float, Schedule]:
+    """Mean steady step time over the replayed window, and the schedule."""
+    s = schedule(p)
+    ends = step_ends(p.tl, s.end)
+    return window_step(ends, float(p.tl.steps["start"].iloc[0])) * p.scale, s

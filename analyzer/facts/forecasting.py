@@ -1,0 +1,51 @@
+"""What the replay needs from the facts layer: the steps the facts use, and the kernel classes.
+
+`make_forecaster` builds an `analysis.forecast.Forecaster` from a facts `Context`: the replay runs on
+the same steps as the shares and facts (the steady ones, once warm-up is told apart), and a device
+node's family (gemm, conv, layout, ...) and dtype come from the same rules as the `amp` and
+`channels-last` facts (`facts/device.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.forecast import Forecaster
+from ..analysis.machine import machine_facts
+from ..analysis.timeline import Timeline
+from .common import Context
+from .device import _map_categories, dtype_from_name, gemm_dtypes, kernel_family
+
+
+def steps_frame(ctx: Context) -> pd.DataFrame:
+    """The steps the facts use, with their host windows (name, start, end, duration, host_start, host_end)."""
+    st = ctx.breakdown.steps[["name", "start", "end", "duration"]]
+    host = ctx.steps.frame[["name", "host_start", "host_end"]].drop_duplicates("name")
+    return st.merge(host, on="name", how="left").dropna(subset=["host_start", "host_end"]).astype(
+        {"host_start": np.int64, "host_end": np.int64})
+
+
+def node_classes(ctx: Context, tl: Timeline) -> dict:
+    """Per device node of the timeline: kernel family, and dtype (the launching op's input type when
+    recorded, else the kernel name), as `device_facts` decides them."""
+    names = pd.Series(tl.d_name, dtype="category")
+    family = _map_categories(names, kernel_family)
+    dtype = _map_categories(names, dtype_from_name)
+    gemm = np.isin(family, ("gemm", "conv"))
+    if gemm.any():
+        frame = pd.DataFrame({"name": names[gemm].astype("category"), "corr": tl.d_corr[gemm]})
+        dtype[gemm], _ = gemm_dtypes(ctx, frame)
+    return {"family": family, "dtype": dtype}
+
+
+def make_forecaster(ctx: Context, cpus: Optional[float] = None, values: Optional[dict] = None) -> Forecaster:
+    """`values`: the facts, for the device's compute capability where the trace lists none (inferred
+    from kernel names)."""
+    f = Forecaster(ctx.trace, steps_frame(ctx), machine_facts(ctx.trace.run_metadata, cpus),
+                   node_class=lambda tl: node_classes(ctx, tl))
+    if f.inputs is not None and values:
+        f.inputs.compute_capability = float(values.get("device_compute_capability") or 0.0) or None
+    return f

@@ -1,0 +1,215 @@
+"""Forecast models (analysis/fc_*.py) on hand-built traces: each speed-up computed by hand from the
+trace's timeline, the assumptions a model states, and "no forecast" where a model does not apply."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from perfsleuth.analysis.forecast import Forecaster
+from perfsleuth.analysis.machine import machine_facts
+from perfsleuth.analysis.steps import find_steps
+from perfsleuth.api import analyze_trace
+from perfsleuth.config import Config
+from perfsleuth.facts.core import compute_facts
+from perfsleuth.facts.forecasting import make_forecaster
+from perfsleuth.trace.model import load_trace
+from test_replay import sync_trace
+from tracebuilder import TraceBuilder
+
+SGEMM = "volta_sgemm_128x64_nn"
+ELTWISE = "void at::native::vectorized_elementwise_kernel<4>"
+
+
+def forecaster(trace, cpus=None, meta=None):
+    if meta is not None:
+        trace.run_metadata = meta
+    return Forecaster(trace, find_steps(trace).frame, machine_facts(trace.run_metadata, cpus))
+
+
+def full(trace, cpus=None):
+    """The forecaster the engine uses (kernel classes from the facts layer)."""
+    report = analyze_trace(trace, Config(cpus=cpus))
+    return make_forecaster(compute_facts(trace, report.steps, report.breakdown).context, cpus)
+
+
+def load(tb, tmp_path, name="t.json"):
+    return load_trace(tb.write(tmp_path / name))
+
+
+def test_scalar_reads_removed_let_the_host_launch_ahead(tmp_path):
+    f = forecaster(sync_trace(tmp_path))
+    fc = f.forecast("no-scalar-reads")
+    assert fc["speedup"] == round(360 / 272, 3)  # see test_replay: 360 µs -> 272 µs
+    assert fc["low"] == 1.0  # pessimistic: the one read of the step stays
+    assert fc["model"] == "no-scalar-reads" and "launch queue" in fc["assumptions"]["launch_queue"]
+    assert f.check()["self_check_error"] == 0.0
+
+
+def test_a_model_that_does_not_apply_says_why(tmp_path):
+    f = forecaster(sync_trace(tmp_path))
+    fc = f.forecast("pinned-copies")
+    assert fc["speedup"] is None and fc["reason"] == "no pageable host-to-device copies in the replayed steps"
+    assert f.forecast("no-such-model")["reason"] == "unknown model no-such-model"
+
+
+def pageable_trace(tmp_path):
+    """K1 runs 10-60; a 1 MiB pageable copy (called at 10, blocking until 165) runs 60-160; K2 is
+    launched at 170 and runs 180-230; the host window ends at 200."""
+    tb = TraceBuilder()
+    tb.step(1, 0, 200)
+    tb.launch(SGEMM, host=(0, 5), device=(10, 50))
+    tb.copy("Memcpy HtoD (Pageable -> Device)", host=(10, 155), device=(60, 100), nbytes=1 << 20)
+    tb.launch(ELTWISE, host=(170, 5), device=(180, 50))
+    return load(tb, tmp_path)
+
+
+def test_pinned_copies_run_at_the_pcie_generations_bandwidth_and_do_not_block(tmp_path):
+    fc = forecaster(pageable_trace(tmp_path)).forecast("pinned-copies")
+    copy_ns = (1 << 20) / (31.5 * 0.8)  # A100: PCIe 4.0 x16 at 80 %
+    assert fc["speedup"] == round(230_000 / (60_000 + copy_ns + 50_000), 3)  # K1, the copy, K2 back to back
+    assert "PCIe 4.0" in fc["assumptions"]["bandwidth"]
+    assert fc["low"] < fc["speedup"] <= fc["high"]
+
+
+def test_amp_divides_fp32_gemm_time_by_the_datasheet_ratio(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 20)
+    tb.launch(SGEMM, host=(5, 5), device=(15, 1600))
+    tb.launch(ELTWISE, host=(12, 3), device=(1615, 10))
+    fc = full(load(tb, tmp_path)).forecast("amp")
+    assert fc["speedup"] == round(1625 / (15 + 1600 / 16 + 10), 3)  # A100: 312 / 19.5 = 16
+    assert fc["assumptions"]["device"] == "Ampere (A100)"
+
+
+def test_amp_without_a_datasheet_row_is_no_forecast(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 20)
+    tb.launch(SGEMM, host=(5, 5), device=(15, 1600))
+    doc = tb.build()
+    doc["deviceProperties"][0].update(computeMajor=6, computeMinor=0, name="Tesla P100")
+    (tmp_path / "p100.json").write_text(json.dumps(doc))
+    fc = full(load_trace(tmp_path / "p100.json")).forecast("amp")
+    assert fc["speedup"] is None and "no datasheet throughput" in fc["reason"]
+
+
+def test_cuda_graphs_remove_the_dispatch_between_launches_not_kernel_time(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 260)
+    for k in range(10):  # 20 µs of Python, a 5 µs launch, a 3 µs kernel
+        tb.launch(ELTWISE, host=(20 + 25 * k, 5), device=(30 + 25 * k, 3))
+    fc = forecaster(load(tb, tmp_path)).forecast("cuda-graphs")
+    # recorded: the host window ends at 260; after: one graph launch (10 µs), the 10 kernels from
+    # 5 µs after it (their launch lag), 3 µs each and 1 µs apart
+    assert fc["speedup"] == round(260 / (10 + 5 + 40), 3)
+    assert "kernel times unchanged" in fc["assumptions"]["kernels"]
+
+
+def cpu_loader_trace(tmp_path, steps=4, load_us=60_000, compute_us=40_000):
+    tb = TraceBuilder(device=False)
+    period = load_us + compute_us
+    for k in range(steps):
+        o = period * k
+        tb.step(k + 1, o, period)
+        tb.dataloader(o, load_us)
+        tb.op("aten::addmm", o + load_us, compute_us)
+    return load(tb, tmp_path)
+
+
+def meta(loader_cpu_s, wall_s=1.0, cores=2):
+    return {"version": 1, "host": {"cpu_count": cores, "affinity_cpus": cores, "torch_threads": 1},
+            "loaders": [{"num_workers": 0, "batch_size": 8, "prefetch_factor": None}],
+            "cpu": {"probe": None, "window": {"wall_s": wall_s, "main_cpu_s": 0.4 + loader_cpu_s,
+                                              "loader_wall_s": 0.6, "loader_cpu_s": loader_cpu_s,
+                                              "loader_calls": 10, "workers": 0, "worker_cpu_s": 0}}}
+
+
+def test_workers_hide_a_loader_that_waits(tmp_path):
+    """Loading is 60 ms of waiting (no CPU), compute 40 ms: with 2 workers the step is the compute
+    plus taking the batch over (2 tensors x 0.3 ms of main-process CPU)."""
+    f = forecaster(cpu_loader_trace(tmp_path), meta=meta(loader_cpu_s=0.0))
+    fc = f.forecast("dataloader-workers")
+    assert fc["speedup"] == pytest.approx(100 / 40.6, rel=2e-3)
+    assert fc["assumptions"]["workers"].startswith("num_workers=2 (was 0)")
+    assert "0% of it CPU (measured)" in fc["assumptions"]["batch"]
+
+
+def test_workers_do_not_help_when_the_process_cannot_get_more_cpu(tmp_path):
+    """CPU-bound loading on a machine where this run gets one core whatever it does (the probe)."""
+    m = meta(loader_cpu_s=0.6)
+    m["cpu"]["probe"] = {"threads": [1, 2], "cores": [1.0, 1.0], "seconds": 0.1}
+    fc = forecaster(cpu_loader_trace(tmp_path), meta=m).forecast("dataloader-workers")
+    assert fc["speedup"] <= 1.0
+    assert "1: 1.00, 2: 1.00" in fc["assumptions"]["capacity"]
+
+
+def test_workers_on_free_cores_overlap_cpu_loading_with_compute(tmp_path):
+    fc = forecaster(cpu_loader_trace(tmp_path), cpus=4).forecast("dataloader-workers")
+    assert 1.5 < fc["speedup"] < 2.5  # bounded by the 40 ms of compute plus the handoff
+    assert fc["assumptions"]["cores"] == "4 (--cpus)"
+    unknown = forecaster(cpu_loader_trace(tmp_path, steps=2)).forecast("dataloader-workers")
+    assert "unknown" in unknown["assumptions"]["cores"]
+
+
+def cpu_step_trace(tmp_path, body, steps=4, period=1000):
+    tb = TraceBuilder(device=False)
+    for k in range(steps):
+        tb.step(k + 1, period * k, period)
+        body(tb, period * k, k)
+    return load(tb, tmp_path)
+
+
+def test_zero_grad_set_to_none_keeps_a_microsecond_per_parameter(tmp_path):
+    def body(tb, o, k):
+        tb.annotation("Optimizer.zero_grad#SGD.zero_grad", o + 100, 200)
+        for j in range(10):
+            tb.op("aten::zero_", o + 110 + 19 * j, 4)
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("zero-grad-none")
+    assert fc["speedup"] == round(1000 / (1000 - 200 + 10), 3)
+
+
+def test_foreach_optimizer_removes_the_python_call_before_each_per_parameter_op(tmp_path):
+    def body(tb, o, k):
+        tb.annotation("Optimizer.step#SGD.step", o + 400, 400)
+        for j in range(20):  # 15 µs of Python, then a 5 µs op
+            tb.op("aten::mul_" if j % 2 else "aten::add_", o + 415 + 20 * j, 5)
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("foreach-optimizer")
+    assert fc["speedup"] == round(1000 / (1000 - 20 * 15 + 2 * 15), 3)  # one call per op kind stays
+
+
+def test_a_loop_of_tiny_ops_becomes_one_op_per_kind(tmp_path):
+    def body(tb, o, k):
+        for j in range(40):  # 3 µs ops, 7 µs apart: add, mul, relu, select
+            tb.op(("aten::add", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    run = 40 * 10 - 7  # from the first op's start to the last op's end
+    assert fc["speedup"] == round(1000 / (1000 - run + 4 * 10), 3)
+
+
+def test_fewer_threads_give_each_op_its_fast_time(tmp_path):
+    def body(tb, o, k):
+        tb.op("aten::addmm", o + 100, 100 if k == 2 else 10)
+    f = forecaster(cpu_step_trace(tmp_path, body, steps=8),
+                   meta={"host": {"cpu_count": 2, "torch_threads": 2}, "loaders": []})
+    fc = f.forecast("fewer-threads")
+    assert fc["speedup"] == round((7000 + 90) / 7000, 3)  # steps 2-8 (the first is the warm-up), one op 90 µs faster
+    one = forecaster(cpu_step_trace(tmp_path, body), meta={"host": {"cpu_count": 2, "torch_threads": 1}})
+    assert one.forecast("fewer-threads")["reason"] == "torch already runs one intra-op thread"
+
+
+def test_outlier_steps_removed_leave_the_median(tmp_path):
+    tb = TraceBuilder(device=False)
+    for k, d in enumerate((100, 100, 100, 400)):
+        tb.step(k + 1, 1000 * k, d)
+    f = forecaster(load(tb, tmp_path))
+    assert f.forecast("no-outliers")["speedup"] == 1.75
+
+
+def test_the_combined_forecast_replays_fixes_together(tmp_path):
+    f = forecaster(pageable_trace(tmp_path))
+    one, two = f.forecast("pinned-copies"), f.forecast("cuda-graphs")
+    both = f.forecast(["pinned-copies", "cuda-graphs"])
+    assert both["model"] == "pinned-copies + cuda-graphs"
+    saved = (one["saving_us"] + two["saving_us"])
+    assert both["saving_us"] < saved  # savings do not add up: both shorten the same waits
+    assert "pinned-copies: bandwidth" in both["assumptions"]
