@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -15,11 +18,11 @@ from .analysis.stragglers import analyze_ranks
 from .analysis.tables import time_share, top_kernels, top_ops
 from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
-from .errors import TraceError
+from .errors import TraceError, UsageError
 from .report.model import Report, ReportSet
 from .trace.hugepages import without_huge_pages
 from .trace import cluster, sources
-from .trace.model import Trace, find_trace_files, load_trace
+from .trace.model import Trace, load_trace, scan_trace_files
 from .trace.selection import memo
 
 log = logging.getLogger(__name__)
@@ -101,12 +104,77 @@ def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
         return analyze_trace(load_trace(path, progress, jobs), config)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; the CPU count where that is unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def capped_jobs(jobs: Optional[int]) -> int:
+    """`jobs` worker processes, at most one per usable CPU (default: one per usable CPU)."""
+    return max(1, min(jobs or usable_cpus(), usable_cpus()))
+
+
 def _analyze_member(path: Path, config: Optional[Config]):
-    """One file of a directory, in a worker process: a slim Report, or the problem."""
+    """THE per-file function of a fan-out over files (process pool, -j 1, other executors): (slim
+    Report, None), or (None, the problem in one line). Whatever goes wrong with one file is that file's
+    problem, so the other files still get their reports. A UsageError (a bad rule file or option) is
+    no file's problem: it propagates and ends the run with its one line."""
     try:
         return analyze_file(path, config).slim(), None
     except TraceError as exc:
         return None, exc.problem
+    except UsageError:
+        raise
+    except MemoryError:
+        return None, "out of memory while analysing it"
+    except RecursionError:
+        return None, "nested too deeply to analyse"
+    except Exception as exc:  # a bug of ours on this file: said, logged with its traceback, not fatal
+        log.debug("analysing %s failed", path, exc_info=True)
+        text = " ".join(str(exc).split())[:200]
+        return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
+
+
+def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None) -> list:
+    """_analyze_member over `files`, in order: here, in `jobs` processes, or on Dask (trace/cluster.py).
+    A file whose worker died (the OOM killer) costs only that file: with the process pool, the files
+    the broken pool left are retried each in a process of its own, so only the culprit is skipped."""
+    results: list = [None] * len(files)
+    with cluster.executor(scheduler, jobs) as pool:
+        if pool is None:
+            return [_analyze_member(f, config) for f in files]
+        futures = [pool.submit(_analyze_member, f, config) for f in files]
+        for i, future in enumerate(futures):
+            try:
+                results[i] = future.result()
+            except UsageError:
+                raise
+            except BrokenProcessPool:
+                pass
+            except Exception as exc:  # Dask: a worker lost (KilledWorker), a task cancelled
+                results[i] = None, f"the worker analysing it failed ({type(exc).__name__})"
+    for i, f in enumerate(files):
+        if results[i] is None:
+            results[i] = _alone(f, config)
+    return results
+
+
+def _alone(path: Path, config: Optional[Config]) -> tuple:
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(_analyze_member, path, config).result()
+        except BrokenProcessPool:
+            return None, "the process analysing it died (out of memory?)"
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(p).st_mode)
+    except OSError:
+        return False  # reading it as a file says what is wrong
 
 
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
@@ -114,46 +182,45 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
-    `jobs` worker processes at most (default: the CPU count) analyse the files of a directory (one per
-    rank/worker) in parallel, or decode the chunks of one large file in parallel. Pass jobs=1 from a
-    process that must not fork (e.g. one that runs torch). `scheduler` runs the files of a directory
-    on Dask instead ("local", or the tcp:// address of a running scheduler: trace/cluster.py). Paths
-    may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py)."""
+    `jobs` worker processes at most (default, and at most: the usable CPUs) analyse the files of a
+    directory (one per rank/worker) in parallel, or decode the chunks of one large file in parallel.
+    Pass jobs=1 from a process that must not fork (e.g. one that runs torch). `scheduler` runs the
+    files of a directory on Dask instead ("local", or the tcp:// address of a running scheduler:
+    trace/cluster.py). Paths may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py)."""
     cluster.check_scheduler(scheduler)
     path = sources.local_path(os.fspath(path))
+    unlisted: list = []
     if sources.is_url(path):
         files = sources.find_url_traces(path)
         if files is None:
             return analyze_file(path, config, progress, 1)
     else:
         path = Path(path)
-        if not path.is_dir():
-            return analyze_file(path, config, progress, jobs or os.cpu_count() or 1)
-        files = find_trace_files(path)
-    if not files:
+        if not _is_dir(path):
+            return analyze_file(path, config, progress, capped_jobs(jobs))
+        files, unlisted = scan_trace_files(path)
+    if not files and not unlisted:
         raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
-    return analyze_files(files, config, jobs, scheduler, root=str(path))
+    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted)
 
 
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
-                  scheduler: Optional[str] = None, root: str = "") -> Union[Report, ReportSet]:
+                  scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = ()) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
     (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
-    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job."""
+    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job.
+    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
     files = list(files)
-    jobs = max(1, min(len(files), jobs or os.cpu_count() or 1))
-    with cluster.executor(scheduler, jobs) as pool:
-        if pool is None:
-            results = [_analyze_member(f, config) for f in files]
-        else:
-            results = list(pool.map(_analyze_member, files, [config] * len(files)))
+    jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
+    results = _fan_out(files, config, jobs, scheduler)
     result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
-            log.warning("skipping %s: %s", f, problem)
+            log.info("skipping %s: %s", f, problem)  # the CLI lists ReportSet.skipped once
             result.skipped.append((sources.absolute(f), problem))
         else:
             result.reports.append(report)
+    result.skipped += [(sources.absolute(f), problem) for f, problem in unlisted]
     if not result.reports:
         first = result.skipped[0]
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")

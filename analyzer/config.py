@@ -42,3 +42,25 @@ class Config:
     # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.
     cpus: Optional[float] = None
 
+
+@dataclass(frozen=True)
+class Limits:
+    """What one input may cost before perfsleuth refuses it with one line naming the file
+    (docs/robustness.md). Real traces stay far inside every bound."""
+
+    # A .json.gz that inflates to more than this many times its compressed size is refused once
+    # `inflate_ratio_from` bytes are out (real traces: 7-25x; a stream of zeros or spaces: ~1000x).
+    inflate_ratio: int = 100
+    inflate_ratio_from: int = 64 << 20
+    # A document larger than this share of the machine's memory cannot be analysed (the analysis
+    # needs about 1.4x the document): refused while inflating, before memory runs out.
+    memory_share: float = 0.5
+    # The rule engine, per rule and trace: loop iterations plus calls, wall time, characters of a
+    # rendered message or fix, and the longest string or list an expression may build.
+    rule_steps: int = 200_000
+    rule_seconds: float = 2.0
+    rule_output_chars: int = 65_536
+    rule_sequence: int = 1_000_000
+
+
+LIMITS = Limits()

@@ -308,3 +308,29 @@ def test_a_worker_that_dies_while_a_gzip_inflates_is_noticed(tmp_path, small_ran
                                                    _dies_in_a_worker(os.getpid()), jobs=2)
     assert small_ranges[0] == "inflating" and small_ranges[-1] == "split" and entries == 300
     assert sum(len(c["ts"]) for c in outs) == 300
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("layout", ["nested", "duplicate"])
+def test_a_second_traceevents_key_reads_as_the_sequential_path(tmp_path, small_ranges, layout, gz):
+    """issue 18: the top-level key the sequential decoder keeps is empty here; a nested object (or an
+    earlier duplicate key) holds events. The ranges used to decode those; now both paths agree."""
+    decoy = json.dumps([_event(i, "decoy") for i in range(60)])
+    if layout == "nested":
+        raw = ('{"distributedInfo": {"rank": 3, "traceEvents": %s}, "traceEvents": []}' % decoy).encode()
+    else:
+        raw = ('{"traceEvents": %s, "traceEvents": []}' % decoy).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    with pytest.raises(TraceError, match="no complete events") as par:
+        load_trace(path, jobs=2)
+    with pytest.raises(TraceError, match="no complete events") as seq:
+        load_trace(path, jobs=1)
+    assert str(par.value) == str(seq.value)
+    assert "split" in small_ranges and "ranges" not in small_ranges  # the ranges were refused
+
+
+def test_plan_refuses_an_earlier_duplicate_key():
+    raw = b'{"traceEvents": [{"ph": "X", "name": "decoy"}], "traceEvents": [{"ph": "X", "name": "real"}]}'
+    assert byteranges.plan(raw, kineto._HEADER) is None
+    assert bytes(kineto._HEADER.decode(raw).traceEvents[0]) == b'{"ph": "X", "name": "real"}'  # the last wins

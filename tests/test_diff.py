@@ -190,9 +190,10 @@ def test_report_json_is_read_as_a_report(tmp_path):
 @pytest.mark.parametrize("doc,error,text", [
     ({"schema": "perfsleuth/report-set@1", "reports": [{}, {}]}, UsageError, "is a report set (2 traces)"),
     ({"schema": "perfsleuth/report@2", "steps": []}, UsageError, "is not 'perfsleuth/report@1'"),
-    ({"schema": "perfsleuth/report@1", "steps": [], "verdict": "kernel-bound"}, TraceError, "report has no steps"),
+    ({"schema": "perfsleuth/report@1", "steps": [], "verdict": "kernel-bound"}, TraceError,
+     "not a valid perfsleuth report (Expected `array` of length >= 1 - at `$.steps`)"),
     ({"schema": "perfsleuth/report@1", "steps": [{"duration_us": "x"}], "verdict": "k"}, TraceError,
-     "has no valid duration_us"),
+     "not a valid perfsleuth report (Expected `float`, got `str` - at `$.steps[0].duration_us`)"),
 ])
 def test_bad_reports(tmp_path, doc, error, text):
     p = tmp_path / "r.json"

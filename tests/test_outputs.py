@@ -6,7 +6,7 @@ import stat
 
 import pytest
 from perfsleuth.errors import UsageError
-from perfsleuth.report import outputs
+from perfsleuth.report import outputs, safe_write
 from perfsleuth.report.outputs import check_outputs, json_safe, to_json, write_outputs
 from report_factory import make_report
 
@@ -100,8 +100,8 @@ def test_failed_write_keeps_the_old_file_and_removes_the_temp(tmp_path, monkeypa
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(outputs.os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(safe_write.os, "replace", boom)
+    with pytest.raises(UsageError, match=r"r\.md: cannot write \(disk full\)"):  # one line, no traceback (issue 18)
         write_outputs(make_report(), markdown=target, force=True)
     assert target.read_text() == "old summary"
     assert listing(tmp_path) == ["r.md"]
@@ -117,18 +117,21 @@ def test_render_error_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists() or listing(tmp_path / "o") == []
 
 
-def test_temp_file_is_in_the_target_folder(tmp_path, monkeypatch):
+def test_temp_file_is_in_a_staging_folder_beside_the_target(tmp_path, monkeypatch):
     seen = []
-    real = os.replace
+    real = os.link
 
     def spy(src, dst):
-        seen.append((os.path.dirname(src), os.path.basename(src), dst))
+        seen.append((os.path.dirname(os.path.dirname(src)), os.path.basename(os.path.dirname(src)),
+                     os.path.basename(src), dst))
         real(src, dst)
 
-    monkeypatch.setattr(outputs.os, "replace", spy)
+    monkeypatch.setattr(safe_write.os, "link", spy)
     write_outputs(make_report(), json_path=tmp_path / "r.json")
-    (folder, name, dst), = seen
-    assert folder == str(tmp_path) and name.startswith(".r.json.") and name.endswith(".tmp")
+    (folder, staging, name, dst), = seen
+    assert folder == str(tmp_path) and staging.startswith(".perfsleuth-") and staging.endswith(".tmp")
+    assert name == "r.json" and dst == tmp_path / "r.json"
+    assert listing(tmp_path) == ["r.json"]
 
 
 def test_json_is_strict_and_nan_becomes_null(tmp_path):

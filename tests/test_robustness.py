@@ -7,6 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from perfsleuth.commands.cli import main
+from privileges import unprivileged
 from tracebuilder import TraceBuilder
 
 
@@ -153,15 +154,13 @@ def test_malformed_documents(tmp_path, payload, problem):
     assert_one_line_exit_2(run("analyze", path), path, problem)
 
 
-def test_unreadable_file(tmp_path, monkeypatch):
+def test_unreadable_file(tmp_path):
     path = tmp_path / "locked.json"
     path.write_text("{}")
-
-    def deny(*a, **k):
-        raise PermissionError(13, "Permission denied")
-
-    monkeypatch.setattr("builtins.open", deny)
-    assert_one_line_exit_2(run("analyze", path), path, "cannot read file (Permission denied)")
+    path.chmod(0)
+    with unprivileged():
+        result = run("analyze", path)
+    assert_one_line_exit_2(result, path, "permission denied")
 
 
 def test_gzip_of_garbage(tmp_path):

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from perfsleuth.commands.cli import main
 
@@ -85,7 +86,12 @@ def test_sys_exit_3_before_any_step(tmp_path):
     assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
 
 
-def test_real_sigint_during_the_window_reports_what_was_collected(tmp_path):
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted:"),
+                                           (signal.SIGTERM, 143, "interrupted (SIGTERM):"),
+                                           (signal.SIGHUP, 129, "interrupted (SIGHUP):")])
+def test_a_real_signal_during_the_window_reports_what_was_collected(tmp_path, sig, code, said):
+    """Ctrl-C, and the SIGTERM/SIGHUP that timeout, CI cancellation, Kubernetes and Slurm send (issue 18):
+    the partial data is kept and said, exit 128 + the signal."""
     path = script(tmp_path, body="time.sleep(0.05)")
     out_dir = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "perfsleuth.commands.cli", "run", "--wait", "1", "--warmup", "1",
@@ -96,10 +102,10 @@ def test_real_sigint_during_the_window_reports_what_was_collected(tmp_path):
     for line in proc.stdout:  # the script's own progress lines
         if line.startswith("step 6") or time.monotonic() > deadline:
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err
-    assert "perfsleuth: interrupted" in err
+    assert proc.returncode == code, err
+    assert f"perfsleuth: {said} the report covers the" in err
     assert "Traceback" not in err
     rep = json.loads((out_dir / "report.json").read_text())
     assert 3 <= len(rep["steps"]) < 50

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from ..errors import TraceError
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import name_mask
 from ..trace.selection import of_kind
@@ -66,17 +68,36 @@ def _annotations(trace: Trace) -> pd.DataFrame:
     return of_kind(trace.events, ANNOTATION, CPU_OP)
 
 
-def _profiler_steps(trace: Trace) -> pd.DataFrame:
+def _profiler_steps(trace: Trace, warnings: list) -> pd.DataFrame:
     ann = _annotations(trace)
     names = pd.Series(ann["name"].cat.categories)
     step_names = set(names[names.str.match(STEP_RE.pattern)])
     if not step_names:
         return pd.DataFrame()
     st = ann[ann["name"].isin(step_names)]
-    # The same step recorded twice (several threads, duplicates): keep the longest record of each.
-    st = st.sort_values("dur", ascending=False).drop_duplicates("name").sort_values("ts")
+    if st.empty:  # the names are categories of the whole trace: their events may all have been dropped
+        return pd.DataFrame()
+    st = _one_record_per_step(st, warnings)
     return pd.DataFrame({"name": st["name"].astype(str).values, "host_start": st["ts"].values,
                          "host_end": st["end"].values})
+
+
+def _one_record_per_step(st: pd.DataFrame, warnings: list) -> pd.DataFrame:
+    """The same step recorded twice (several threads, duplicates) overlaps itself in time: keep the
+    longest record. The same name at separate times (two profiling sessions in one trace, a restarted
+    step counter) is two steps: keep both, and say so."""
+    st = st.assign(name=st["name"].astype(str)).sort_values(["name", "ts"], kind="stable")
+    name, ts = st["name"].to_numpy(), st["ts"].to_numpy()
+    first = np.r_[True, name[1:] != name[:-1]]
+    reach = st["end"].groupby(np.cumsum(first)).cummax().to_numpy()  # latest end so far, per name
+    cluster = np.cumsum(first | np.r_[True, ts[1:] > reach[:-1]])
+    kept = st.assign(_c=cluster).sort_values("dur", ascending=False, kind="stable").drop_duplicates("_c")
+    repeated = kept["name"].value_counts()
+    repeated = repeated[repeated > 1]
+    if len(repeated):
+        warnings.append(f"{len(repeated)} ProfilerStep name(s) occur at separate times (e.g. {repeated.index[0]}, "
+                        f"{int(repeated.iloc[0])} times): each occurrence is kept as its own step")
+    return kept.drop(columns="_c").sort_values("ts", kind="stable")
 
 
 def _optimizer_steps(trace: Trace) -> pd.DataFrame:
@@ -121,33 +142,53 @@ def _device_end_per_window(trace: Trace, host_start: np.ndarray, host_end: np.nd
 
 def find_steps(trace: Trace) -> Steps:
     warnings: list[str] = []
-    frame, source = _profiler_steps(trace), PROFILER_STEP
-    if frame.empty:
-        frame, source = _optimizer_steps(trace), OPTIMIZER_STEP
-        if not frame.empty:
+    steps = _windows(trace, _profiler_steps(trace, warnings), PROFILER_STEP, warnings)
+    if steps is None:
+        steps = _windows(trace, _optimizer_steps(trace), OPTIMIZER_STEP, warnings)
+        if steps is not None:
             warnings.append("no ProfilerStep#N annotations: steps are the intervals between "
                             "Optimizer.step calls")
-    if frame.empty:
-        frame, source = _whole_trace(trace), WHOLE_TRACE
+    if steps is None:
         warnings.append("no ProfilerStep#N or Optimizer.step annotations: the whole trace is analysed "
                         "as one window")
+        steps = _windows(trace, _whole_trace(trace), WHOLE_TRACE, warnings)
+    if steps is None:
+        raise TraceError(trace.path, "the trace spans no time (every event has zero duration)")
+    return steps
+
+
+def _windows(trace: Trace, frame: pd.DataFrame, source: str, warnings: list) -> Optional[Steps]:
+    """Steps from host windows: extended to the device work they launched, made disjoint, empty ones
+    dropped (said apart: a step of zero duration, or one the previous step covers). None when none is left."""
+    if frame.empty:
+        return None
     host_start = frame["host_start"].to_numpy(np.int64)
     host_end = frame["host_end"].to_numpy(np.int64)
     if source == WHOLE_TRACE:
         dev_end = np.array([int(trace.events["end"].max())])
     else:
         dev_end = _device_end_per_window(trace, host_start, host_end)
-    start, end = _make_disjoint(host_start, np.maximum(host_end, dev_end))
+    own_end = np.maximum(host_end, dev_end)
+    start, end = _make_disjoint(host_start, own_end)
     frame = frame.assign(start=start, end=end)
-    empty = frame["end"] <= frame["start"]
-    if empty.any():
-        warnings.append(f"{int(empty.sum())} step(s) overlapped the previous step completely and were dropped")
-        frame = frame[~empty]
+    zero = own_end <= host_start
+    covered = (end <= start) & ~zero
+    if source != WHOLE_TRACE and zero.all():
+        warnings.append(f"every {source} annotation ({len(frame)}) has zero duration")
+        return None
+    if zero.any() and source != WHOLE_TRACE:
+        warnings.append(f"{int(zero.sum())} step(s) of zero duration were dropped")
+    if covered.any():
+        warnings.append(f"{int(covered.sum())} step(s) overlapped the previous step completely and were dropped")
+    if zero.all():
+        return None
+    frame = frame[~(zero | covered)]
     if (np.diff(host_start) < 0).any() or (host_end[:-1] > host_start[1:]).any():
         warnings.append("step annotations overlap on the host; overlapping parts were given to the earlier step")
     frame = frame.reset_index(drop=True)
     phase, reason, notes = classify(trace, frame, source)
-    return Steps(frame.assign(phase=phase, phase_reason=reason), source, warnings + notes)
+    warnings.extend(notes)  # the same list: find_steps adds where the steps came from after this
+    return Steps(frame.assign(phase=phase, phase_reason=reason), source, warnings)
 
 
 def _make_disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,24 +17,52 @@ from .run import RunConfig
 EXIT_USAGE = 2
 
 
+def say(text: str, err: bool = False) -> None:
+    """Print to the terminal: control characters escaped and bidi controls shown (newlines kept).
+    Every line perfsleuth prints goes through here: file names and trace names are data."""
+    from ..report.escape import terminal
+
+    click.echo(terminal(text, keep_newlines=True), err=err)
+
+
 def _fail(message: str) -> None:
-    click.echo(f"perfsleuth: error: {message}", err=True)
+    """The one line of a user error: a message that spans lines (an exception's text) stays one line."""
+    from ..report.escape import terminal
+
+    click.echo(f"perfsleuth: error: {terminal(message)}", err=True)
     sys.exit(EXIT_USAGE)
 
 
 def user_errors(fn):
-    """Turn the errors a user can cause into one clear line and exit code 2 (never a traceback)."""
+    """Turn the errors a user can cause into one clear line and exit code 2 (never a traceback);
+    Ctrl-C, SIGTERM and SIGHUP into one line and 128 + the signal number (commands/signals.py)."""
+    from .signals import as_interrupts, exit_code, signal_name
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with as_interrupts():
+                return fn(*args, **kwargs)
         except (TraceError, UsageError) as exc:
             _fail(str(exc))
         except MemoryError:
-            _fail("out of memory while analysing the trace")
+            _fail("out of memory")
+        except RecursionError:
+            _fail("input nested too deeply")
+        except KeyboardInterrupt as exc:
+            say(f"perfsleuth: interrupted ({signal_name(exc)})", err=True)
+            sys.exit(exit_code(exc))
 
     return wrapper
+
+
+class _Escaping(logging.Formatter):
+    """Log lines are terminal output too (they carry file names and rule text)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from ..report.escape import terminal
+
+        return terminal(super().format(record), keep_newlines=True)
 
 
 def output_options(fn):
@@ -52,23 +80,25 @@ def output_options(fn):
 
 
 def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False,
-         details=False) -> None:
+         details=False) -> dict:
     """Print the terminal summary (for a directory: the index, and every report with `details`; then
-    the cross-rank report when the traces are the ranks of one job) and write the requested report files."""
+    the cross-rank report when the traces are the ranks of one job) and write the requested report
+    files; the report dict (made once: `to_dict` of a large report is not cheap)."""
     from ..report.ranks_text import render_ranks_terminal
     from ..report.terminal import render_terminal, render_terminal_set, shown_path
 
-    data = result.to_dict()
-    click.echo(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
+    data = result if isinstance(result, dict) else result.to_dict()
+    say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
     cross = render_ranks_terminal(data)
     if cross:
-        click.echo("\n" + cross)
+        say("\n" + cross)
     for s in data.get("skipped", []):
-        click.echo(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
+        say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
     written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
                           markdown_path=markdown_path, force=force)
     for p in written:
-        click.echo(f"wrote {p}")
+        say(f"wrote {p}")
+    return data
 
 
 def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, force) -> list:
@@ -93,7 +123,9 @@ class ProgressBar:
     into byte ranges, bytes: only the ratio is shown."""
 
     def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
-        self.label, self.delay, self.clock, self.bar = label, delay, clock, None
+        from ..report.escape import terminal
+
+        self.label, self.delay, self.clock, self.bar = terminal(label), delay, clock, None
         self.start = clock()
 
     def __call__(self, done: int, total: int) -> None:
@@ -122,7 +154,9 @@ def main(verbose: int) -> None:
     prints a rule's docs.
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Escaping("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 @main.command()
@@ -178,11 +212,27 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)
-    result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
-                          scheduler=scheduler)
-    emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
-         force=force, details=details)
-    exit_on_gate_failures(check_report(result.to_dict(), gates))
+    if scheduler in (None, "local"):  # processes on this machine
+        jobs = _jobs(jobs)
+    try:
+        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
+                              scheduler=scheduler)
+    except MemoryError:
+        raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
+    data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+                force=force, details=details)
+    exit_on_gate_failures(check_report(data, gates))
+
+
+def _jobs(jobs):
+    """-j capped to the CPUs this process may use, and said (each worker holds its share of a trace)."""
+    from ..api import usable_cpus
+
+    cpus = usable_cpus()
+    if jobs is not None and jobs > cpus:
+        say(f"perfsleuth: -j {jobs} is more than the {cpus} usable CPU(s): using {cpus}", err=True)
+        return cpus
+    return jobs
 
 
 # Further commands register here (rules, run, diff).
@@ -207,7 +257,7 @@ def rules_command(slug, markdown, rule_paths) -> None:
     from ..engine.settings import rule_settings
 
     rules = load_catalog(rule_settings(rule_paths)["rule_paths"])
-    click.echo(rule_markdown(find_rule(rules, slug)) if slug else catalog_markdown(rules) if markdown
+    say(rule_markdown(find_rule(rules, slug)) if slug else catalog_markdown(rules) if markdown
                else listing(rules))
 
 
@@ -216,7 +266,7 @@ def exit_on_gate_failures(failures: list) -> None:
     from .gates import EXIT_GATE, failure_line
 
     if failures:
-        click.echo(failure_line(failures), err=True)
+        say(failure_line(failures), err=True)
         sys.exit(EXIT_GATE)
 
 
@@ -268,9 +318,9 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     check_diff_outputs(json_path, markdown_path, force)
     analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
     result = diff_paths(base, head, analysis=analysis)
-    click.echo(render_diff_terminal(result))
+    say(render_diff_terminal(result))
     for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
-        click.echo(f"wrote {p}")
+        say(f"wrote {p}")
     exit_on_gate_failures(check_regression(result, threshold))
 
 
@@ -312,7 +362,7 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
     """
     from ..trace.companion import companion_name
     from . import run as runner
-    from . import run_paths
+    from . import run_outputs, run_paths
     from .target import resolve_target
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, stack_steps=0 if no_stack else RunConfig.stack_steps,
@@ -320,19 +370,27 @@ def run_command(target, script_args, module, wait, warmup, active, no_stack, no_
     job = resolve_target(target, script_args, module)
     runner.require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
-    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)
+    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
+    before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     outcome = runner.run_script(job, config, folder)
     if outcome.user_traceback:
-        click.echo(outcome.user_traceback, err=True, nl=False)
-    if outcome.report is not None:  # outputs were checked before the run: writing now may replace
-        emit(outcome.report, out_dir=folder, json_path=json_path, html_path=html_path,
-             markdown_path=markdown_path, force=True)
-        click.echo(f"wrote {outcome.trace_path}")
+        click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
+    if outcome.report is not None:
+        if outcome.export_error:  # the trace went to a temporary folder: the reports go beside it
+            folder, json_path, html_path, markdown_path = outcome.trace_path.parent, None, None, None
+            before = run_outputs.snapshot(run_outputs.targets(folder, None, None, None))
+        data = emit(outcome.report, out_dir=None)
+        written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
+                                                  markdown_path=markdown_path, force=force)
         stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
+        for p in [*written, outcome.trace_path]:
+            say(f"wrote {p}")
         if stacks.is_file():
-            click.echo(f"wrote {stacks} (Python stacks, for source lines)")
+            say(f"wrote {stacks} (Python stacks, for source lines)")
+        if note:
+            say(f"perfsleuth: {note}", err=True)
     if outcome.message:
-        click.echo(f"perfsleuth: {outcome.message}", err=True)
+        say(f"perfsleuth: {outcome.message}", err=True)
     sys.exit(outcome.exit_code)
 
 

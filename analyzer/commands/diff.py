@@ -14,9 +14,9 @@ and also `noise_floor` of the base median. Anything smaller is "within noise".
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
@@ -25,7 +25,9 @@ import numpy as np
 
 from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
-from ..report.model import SCHEMA, SET_SCHEMA
+from ..report.model import SET_SCHEMA
+from ..report.schema import checked, schema_of
+from ..trace.files import open_regular
 from ..version import __version__
 
 DIFF_SCHEMA = "perfsleuth/diff@1"
@@ -55,12 +57,9 @@ def load_side(path: Union[str, os.PathLike], config: Optional[DiffConfig] = None
     thresholds, as `analyze` would), listing every kernel and op."""
     config = config or DiffConfig()
     p = Path(path)
-    if not p.exists():
-        raise TraceError(p, "no such file or directory")
-    if p.is_file() and p.suffix == ".json":
-        report = _read_report_json(p)
-        if report is not None:
-            return report, False
+    report = _read_report_json(p)
+    if report is not None:
+        return report, False
     from ..api import analyze_path
 
     result = analyze_path(p, replace(analysis or Config(), top_n=config.analysis_top_n)).to_dict()
@@ -71,39 +70,35 @@ def load_side(path: Union[str, os.PathLike], config: Optional[DiffConfig] = None
 
 
 def _read_report_json(p: Path) -> Optional[dict]:
-    """The report when `p` is a perfsleuth JSON document; None when it is something else (a trace)."""
-    try:
-        with p.open("rb") as f:
-            head = f.read(4096)
-    except OSError as exc:
-        raise TraceError(p, f"cannot read: {exc.strerror or exc}") from None
-    if b'"perfsleuth/' not in head:
+    """The report when `p` is a perfsleuth JSON document (a regular file whose top-level "schema" is
+    perfsleuth/..., wherever the key is), checked against report@1; None when it is something else
+    (a trace, a directory)."""
+    if _is_dir(p):
         return None
+    with open_regular(p) as f:
+        head = f.read(4096)
+        if head[:2] == b"\x1f\x8b" or (b'"perfsleuth/' not in head and b'"traceEvents"' in head):
+            return None  # gzip: a trace (reports are written plain); or a trace's top level
+        try:
+            raw = head + f.read()
+        except OSError as exc:
+            raise TraceError(p, f"cannot read ({exc.strerror or exc})") from None
+    if b'"perfsleuth/' not in head and not str(schema_of(raw) or "").startswith("perfsleuth/"):
+        return None
+    return checked(raw, p)
+
+
+def _is_dir(p: Path) -> bool:
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TraceError(p, f"not valid JSON: {exc}") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema == SET_SCHEMA:
-        raise UsageError(f"{p}: is a report set ({len(data.get('reports') or [])} traces); diff compares one "
-                         "report with one report")
-    if schema != SCHEMA:
-        raise UsageError(f"{p}: schema {schema!r} is not {SCHEMA!r}")
-    validate_report(data, p)
-    return data
+        return stat.S_ISDIR(os.stat(p).st_mode)
+    except OSError:
+        return False  # open_regular says what is wrong
 
 
-def validate_report(report: dict, where: object = "report") -> None:
-    """The keys diff reads: steps with numeric durations, a verdict. Raises TraceError."""
-    steps = report.get("steps")
-    if not isinstance(steps, list) or not steps:
-        raise TraceError(where, "report has no steps")
-    for s in steps:
-        d = s.get("duration_us") if isinstance(s, dict) else None
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0:
-            raise TraceError(where, f"report step {s!r:.80} has no valid duration_us")
-    if not isinstance(report.get("verdict"), str):
-        raise TraceError(where, "report has no verdict")
+def validate_report(report: dict, where: object = "report") -> dict:
+    """`report` checked against the typed report@1 schema (report/schema.py); the checked dict.
+    Raises TraceError naming `where` and the first bad field."""
+    return checked(report, where)
 
 
 # ---------------------------------------------------------------- the diff
@@ -124,8 +119,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
     list is taken as complete only when it is shorter than Config.top_n.
     """
     config = config or DiffConfig()
-    validate_report(base, "base report")
-    validate_report(head, "head report")
+    base, head = validate_report(base, "base report"), validate_report(head, "head report")
     profiled = step_change(_durations(base), _durations(head), config)
     b_un, h_un = _unprofiled(base), _unprofiled(head)
     step = dict(step_change(b_un, h_un, config), basis=UNPROFILED) if b_un.size and h_un.size else dict(
@@ -151,7 +145,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
 def steady(report: dict) -> list:
     """The steady steps (`steps[].phase`, docs/schema.md): warm-up and partial steps are not compared. A report
     without phases is all steady; one whose steps are all set apart falls back to all of them."""
-    kept = [s for s in report["steps"] if s.get("phase", "steady") == "steady"]
+    kept = [s for s in report["steps"] if (s.get("phase") or "steady") == "steady"]
     return kept or list(report["steps"])
 
 

@@ -23,50 +23,17 @@ from typing import Any, Optional, Sequence
 
 from ..errors import UsageError
 from ..trace.companion import companion_name
-from . import run_facts, run_ranks
+from . import run_facts, run_outputs, run_ranks
+from .run_config import RunConfig
 from .run_paths import rank_info, trace_name
-from .step_clock import OpenAnnotations, StacksWindow, StepClock, phase_of, write_trace
+from .signals import as_interrupts, exit_code, signal_name
+from .step_clock import StacksSchedule, StepClock, phase_of
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
 
 log = logging.getLogger(__name__)
 
-EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Every profiling default, once (the CLI options and `perfsleuth.profile()` read them from here)."""
-
-    wait: int = 5  # steps run unprofiled first, timed: the unprofiled step time (docs/run.md#measurement)
-    warmup: int = 2  # steps traced but discarded (profiler start-up cost)
-    active: int = 5  # steps recorded and analyzed
-    with_stack: bool = False  # Python stacks in the analysed window itself (they cost most of the overhead)
-    record_shapes: bool = False  # input shapes and dtypes in the analysed window (up to +50 % on tiny ops)
-    stack_steps: int = 2  # then this many steps with stacks (and shapes), for source lines and dtypes (0: none)
-    stack_shapes: bool = True  # input shapes in that stacks window
-    # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
-    # a training run short unless asked. `perfsleuth run` turns it on unless --full.
-    stop_after_window: bool = False
-    # Record lightly (no stacks, no shapes) until the first step boundary, so that a run without any
-    # boundary is analysed as one window. Costs ~10-20 us and ~1.7 KB per torch op run before the first
-    # step (docs/run.md); off: such a run gets no report.
-    fallback_window: bool = True
-
-    def __post_init__(self):
-        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("stack_steps", 0)):
-            if getattr(self, name) < least:
-                raise UsageError(f"--{name} must be at least {least}")
-
-    @property
-    def window(self) -> int:
-        """Steps from the start until the recorded window is complete."""
-        return self.wait + self.warmup + self.active
-
-    @property
-    def stacks_window(self) -> int:
-        """Steps of the separate stacks window after the main one (none when the main one has stacks)."""
-        return 0 if self.with_stack else self.stack_steps
+EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
 
 
 TORCH_INSTALL = ("pip install torch (on Linux that is the CUDA build; the CPU-only one: pip install torch "
@@ -113,14 +80,13 @@ class ProfileSession:
         self.window_done = False  # the analysed window is recorded
         self.done = False  # ... and the stacks window after it (step_clock.py)
         self.trace_written = False
+        self.export_error: Optional[str] = None  # the trace could not be written where asked
         self.whole_run = False  # the trace is the light recording of everything (no step boundary)
         self.step_clock = StepClock()  # step times, profiled or not (self._clock: CPU time, for forecasts)
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
-        self._stacks: Optional[StacksWindow] = None
-        self._stacks_due = False  # the main window is done; the stacks window starts at a safe boundary
-        self._annotations = OpenAnnotations()
-        self._unwatch: Any = lambda: None
+        self._stacks = StacksSchedule(self.stacks_path, config.stacks_window, config.stack_shapes, lambda: self._meta(
+            role="stacks", main_trace=self.trace_path.name))
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -166,8 +132,7 @@ class ProfileSession:
         self._clock.tick(0, self.config.wait + self.config.warmup)
         self._record_metadata()
         self.hooks.install(modules=True)
-        self._annotations.watching = True
-        self._unwatch = self._annotations.install()
+        self._stacks.watch()
         return self
 
     def _record_metadata(self, final: bool = False, **extra) -> None:
@@ -191,7 +156,8 @@ class ProfileSession:
     def _meta(self, **extra) -> dict:
         c = self.config
         host = self._host if self._host is not None else run_facts.host_facts(*rank_info())
-        return {**run_facts.metadata(host, self.hooks.loaders, self._clock.facts()), "clock": self.step_clock.metadata(),
+        return {**run_facts.metadata(host, self.hooks.loaders, self._clock.facts()),
+                "clock": self.step_clock.metadata(),
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
@@ -206,8 +172,9 @@ class ProfileSession:
         try:
             self._advance()
         finally:
-            self.step_clock.leave(self.steps, phase_of(self.steps, self.config.wait, self.config.wait + self.config.warmup,
-                                                       self._prof is not None, self._stacks is not None))
+            c = self.config
+            self.step_clock.leave(self.steps, phase_of(self.steps, c.wait, c.wait + c.warmup, self._prof is not None,
+                                                       self._stacks.window is not None))
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
 
@@ -217,12 +184,7 @@ class ProfileSession:
         if self._light is not None:
             self._end_light(keep=False)
         self.steps += 1
-        if self._stacks_due:  # a step or more after the main window, with none of its annotations open
-            if self._annotations.clear:
-                self._stacks_due = False
-                self._stacks = StacksWindow(self.stacks_path, self.config.stacks_window, self.config.stack_shapes,
-                                            lambda: self._meta(role="stacks", main_trace=self.trace_path.name)).start()
-        elif self._stacks is not None:  # the short stacks window after the analysed one
+        if self._stacks.pending:  # the short stacks window after the analysed one
             if self._stacks.step():
                 self._complete()
         else:
@@ -246,11 +208,8 @@ class ProfileSession:
         if self.window_done:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
-            self._annotations.watching = False
-            if self.stacks_path is None:
+            if self._stacks.main_done():
                 self._complete()
-            else:
-                self._stacks_due = True
 
     def _complete(self) -> None:
         self.done = True
@@ -272,8 +231,12 @@ class ProfileSession:
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
     def _export(self, prof) -> None:
-        write_trace(prof, self.trace_path)
-        self.trace_written = True
+        """Called by torch from inside the script's step: nothing raised here may reach the script
+        (run_outputs.export_trace: a trace that cannot go where asked goes to a temporary folder, and
+        `export_error` says so; the caller reports it as perfsleuth's failure, never the script's)."""
+        written, self.export_error = run_outputs.export_trace(prof, self.trace_path)
+        self.trace_written = written is not None
+        self.trace_path = written or self.trace_path
 
     def finish(self, keep_hooks: bool = False, whole_run: bool = False) -> None:
         """Stop profiling (a window cut short is still exported, its last step named partial in the trace;
@@ -289,12 +252,10 @@ class ProfileSession:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
-        stacks, self._stacks = self._stacks, None
-        if stacks is not None:
-            stacks.finish()
+        self._stacks.finish()
         if not keep_hooks:
             self.hooks.remove()
-            self._unwatch()
+            self._stacks.unwatch()
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
@@ -317,6 +278,8 @@ class RunOutcome:
     rank: Optional[int] = None
     whole_run: bool = False  # no step boundary: the trace is the whole run, one window
     warnings: list = field(default_factory=list)
+    signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
+    export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
 
 
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
@@ -325,25 +288,30 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     ended = "finished"
-    with _script_environment(target):
+    with _script_environment(target), as_interrupts():
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
         except _WindowComplete:
             ended = "stopped"
-        except KeyboardInterrupt:
-            ended = "interrupted"
+        except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
+            ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
-            ended, outcome.user_traceback = "raised", format_user_traceback(exc)
-            outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
+            with run_outputs.quiet_child_signals():
+                ended, exc = "raised", run_outputs.dead_worker_error(exc)
+                outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
+                outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
-            # a script that ran to its end without a single step boundary is analysed whole
-            session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
-            session.shutdown_workers()
-            gc.collect()
+            with run_outputs.quiet_child_signals():  # the script is over: a dying worker is not ours to raise
+                # a script that ran to its end without a single step boundary is analysed whole
+                session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
+                session.shutdown_workers()
+                gc.collect()
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
+    if session.export_error:
+        outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
     _conclude(outcome, ended, session.window_done, config)
     return outcome
 
@@ -359,10 +327,10 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
             f"during the profiled window ({o.profiled_steps} of {config.active} steps recorded)" if have
             else f"before any profiled step completed ({seen}){where}")
         o.message = f"{o.message} {when}"
-    elif ended == "interrupted":
-        o.exit_code = EXIT_INTERRUPTED
-        o.message = (f"interrupted: the report covers the {o.profiled_steps} profiled step(s) collected" if have
-                     else f"interrupted before any profiled step completed ({seen}){where}")
+    elif ended == "interrupted":  # the exit code is 128 + the signal (run_script)
+        how = f"interrupted ({o.signal})" if o.signal and o.signal != "SIGINT" else "interrupted"
+        o.message = (f"{how}: the report covers the {o.profiled_steps} profiled step(s) collected" if have
+                     else f"{how} before any profiled step completed ({seen}){where}")
     elif ended == "exited" and not have and o.steps:
         o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
     elif ended == "finished" and not have:
@@ -383,6 +351,10 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
                           f"the last step is partial")
     if o.rank not in (None, 0) and o.exit_code in (0, None):
         o.message = None  # rank 0 speaks for a healthy run
+    if o.export_error:  # perfsleuth's failure, said as such; never the script's
+        o.message = o.export_error + (f"; {o.message}" if o.message else "")
+        if o.exit_code in (0, None):
+            o.exit_code = EXIT_OUTPUT
     if have and o.rank in (None, 0):
         own = analyze(o.trace_path.absolute(), o.warnings)
         o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)

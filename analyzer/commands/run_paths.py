@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..errors import UsageError
+from ..report import safe_write
 
 DEFAULT_ROOT = "perfsleuth-out"
 
@@ -52,12 +52,12 @@ def _launcher_start() -> Optional[float]:
 
 
 def check_outputs(out_dir: Path, paths: Sequence[Optional[str]], force: bool) -> None:
-    """Refuse before the script runs, not after: an existing non-empty folder or report file needs --force.
+    """Refuse before the script runs, not after: an existing non-empty folder or report file needs --force;
+    a folder that cannot be written, or a target that is a device, is refused outright.
     Under torchrun the ranks share the folder and start at different moments: each replaces its own files."""
-    if force:
-        return
-    if out_dir.is_dir() and any(out_dir.iterdir()) and rank_info()[0] is None:
-        raise UsageError(f"{out_dir}: exists and is not empty; use --force to overwrite")
-    for p in paths:
-        if p and Path(p).exists():
-            raise UsageError(f"{p}: exists; use --force to overwrite")
+    from ..report.outputs import check_outputs as check_report_outputs
+
+    torchrun = rank_info()[0] is not None
+    check_report_outputs(out_dir=None if torchrun else out_dir, json_path=paths[0], html=paths[1],
+                         markdown=paths[2], force=force)
+    safe_write.check_target(out_dir / trace_name(rank_info()[0]), "trace", force=force or torchrun)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, STACKS, AFTER = "wait", "warmup", "active", "stacks", "after"
 
 
@@ -164,5 +166,59 @@ class StacksWindow:
             pass
         prof.__exit__(None, None, None)
         if self.seen:
-            write_trace(prof, self.path)
-            self.written = True
+            try:  # called from the script's step: a trace that cannot be written costs source lines, nothing more
+                write_trace(prof, self.path)
+                self.written = True
+            except OSError as exc:
+                log.warning("source lines: the stacks window could not be written to %s: %s", self.path, exc)
+
+
+class StacksSchedule:
+    """When the stacks window runs: due once the main window has ended, started at the first boundary after
+    that where no `record_function` block begun under the main window is open (`OpenAnnotations`), done
+    after its steps. `meta()` gives the window's metadata when it is written. Without a `path` there is no
+    stacks window: nothing is watched, and the main window's end is the end."""
+
+    def __init__(self, path: Optional[Path], steps: int, shapes: bool, meta: Callable[[], dict]):
+        self.path, self.steps, self.shapes, self.meta = path, steps, shapes, meta
+        self.annotations = OpenAnnotations()
+        self.window: Optional[StacksWindow] = None
+        self.due = False
+        self._unwatch: Callable[[], None] = lambda: None
+
+    def watch(self) -> None:
+        """From the start of the main window."""
+        if self.path is not None:
+            self.annotations.watching = True
+            self._unwatch = self.annotations.install()
+
+    def main_done(self) -> bool:
+        """The main window ended; True when that is all (no stacks window to come)."""
+        self.annotations.watching, self.due = False, self.path is not None
+        return not self.due
+
+    @property
+    def pending(self) -> bool:
+        """Due or running: the session's boundaries belong to it."""
+        return self.due or self.window is not None
+
+    def step(self) -> bool:
+        """One boundary; True once the stacks window is recorded and written."""
+        if self.due:
+            if self.annotations.clear:
+                self.due = False
+                self.window = StacksWindow(self.path, self.steps, self.shapes, self.meta).start()
+            return False
+        done = self.window.step()
+        if done:
+            self.window = None
+        return done
+
+    def finish(self) -> None:
+        """The run ended: write what the window recorded; stop watching."""
+        window, self.window, self.due = self.window, None, False
+        if window is not None:
+            window.finish()
+
+    def unwatch(self) -> None:
+        self._unwatch()

@@ -12,20 +12,24 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import logging
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
 import tomllib
 from jinja2 import StrictUndefined, TemplateError, meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..analysis.forecast import MODELS
 from ..config import CATEGORIES
-from ..errors import UsageError
+from ..errors import TraceError, UsageError
 from ..facts.core import FACTS, REQUIREMENTS
 from ..report.present import fmt_bytes, fmt_pct, fmt_us
+from ..trace.files import describe_os_error, open_regular
+from .sandbox import LOOP_GUARD, BoundedEnvironment, forbidden_construct
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +50,8 @@ _OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies
              "forecast": str}
 CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
-_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                                     keep_trailing_newline=False)
+_ENV = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                          keep_trailing_newline=False)  # bounded in time, memory and output: sandbox.py
 
 
 def _num(v) -> str:
@@ -55,7 +59,7 @@ def _num(v) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-_ENV.filters.update(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+_ENV.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
 
 
 class RuleError(UsageError):
@@ -95,6 +99,10 @@ class Rule:
 
 
 # --- loading and validation -------------------------------------------------------------------
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _fail(where: str, problem: str):
     raise RuleError(f"{where}: {problem}")
 
@@ -130,6 +138,9 @@ def _check_types(where: str, raw: dict) -> None:
             _fail(where, f"threshold '{name}' must be a snake_case name with a number")
         if name in FACTS or name in TABLES:
             _fail(where, f"threshold '{name}' shadows a fact of the same name")
+        problem = threshold_problem(name, value)
+        if problem:
+            _fail(where, f"threshold '{name}' {problem}")
 
 
 def _check_docs(where: str, docs: dict) -> None:
@@ -149,8 +160,16 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
     try:
         ast = _ENV.parse(source if template else "{{ (" + source + ") }}")
     except TemplateError as exc:
-        _fail(where, f"{what} does not compile: {exc}")
-    unknown = sorted(meta.find_undeclared_variables(ast) - allowed)
+        _fail(where, f"{what} does not compile: {_first_line(exc)}")
+    except RecursionError:
+        _fail(where, f"{what} is nested too deeply")
+    construct = forbidden_construct(ast)
+    if construct:
+        _fail(where, f"{what} uses {construct}, which rule templates may not use (docs/rules.md)")
+    try:
+        unknown = sorted(meta.find_undeclared_variables(ast) - allowed - {"range", LOOP_GUARD})
+    except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)
+        _fail(where, f"{what} does not compile: {_first_line(exc)}")
     if unknown:
         _fail(where, f"{what} names unknown fact(s) {', '.join(unknown)}")
 
@@ -182,7 +201,12 @@ def build_rule(raw: dict, source: str) -> Rule:
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
                 locations=raw.get("locations", ""), requires=tuple(raw.get("requires", ())),
                 applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""))
-    rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
+    try:
+        rule.compiled  # noqa: B018 - compile now: a broken expression is a load error, not a runtime one
+    except TemplateError as exc:  # e.g. a filter the sandbox does not offer (sandbox.FILTERS)
+        _fail(where, f"does not compile: {_first_line(exc)}")
+    except RecursionError:
+        _fail(where, "is nested too deeply")
     return rule
 
 
@@ -191,6 +215,8 @@ def parse_rule_file(text: str, source: str) -> list:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         _fail(source, f"not valid TOML ({exc})")
+    except RecursionError:
+        _fail(source, "not valid TOML (nested too deeply)")
     extra = set(doc) - {"rule", "family", "description"}
     if extra:
         _fail(source, f"unknown top-level key(s) {', '.join(sorted(extra))} (rules go in [[rule]] tables)")
@@ -203,16 +229,33 @@ def parse_rule_file(text: str, source: str) -> list:
 def _user_files(paths: Iterable) -> list:
     files = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.glob("*.toml"))
+        try:
+            is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+        except FileNotFoundError:
+            _fail(str(p), "no such rule file or directory" if not os.path.islink(p) else "a symbolic link to a missing file")
+        except OSError as exc:
+            _fail(str(p), f"rule file or directory: {describe_os_error(p, exc)}")
+        if is_dir:
+            try:
+                found = sorted(p.glob("*.toml"))
+            except OSError as exc:
+                _fail(str(p), f"cannot list the rule directory: {describe_os_error(p, exc)}")
             if not found:
                 _fail(str(p), "directory holds no *.toml rule files")
             files += found
-        elif p.is_file():
-            files.append(p)
         else:
-            _fail(str(p), "no such rule file or directory")
+            files.append(p)
     return files
+
+
+def _read_rule_file(f: Path) -> str:
+    try:
+        with open_regular(f) as fh:
+            return fh.read().decode("utf-8")
+    except TraceError as exc:
+        _fail(str(f), f"cannot read rule file ({exc.problem})")
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(str(f), f"cannot read rule file ({exc})")
 
 
 @functools.lru_cache(maxsize=8)
@@ -222,11 +265,7 @@ def _load(paths: tuple) -> tuple:
         if res.name.endswith(".toml"):
             rules += parse_rule_file(res.read_text(encoding="utf-8"), f"rules/{res.name}")
     for f in _user_files(paths):
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            _fail(str(f), f"cannot read rule file ({exc})")
-        rules += parse_rule_file(text, str(f))
+        rules += parse_rule_file(_read_rule_file(f), str(f))
     seen: dict = {}
     for r in rules:
         if r.slug in seen:
@@ -242,6 +281,29 @@ def load_catalog(paths: Iterable = (), overrides: Optional[dict] = None) -> list
     return apply_overrides(rules, overrides or {})
 
 
+MAX_THRESHOLD = 1e15  # larger than any step, count or byte size a trace can hold
+
+
+def threshold_problem(name: str, value) -> Optional[str]:
+    """Why `value` cannot be threshold `name` (None when it can): NaN and infinities would silently
+    switch a rule off or on, and no threshold is negative; a *_share or *_fraction is a share of the
+    step, at most 1."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if value < 0:
+        return f"must not be negative, got {_show(value)}"
+    if value > MAX_THRESHOLD:
+        return f"is out of range (at most {MAX_THRESHOLD:g}), got {_show(value)}"
+    if name.endswith(("_share", "_fraction")) and value > 1:
+        return f"is a share of the step, between 0 and 1, got {value:g}"
+    return None
+
+
+def _show(value) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
 def apply_overrides(rules: list, overrides: dict) -> list:
     by_slug = {r.slug: r for r in rules}
     changes: dict = {}
@@ -253,7 +315,10 @@ def apply_overrides(rules: list, overrides: dict) -> list:
             known = ", ".join(sorted(by_slug[slug].thresholds)) or "none"
             raise UsageError(f"unknown threshold '{key}': rule '{slug}' has {known}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(f"threshold '{key}' must be a number, got {value!r}")
+            raise UsageError(f"threshold '{key}' must be a number, got {str(value)[:40]!r}")
+        problem = threshold_problem(name, value)
+        if problem:
+            raise UsageError(f"threshold '{key}' {problem}")
         changes.setdefault(slug, {})[name] = value
     return [replace(r, thresholds={**r.thresholds, **changes[r.slug]}) if r.slug in changes else r
             for r in rules]

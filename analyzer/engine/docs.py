@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..facts.core import FACTS, REQUIREMENTS
 from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+from ..report.escape import terminal
 from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
 GENERATED_BEGIN = "<!-- BEGIN GENERATED: perfsleuth rules --markdown -->"
@@ -23,7 +24,7 @@ def listing(rules: list) -> str:
     width = max((len(r.slug) for r in rules), default=4)
     lines = [f"{'rule':<{width}}  {'category':<13}  {'severity':<8}  title"]
     for r in sorted(rules, key=lambda r: (r.category, r.slug)):
-        lines.append(f"{r.slug:<{width}}  {r.category:<13}  {r.severity:<8}  {r.title}")
+        lines.append(f"{r.slug:<{width}}  {r.category:<13}  {r.severity:<8}  {terminal(r.title)}")
     lines.append("")
     lines.append("`perfsleuth rules SLUG` prints a rule's docs.")
     return "\n".join(lines)

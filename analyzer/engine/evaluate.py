@@ -5,14 +5,18 @@ bound where there is no forecast), and the rules that could not be checked for l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any, Callable, Optional
 
+from jinja2 import Undefined
+
 from ..analysis.forecast import no_forecast
 from ..facts.core import REQUIREMENTS, Facts
-from .catalog import SEVERITIES, TABLES, Rule
+from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .forecast import Forecasts
+from .sandbox import BudgetError, metered, render
 
 log = logging.getLogger(__name__)
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -20,7 +24,12 @@ _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
     try:
-        return fn(**names)
+        value = fn(**names)
+        if isinstance(value, Undefined):  # e.g. `x[y]` on a number: raises only when used, outside this try
+            value._fail_with_undefined_error()
+        return value
+    except BudgetError:
+        raise
     except Exception as exc:  # a rule that fails on one trace (e.g. division by zero) must not kill the report
         log.warning("rule %s: %s could not be evaluated (%s: %s)", rule.slug, what, type(exc).__name__, exc)
         return None
@@ -84,7 +93,9 @@ def not_checked(rules: list, facts: Facts, findings: list) -> list:
         missing = unmet(rule, facts)
         if rule.slug in fired or not missing:
             continue
-        if not _call(rule, "applies", rule.compiled["applies"], names_for(rule, facts)):
+        with _bounded(rule):
+            applies = _call(rule, "applies", rule.compiled["applies"], names_for(rule, facts))
+        if not applies:
             continue
         out.append({"rule": rule.slug, "title": _title(rule, facts), "missing": missing,
                     "reason": "; ".join(REQUIREMENTS[m][1] for m in missing)})
@@ -96,6 +107,23 @@ def _title(rule: Rule, facts: Facts) -> str:
 
 
 def evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
+    """The finding of `rule` on `facts`, or None. A rule that goes past the engine's bounds (time,
+    size of what it builds or renders: sandbox.py) is a RuleError naming its file."""
+    with _bounded(rule):
+        return _evaluate_rule(rule, facts)
+
+
+@contextlib.contextmanager
+def _bounded(rule: Rule):
+    """Rule code in this block runs against a fresh budget (sandbox.metered); past it, a RuleError."""
+    try:
+        with metered():
+            yield
+    except BudgetError as exc:
+        raise RuleError(f"{rule.source}: rule '{rule.slug}' {exc}") from None
+
+
+def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     names = names_for(rule, facts)
     c = rule.compiled
     if not _call(rule, "condition", c["condition"], names):
@@ -127,17 +155,19 @@ def _as_us(rule: Rule, value: Any, step_us: float) -> float:
     """A saving in [0, step]: anything that is not a finite number counts as 0 (with a warning)."""
     try:
         us = float(value or 0.0)
-    except (TypeError, ValueError):
+    except Exception:  # TypeError, ValueError, OverflowError, or whatever a sandbox object raises
         us = math.nan
     if not math.isfinite(us):
-        log.warning("rule %s: saving_us is not a finite number (%r); counted as 0", rule.slug, value)
+        log.warning("rule %s: saving_us is not a finite number (%.40r); counted as 0", rule.slug, value)
         return 0.0
     return min(max(us, 0.0), step_us)
 
 
 def _render(rule: Rule, what: str, names: dict) -> str:
     try:
-        return rule.compiled[what].render(**names).strip()
+        return render(rule.compiled[what], names).strip()
+    except BudgetError:
+        raise
     except Exception as exc:
         log.warning("rule %s: %s could not be rendered (%s: %s)", rule.slug, what, type(exc).__name__, exc)
         return ""

@@ -3,13 +3,16 @@ threshold overrides, merged into the `Config` fields of the rule engine."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Union
 
+import msgspec
 import tomllib
 
-from ..errors import UsageError
-from .catalog import load_catalog
+from ..errors import TraceError, UsageError
+from ..trace.files import open_regular
+from .catalog import RuleError, load_catalog
 
 
 def parse_value(text: str) -> Any:
@@ -30,26 +33,45 @@ def parse_sets(items: Iterable[str]) -> dict:
     return out
 
 
+class ToolSettings(msgspec.Struct):
+    """`[tool.perfsleuth]`: the shape it must have (a path or a list of paths; numbers, or one table of
+    numbers per rule)."""
+
+    rules: Union[str, list[str]] = []
+    thresholds: dict[str, Union[float, dict[str, float]]] = {}
+
+
 def project_settings(pyproject: Path) -> tuple[list, dict]:
     """Rule paths and threshold overrides from `[tool.perfsleuth]` in a pyproject.toml (paths are
-    relative to its folder). Thresholds may be dotted keys or one table per rule."""
+    relative to its folder). Thresholds may be dotted keys or one table per rule. Anything of the
+    wrong shape (`tool = "x"`, `thresholds = [1, 2]`, nesting deeper than the TOML reader goes) is
+    one UsageError naming the file."""
     try:
-        doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        with open_regular(pyproject) as f:
+            doc = tomllib.loads(f.read().decode("utf-8"))
+    except TraceError as exc:
+        raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] ({exc.problem})") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] ({exc})") from None
-    tool = doc.get("tool", {}).get("perfsleuth", {})
+    except RecursionError:
+        raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] (nested too deeply)") from None
+    tool = doc.get("tool", {})
+    if not isinstance(tool, dict):
+        raise UsageError(f"{pyproject}: 'tool' must be a table ([tool.perfsleuth])")
+    tool = tool.get("perfsleuth", {})
     if not isinstance(tool, dict):
         raise UsageError(f"{pyproject}: [tool.perfsleuth] must be a table")
     unknown = set(tool) - {"rules", "thresholds"}
     if unknown:
         raise UsageError(f"{pyproject}: unknown key(s) in [tool.perfsleuth]: {', '.join(sorted(unknown))}")
-    rules = tool.get("rules", [])
-    if isinstance(rules, str):
-        rules = [rules]
-    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-        raise UsageError(f"{pyproject}: tool.perfsleuth.rules must be a path or a list of paths")
+    try:
+        settings = msgspec.convert(tool, ToolSettings)
+    except msgspec.ValidationError as exc:
+        where = str(exc).replace("`$.", "`tool.perfsleuth.")
+        raise UsageError(f"{pyproject}: [tool.perfsleuth] is not valid ({where})") from None
+    rules = [settings.rules] if isinstance(settings.rules, str) else settings.rules
     thresholds: dict = {}
-    for key, value in tool.get("thresholds", {}).items():
+    for key, value in settings.thresholds.items():
         if isinstance(value, dict):
             thresholds.update({f"{key}.{k}": v for k, v in value.items()})
         else:
@@ -62,7 +84,14 @@ def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject
     ./pyproject.toml when present), `--rules` paths and `--set` items (which win). The catalog is
     loaded once here so that a bad rule file or threshold fails before any trace is read."""
     pyproject = Path("pyproject.toml") if pyproject is None else pyproject
-    paths, thresholds = project_settings(pyproject) if pyproject.is_file() else ([], {})
+    paths, thresholds = project_settings(pyproject) if os.path.lexists(pyproject) else ([], {})
+    if thresholds:
+        try:  # the project's own thresholds, checked on their own so that the message says where they are
+            load_catalog(paths, thresholds)
+        except RuleError:
+            raise
+        except UsageError as exc:
+            raise UsageError(f"{pyproject}: [tool.perfsleuth] {exc}") from None
     paths += [str(p) for p in rule_paths]
     thresholds.update(parse_sets(sets))
     load_catalog(paths, thresholds)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import CPU_OP, KERNEL, RUNTIME
-from ..trace.names import is_comm, is_memory_kernel
+from ..trace.names import is_comm, is_memory_kernel, used_categories
 from ..trace.selection import of_kind
 from .common import Context, innermost_enclosing
 
@@ -101,10 +101,10 @@ def dtype_from_input_type(in_type: str) -> str:
 
 def _map_categories(col: pd.Series, fn) -> np.ndarray:
     """Apply `fn` once per category of a categorical column and map back to rows."""
-    cats = col.cat.categories
-    table = np.array([fn(c) for c in cats] + [""], dtype=object)
-    codes = col.cat.codes.to_numpy()
-    return table[np.where(codes >= 0, codes, len(cats))]
+    codes, used = used_categories(col)  # only the names the rows use (a trace may hold 300,000 step names)
+    table = np.full(len(col.cat.categories) + 1, "", dtype=object)  # the last entry: missing names (-1)
+    table[used] = [fn(c) for c in col.cat.categories.take(used).tolist()]
+    return table[codes]
 
 
 def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

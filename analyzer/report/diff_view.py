@@ -8,13 +8,12 @@ newlines and HTML in a kernel name render as text.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from .escape import md_cell, md_code, md_text, one_line, shorten
-from .outputs import atomic_write_text, json_safe
+from .escape import md_cell, md_code, md_text, one_line, shorten, terminal
+from . import safe_write
+from .outputs import to_json
 from .present import CATEGORY_LABELS, DASH, fmt_pct, fmt_us, number
 from .terminal import shown_path
 
@@ -74,8 +73,7 @@ def _noise_sentence(st: dict) -> str:
 
 def _plain(text: Any, limit: int = TERM_NAME) -> str:
     """Terminal-safe: one line, no control characters, at most `limit` characters."""
-    s = "".join(ch if ch.isprintable() else "?" for ch in one_line(text))
-    return shorten(s, limit)
+    return shorten(terminal(one_line(text)), limit)
 
 
 # ---------------------------------------------------------------- terminal
@@ -256,28 +254,20 @@ def _md_footer(d: dict) -> str:
 # ---------------------------------------------------------------- files
 
 
+def _diff_targets(json_path, markdown_path) -> list:
+    return [(kind, Path(p)) for kind, p in (("JSON", json_path), ("Markdown", markdown_path)) if p is not None]
+
+
 def check_diff_outputs(json_path, markdown_path, force: bool) -> None:
-    """Before any work: the targets are distinct files, and absent unless `force`. Raises UsageError."""
-    targets = [Path(p) for p in (json_path, markdown_path) if p is not None]
-    if len(targets) == 2 and targets[0].resolve() == targets[1].resolve():
-        raise UsageError(f"{targets[0]}: asked for twice (as JSON and Markdown output)")
-    for path in targets:
-        if path.is_dir():
-            raise UsageError(f"{path}: is a directory; give a file name")
-        if path.exists() and not force:
-            raise UsageError(f"{path}: exists; use --force to overwrite")
+    """Before any work: the targets are distinct regular files (or absent) that can be written, and
+    absent unless `force`. Raises UsageError."""
+    safe_write.check_targets(_diff_targets(json_path, markdown_path), force)
 
 
 def write_diff_outputs(d: dict, *, json_path=None, markdown_path=None, force: bool = False) -> list:
-    """Write diff.json / the Markdown comment atomically (temporary file + os.replace); return the paths."""
-    check_diff_outputs(json_path, markdown_path, force)
-    contents = []
-    if json_path is not None:
-        contents.append((Path(json_path), json.dumps(json_safe(d), indent=2, allow_nan=False,
-                                                      ensure_ascii=False) + "\n"))
-    if markdown_path is not None:
-        contents.append((Path(markdown_path), render_diff_markdown(d)))
-    for path, text in contents:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-    return [p for p, _ in contents]
+    """Write diff.json / the Markdown comment as a set (safe_write.write_set); return the paths."""
+    targets = _diff_targets(json_path, markdown_path)
+    texts = {"JSON": lambda: to_json(d),
+             "Markdown": lambda: render_diff_markdown(d)}
+    contents = [(path, texts[kind]()) for kind, path in targets]
+    return safe_write.write_set(contents, force, kinds=[kind for kind, _ in targets])

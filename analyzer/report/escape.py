@@ -26,10 +26,46 @@ _MERMAID_UNSAFE = re.compile(r"[^\w .,/+\-]", re.UNICODE)
 _SPACES = re.compile(r"\s{2,}")
 
 
-def one_line(text: object) -> str:
-    """`text` as a single line: newlines and tabs become one space, control characters go."""
+# Characters that reorder or hide text (bidi embeddings, overrides and isolates, directional marks,
+# zero-width joiners and spaces, the BOM): `evil\u202etxt.exe` displays as `evilexe.txt`. They are
+# shown as <U+202E> wherever a name is displayed (HTML, Markdown, terminal) and escaped in the JSON.
+_INVISIBLE = re.compile("[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+                        "\u3164\ufeff\ufff9-\ufffb]")
+# What a terminal must never receive from data: C0 and C1 controls, DEL (escape sequences start there).
+_TERMINAL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(text: object) -> str:
+    """`text` with every bidi control and invisible format character shown as <U+XXXX>."""
     s = "" if text is None else str(text)
-    return _CONTROL.sub("", _NEWLINES.sub(" ", s))
+    return _INVISIBLE.sub(lambda m: f"<U+{ord(m.group(0)):04X}>", s)
+
+
+def terminal(text: object, keep_newlines: bool = False) -> str:
+    """`text` safe to print: control characters escaped as \\x1b, \\n ... (newlines kept when asked),
+    bidi and invisible characters shown as <U+XXXX>. Nothing a file name or a trace holds can move
+    the cursor, set the window title or reorder what is shown."""
+    def esc(m: re.Match) -> str:
+        ch = m.group(0)
+        if keep_newlines and ch in "\n\t":
+            return ch
+        return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch) or (
+            f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"<U+{ord(ch):04X}>")
+
+    return _TERMINAL.sub(esc, visible(text))
+
+
+def json_text(text: str) -> str:
+    """JSON text with the bidi and invisible characters of its strings written as \\uXXXX escapes:
+    the same data, displayed safely by editors and viewers (JSON structure itself is ASCII)."""
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def one_line(text: object) -> str:
+    """`text` as a single line: newlines and tabs become one space, control characters go, bidi and
+    invisible characters are shown as <U+XXXX>."""
+    s = "" if text is None else str(text)
+    return visible(_CONTROL.sub("", _NEWLINES.sub(" ", s)))
 
 
 def shorten(text: str, limit: int) -> str:
@@ -82,7 +118,7 @@ def md_fence(code: str, info: str = "") -> str:
     runs = _BACKTICK_RUN.findall(code)
     fence = "`" * max(3, max((len(r) for r in runs), default=0) + 1)
     info = re.sub(r"[^\w+\-.]", "", info)
-    body = _CONTROL.sub("", code.replace("\r\n", "\n").replace("\r", "\n")).rstrip("\n")
+    body = visible(_CONTROL.sub("", code.replace("\r\n", "\n").replace("\r", "\n"))).rstrip("\n")
     return f"{fence}{info}\n{body}\n{fence}"
 
 

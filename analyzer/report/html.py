@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from ..config import CATEGORIES
 from . import present
-from .escape import html_id, shorten
+from .escape import html_id, shorten, visible
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
@@ -33,6 +33,12 @@ MAX_BAR_WIDTH = 56.0  # SVG units: a few steps give bars, not slabs
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64.0, 12.0, 14.0, 30.0
 
 
+def _shown(value: Any) -> Any:
+    """Every value a template prints: bidi controls and invisible characters made visible (escape.visible);
+    our own pre-rendered markup passes as it is."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else visible(value)
+
+
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -41,6 +47,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
     env.filters.update(
         us=fmt_us, pct=fmt_pct, speedup=present.fmt_speedup, count=present.fmt_count, short=shorten,

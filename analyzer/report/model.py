@@ -5,6 +5,8 @@ Rendering (terminal, HTML, Markdown) works from `Report.to_dict()`; nothing here
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -89,21 +91,10 @@ class Report:
         return {"median": round(float(np.median(d)), 3), "mean": round(float(d.mean()), 3),
                 "p90": round(float(np.percentile(d, 90)), 3)}
 
-    def _step_rows(self) -> list:
-        reasons = self.steps.frame["phase_reason"].to_numpy() if "phase_reason" in self.steps.frame else None
-        rows = []
-        for i, r in enumerate(self.breakdown.steps.to_dict("records")):
-            row = {"name": r["name"], "start_us": _us(r["start"]), "duration_us": _us(r["duration"]),
-                   "time_us": {c: _us(r[c]) for c in CATEGORIES}, "phase": r.get("phase", "steady")}
-            if row["phase"] != "steady" and reasons is not None and i < len(reasons):
-                row["phase_reason"] = str(reasons[i])
-            rows.append(row)
-        return rows
-
     def to_dict(self) -> dict:
         t = self.trace
         caps = [d.compute_capability for d in t.devices if d.compute_capability is not None]
-        return _clean({
+        data = _clean({
             "schema": SCHEMA,
             "tool": {"name": "perfsleuth", "version": __version__},
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
@@ -114,7 +105,7 @@ class Report:
                       "generation_source": self.generation.get("source", "unknown"),
                       "compute_capability_inferred": self.generation.get("compute_capability")},
             "steps_source": self.steps.source,
-            "steps": self._step_rows(),
+            "steps": None,  # below: built from the columns (a trace may hold 300,000 steps)
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
                         "device_busy": self.device_busy, "steps": self.steps.counts()},
             "measurement": self.measurement,
@@ -130,6 +121,46 @@ class Report:
             "warnings": self.warnings,
             **self.extra,
         })
+        reasons = self.steps.frame["phase_reason"].to_numpy() if "phase_reason" in self.steps.frame else None
+        data["steps"] = _step_dicts(self.breakdown.steps, reasons)
+        return data
+
+
+def _micros(column) -> list:
+    """µs per row (rounded to 3 decimals as `_us`), as Python floats, a whole column at a time."""
+    values = column.to_numpy()
+    if values.dtype.kind in "iu":  # whole nanoseconds: n / 1000 is already the nearest float to 3 decimals
+        return (values / 1000.0).tolist()
+    return [_us(v) for v in values.tolist()]
+
+
+def _step_dicts(frame, reasons=None) -> list:
+    """The `steps` list of report@1, column-wise: building it row by row (DataFrame.to_dict, then
+    `_clean` over every value) took most of `to_dict` on traces of many steps (docs/robustness.md).
+    Each step carries its `phase`; the few set apart (warm-up, partial) also why (`phase_reason`)."""
+    names = [str(n) for n in frame["name"].tolist()]
+    per_category = [_micros(frame[c]) for c in CATEGORIES]
+    phases = [str(p) for p in frame["phase"].tolist()] if "phase" in frame else ["steady"] * len(names)
+    with _no_gc():  # hundreds of thousands of small acyclic dicts: the cyclic GC only slows their making
+        out = [{"name": name, "start_us": start, "duration_us": duration, "time_us": dict(zip(CATEGORIES, cats)),
+                "phase": phase}
+               for name, start, duration, phase, *cats in zip(names, _micros(frame["start"]), _micros(frame["duration"]),
+                                                               phases, *per_category)]
+    if reasons is not None and len(reasons) == len(out):
+        for i in np.flatnonzero(np.asarray(phases, dtype=object) != "steady"):  # the leading warm-up, a partial one
+            out[i]["phase_reason"] = str(reasons[i])
+    return out
+
+
+@contextlib.contextmanager
+def _no_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _clean(obj):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..config import CATEGORIES
+from .escape import terminal
 from .present import (FORECAST_NOTE, fmt_forecast, forecast_of, location_text, measurement_lines, member_path,
                       set_apart, set_order, steady_steps, steps_text)
 
@@ -31,8 +32,8 @@ def _fmt_us(us) -> str:
 
 
 def _clean(text: str) -> str:
-    """Names from traces are data: no terminal control characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    """Names from traces are data: control characters escaped, bidi controls shown (escape.terminal)."""
+    return terminal(text)
 
 
 def shown_path(path) -> str:
@@ -77,11 +78,11 @@ def render_terminal(report: dict) -> str:
             lines.append(f"  {a['label']:<8} {_clean(a['name'])}: {_clean(a['reason']) or _fmt_us(a['duration_us'])}")
         if len(apart) > MAX_APART:
             lines.append(f"  … {len(apart) - MAX_APART} more in report.json")
-    degree = f" ({report['degree']})" if report.get("degree") else ""
-    lines += ["", f"verdict: {report['verdict'].upper()}{degree}"]
+    degree = f" ({_clean(report['degree'])})" if report.get("degree") else ""
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}"]
     if report.get("verdict_text"):
         lines.append(f"  {_clean(report['verdict_text'])}")
-    lines.append(f"  {report.get('verdict_reason', '')}")
+    lines.append(f"  {_clean(report.get('verdict_reason', ''))}")
     statement = (report.get("host_time") or {}).get("statement")
     if statement:
         lines.append(f"  {_clean(statement)}")
@@ -89,7 +90,7 @@ def render_terminal(report: dict) -> str:
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
-            lines.append(f"  [{f.get('severity', '?')}] {f['rule']}: {_clean(f.get('title', ''))}  "
+            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}  "
                          f"({_clean(fmt_forecast(forecast_of(f)))})")
             for loc in (f.get("locations") or [])[:2]:
                 lines.append(f"      at {_clean(location_text(loc))}")

@@ -6,8 +6,9 @@ a regex finds the array and cuts it between two events (`}` `,` `{`, any whitesp
 workers start at once and each decodes only its own bytes, straight from the page cache.
 
 The cuts are guesses that decoding proves:
-- the header, i.e. the document with the array emptied, must decode with `traceEvents == []`, which
-  pins the array's true start and end;
+- the header, i.e. the document with the array replaced by a one-element sentinel, must decode with
+  exactly that sentinel as `traceEvents`, which pins the array's true start and end and proves it is
+  the top-level key the sequential path reads (not a nested one, nor an earlier duplicate);
 - every range must then decode as a list of complete JSON values. The first range starts at the
   array's true start, and a range that decodes ends at a true boundary between elements (a cut inside
   a string or a nested object leaves it unterminated), so by induction every cut is right.
@@ -98,12 +99,22 @@ def _array_end(buf, first: int, prefix: bytes, header_decoder) -> Optional[tuple
             return None
         if not _after_an_event(buf, first, end):
             continue
-        try:
-            header = header_decoder.decode(prefix + bytes(buf[end:]))
-        except (msgspec.DecodeError, UnicodeError):
+        try:  # a sentinel element: the array cut out must be the one the top level keeps
+            header = header_decoder.decode(prefix + _SENTINEL + bytes(buf[end:]))
+        except (msgspec.DecodeError, UnicodeError, RecursionError):
             continue
-        return (header, end) if header.traceEvents == [] else None
+        if not _is_sentinel(header.traceEvents):
+            return None  # a nested or an earlier duplicate "traceEvents": the sequential path reads the document
+        header.traceEvents = []
+        return header, end
     return None
+
+
+_SENTINEL = b"0"
+
+
+def _is_sentinel(events) -> bool:
+    return isinstance(events, list) and len(events) == 1 and bytes(events[0]) == _SENTINEL
 
 
 def _after_an_event(buf, first: int, end: int) -> bool:
@@ -123,7 +134,7 @@ def _after_an_event(buf, first: int, end: int) -> bool:
         return False  # the last element is too long to find: not the usual layout
     try:
         _EVENT.decode(bytes(buf[start:last + 1]))
-    except (msgspec.DecodeError, UnicodeError):
+    except (msgspec.DecodeError, UnicodeError, RecursionError):
         return False
     return True
 

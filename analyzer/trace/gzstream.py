@@ -14,7 +14,8 @@ import mmap
 import zlib
 from typing import Iterator, Optional
 
-from . import byteranges
+from ..config import LIMITS
+from . import byteranges, files
 
 IN_BYTES = 1 << 18  # compressed bytes inflated at a time (~4 MB of JSON)
 _START_WITHIN = 16 << 20  # the array must start in the document's first 16 MB
@@ -24,8 +25,8 @@ def shared_buffer(gz) -> Optional[mmap.mmap]:
     """Anonymous shared memory (seen by workers forked after this) of the size the gzip trailer
     states (ISIZE: the size modulo 2**32), or None when that is small: inflating at once is as quick."""
     size = int.from_bytes(gz[-4:], "little") if len(gz) >= 18 else 0
-    if size < byteranges.MIN_BYTES:
-        return None
+    if size < byteranges.MIN_BYTES or size > LIMITS.inflate_ratio * len(gz) or size > files.max_document_bytes():
+        return None  # small; or a bomb, which files.inflate refuses with the reason
     try:
         return mmap.mmap(-1, size)
     except (OSError, ValueError):

@@ -11,11 +11,9 @@ decoded again with lenient Structs and sanitised value by value.
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import os
-import stat
-import zlib
+import sys
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -25,6 +23,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
+from . import files
 
 MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -118,57 +117,62 @@ class MappedFile:
 
 
 def read_file(path: Path):
-    """The file as stored: a MappedFile for a large plain file, else its bytes (gzip left compressed)."""
+    """The file as stored: a MappedFile for a large plain file, else its bytes (gzip left compressed).
+    Only a regular file is read (files.open_regular)."""
     try:
-        with open(path, "rb") as fh:
+        with files.open_regular(path) as fh:
             magic = fh.read(2)
             info = os.fstat(fh.fileno())
-            if magic != GZIP_MAGIC and stat.S_ISREG(info.st_mode) and info.st_size >= MMAP_BYTES:
+            if magic != GZIP_MAGIC and info.st_size >= MMAP_BYTES:
                 try:
                     return MappedFile(fh)
                 except (OSError, ValueError):
                     pass  # no mmap here (some file systems): read it
             raw = magic + fh.read()
-    except IsADirectoryError:
-        raise TraceError(path, "is a directory") from None
     except OSError as exc:
-        raise TraceError(path, f"cannot read file ({exc.strerror or exc})") from None
+        raise TraceError(path, files.describe_os_error(path, exc)) from None
     if not raw:
         raise TraceError(path, "empty file")
     return raw
 
 
 def inflate(path: Path, raw):
-    """`raw` gunzipped when it is gzip, else `raw`."""
+    """`raw` gunzipped (within files.inflate's bounds) when it is gzip, else `raw`."""
     if raw[:2] != GZIP_MAGIC:
         return raw
-    try:
-        raw = gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+    raw = files.inflate(path, raw)
     if not raw:
         raise TraceError(path, "empty file (after gunzip)")
     return raw
 
 
 def _json_error(path: Path, exc: Exception) -> TraceError:
+    if isinstance(exc, RecursionError):
+        return TraceError(path, too_deep())
     msg = str(exc)
     if isinstance(exc, msgspec.ValidationError):
         return TraceError(path, f"not a PyTorch profiler trace ({msg})")
     return TraceError(path, f"not valid JSON ({msg})")
 
 
+def too_deep() -> str:
+    """The problem with a document nested deeper than the decoder goes (it recurses: RecursionError)."""
+    return f"JSON nested too deeply (the limit is about {sys.getrecursionlimit():,} levels)"
+
+
 def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list]:
     """Top level and the per-event raw slices. A bare JSON list of events is accepted (old traces)."""
     try:
         return _split(path, raw)
+    except RecursionError as exc:
+        raise _json_error(path, exc) from None
     except msgspec.DecodeError as exc:
         if "UTF-8" not in str(exc):
             raise _json_error(path, exc) from None
     warnings.append("invalid UTF-8 bytes in the trace were replaced with U+FFFD")
     try:
         return _split(path, bytes(raw).decode("utf-8", errors="replace").encode("utf-8"))
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise _json_error(path, exc) from None
 
 
@@ -212,6 +216,8 @@ def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
         return _strict_columns(_STRICT.decode(blob))
     except msgspec.ValidationError:
         pass  # not a sane chunk: lenient decoding below
+    except RecursionError as exc:
+        raise _json_error(path, exc) from None
     except msgspec.DecodeError as exc:
         if "UTF-8" not in str(exc):
             raise _json_error(path, exc) from None
@@ -223,7 +229,7 @@ def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
         pass
     try:
         return _lax_columns(_LAX.decode(blob))
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise _json_error(path, exc) from None
 
 
@@ -294,7 +300,17 @@ def _lax_int(v) -> int:
 
 
 def _lax_float(v) -> float:
-    return float(v) if type(v) in (int, float) and abs(v) < 1e300 else float("nan")
+    """A number as float (huge ones stay huge: the loader calls them absurd); anything else NaN."""
+    if type(v) is float:
+        return v
+    if type(v) is int:
+        return float(v) if abs(v) < 1e300 else (float("inf") if v > 0 else float("-inf"))
+    return float("nan")
+
+
+def _is_id(v) -> bool:
+    """A pid or tid the trace may use: an integer or a string (an object or a list is not one)."""
+    return (type(v) is int and _I64_MIN <= v <= _I64_MAX) or type(v) is str or v is None
 
 
 def _lax_str(v) -> str:
@@ -306,7 +322,7 @@ def _lax_columns(items: list) -> dict:
     evs = [e for e in items if isinstance(e, dict)]
     meta = [(e.get("pid"), e.get("tid"), e.get("name"),
              e["args"].get("name") if isinstance(e.get("args"), dict) else None)
-            for e in evs if e.get("ph") == "M"]
+            for e in evs if e.get("ph") == "M" and _is_id(e.get("pid")) and _is_id(e.get("tid"))]
     xs = [e for e in evs if e.get("ph") == "X"]
     args = [e["args"] if isinstance(e.get("args"), dict) else {} for e in xs]
 

@@ -22,7 +22,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import document, kineto, sources
+from . import document, files, kineto, sources, validate
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,25 @@ class Trace:
 # --- loading --------------------------------------------------------------------------------------
 def find_trace_files(path: Path) -> list[Path]:
     """Trace files under a directory (tensorboard_trace_handler output: one per worker/rank)."""
-    files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+    return scan_trace_files(path)[0]
+
+
+def scan_trace_files(path: Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """(trace files under a directory, sorted; (folder, problem) for each folder that could not be
+    listed). Every entry named like a trace is returned, whatever it is: reading it says what is wrong
+    (a FIFO, a link loop, no permission), so nothing is skipped silently."""
+    found: list[Path] = []
+    problems: list[tuple[str, str]] = []
+
+    def unlisted(exc: OSError) -> None:
+        problems.append((str(exc.filename), f"cannot list this folder: {files.describe_os_error(exc.filename, exc)}"))
+
+    for folder, subfolders, names in os.walk(path, onerror=unlisted):
+        subfolders.sort()
+        found += [Path(folder) / n for n in names if n.endswith(TRACE_SUFFIXES)]
     from .companion import without_companions  # a run's stacks companion belongs to its main trace
 
-    return without_companions(files)
+    return without_companions(sorted(found)), problems
 
 
 def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, int], None]] = None,
@@ -126,11 +141,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
         buf = sources.read_url(path)  # bytes: decoded like a local file's
     else:
         path = Path(path)
-        if not path.exists():
-            raise TraceError(path, "no such file or directory")
-        if path.is_dir():
-            raise TraceError(path, "is a directory (use analyze_path for directories)")
-        buf = kineto.read_file(path)
+        buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
     # absolute: a report read later, from another folder, still names the right file
@@ -158,7 +169,7 @@ def _int_or_none(v) -> Optional[int]:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, float) and v == v:
+    if isinstance(v, float) and abs(v) < 2**63:
         return int(v)
     if isinstance(v, str):
         try:
@@ -178,8 +189,7 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
             name=str(name) if name is not None else "unknown device",
             compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
             memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
-    if isinstance(header.perfsleuth, dict):
-        trace.run_metadata = header.perfsleuth
+    trace.run_metadata = validate.run_metadata(header.perfsleuth, trace.warnings)
     dist = header.distributedInfo
     if isinstance(dist, dict):
         trace.rank = _int_or_none(dist.get("rank"))
@@ -248,7 +258,7 @@ def _take_chunk(out: tuple, trace: Trace) -> dict:
     if skipped:
         trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
     for pid, tid, name, value in meta:
-        if name == "thread_name" and isinstance(value, str):
+        if name == "thread_name" and isinstance(value, str) and isinstance(pid, (int, str)) and isinstance(tid, (int, str)):
             trace.thread_names[(pid, tid)] = value
     return cols
 
@@ -303,28 +313,46 @@ def _duplicates(cols: dict) -> np.ndarray:
     return dup
 
 
+_FAR_US = 4e15  # an event this far (127 years) from the trace's median time is absurd: it is dropped
+_LONG_NS = 1e18  # and so is a duration this long (31 years): ts + dur stays inside int64 nanoseconds
+
+
 def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
     """Turn ts/dur into int64 ns from the earliest event (in place) and return the rows to keep, in
-    start order; None when no event has a usable timestamp."""
+    start order; None when no event has a usable timestamp. The origin is taken among the events near
+    the median time, so one absurd timestamp (1e308, -1e300) is dropped instead of pushing every
+    other event out of range."""
     warnings = trace.warnings
     ts, dur = cols["ts"], cols["dur"]
-    bad_ts = ~np.isfinite(ts)
-    if bad_ts.any():
-        warnings.append(f"{int(bad_ts.sum())} events without a numeric timestamp were dropped")
-    bad_dur = (~np.isfinite(dur) | (dur < 0)) & ~bad_ts
-    if bad_dur.any():
-        warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
-                        "were counted as zero-length")
-    if bad_ts.all():
+    missing = np.isnan(ts)
+    if missing.any():
+        warnings.append(f"{int(missing.sum())} events without a numeric timestamp were dropped")
+    finite = np.isfinite(ts)
+    if not finite.any():
+        if (~missing).any():
+            warnings.append(f"{int((~missing).sum())} events with absurd timestamps or durations were dropped "
+                            f"(e.g. ts {ts[~missing][0]:g} µs)")
         return None
-    t0 = float(ts[~bad_ts].min())
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
+        far = ~missing & ~(np.abs(ts - np.median(ts[finite])) <= _FAR_US)
+        bad_dur = (~np.isfinite(dur) | (dur < 0)) & ~missing & ~far
+        if bad_dur.any():
+            warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
+                            "were counted as zero-length")
+        long = ~missing & ~far & ~bad_dur & (dur * 1000.0 > _LONG_NS)
+    huge = far | long
+    if huge.any():
+        i = int(np.flatnonzero(huge)[0])
+        example = f"ts {ts[i]:g} µs" if far[i] else f"dur {dur[i]:g} µs"
+        warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped "
+                        f"(e.g. {example}: more than a century away from the rest of the trace)")
+    keep = ~(missing | huge)
+    if not keep.any():
+        return None
+    t0 = float(ts[keep].min())
+    with np.errstate(invalid="ignore", over="ignore"):  # the dropped rows may overflow
         ts_ns = np.rint((ts - t0) * 1000.0)
         dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
-        huge = ((np.abs(ts_ns) > 9e18) | (dur_ns > 9e18)) & ~bad_ts
-    if huge.any():
-        warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped")
-    keep = ~(bad_ts | huge)
     cols["ts"] = np.where(keep, ts_ns, 0).astype(np.int64)
     cols["dur"] = np.where(keep, dur_ns, 0).astype(np.int64)
     trace.t0_us = t0

@@ -1,0 +1,121 @@
+"""report@1 as a typed schema (msgspec Structs): what a program that READS a report (diff, a CI gate)
+may rely on. A report.json from disk, or a dict handed to the library, is checked here once, at the
+boundary; afterwards no field needs checking again. Keys the reader does not use are dropped.
+
+Numbers are bounded: µs values and counts in [0, 1e15] (31 years), shares in [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import msgspec
+
+from ..config import CATEGORIES
+from ..errors import TraceError, UsageError
+from .model import SCHEMA, SET_SCHEMA
+
+Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
+Signed = Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class TraceDoc(msgspec.Struct):
+    path: Optional[str] = None
+    device: Optional[str] = None
+    device_type: Optional[str] = None
+
+
+# One field per category (config.CATEGORIES), so that a message names the bad one: `$.steps[0].time_us.host`.
+PerCategoryUs = msgspec.defstruct("PerCategoryUs", [(c, Optional[Micros], None) for c in CATEGORIES])
+PerCategoryShare = msgspec.defstruct("PerCategoryShare", [(c, Optional[Share], None) for c in CATEGORIES])
+
+
+class StepDoc(msgspec.Struct):
+    duration_us: Micros
+    name: Optional[str] = None
+    start_us: Optional[Signed] = None
+    time_us: PerCategoryUs = msgspec.field(default_factory=PerCategoryUs)
+    phase: Optional[str] = None  # warmup | steady | partial; None (older reports): steady
+
+
+class StepTimesDoc(msgspec.Struct):
+    values: list[Micros] = []
+
+
+class MeasurementDoc(msgspec.Struct):
+    """What diff reads of `measurement`: the step times measured without the profiler."""
+
+    unprofiled_step_us: Optional[StepTimesDoc] = None
+
+
+class SummaryDoc(msgspec.Struct):
+    time_share: PerCategoryShare = msgspec.field(default_factory=PerCategoryShare)
+
+
+class FindingDoc(msgspec.Struct):
+    rule: str
+    title: Optional[str] = None
+    severity: Optional[str] = None
+    estimated_saving_us: Optional[Signed] = None
+
+
+class RowDoc(msgspec.Struct):
+    name: str
+    total_us: Optional[Micros] = None
+    count: Optional[Micros] = None
+
+
+class ReportDoc(msgspec.Struct):
+    verdict: str
+    steps: Annotated[list[StepDoc], msgspec.Meta(min_length=1)]
+    schema: str = SCHEMA
+    steps_source: Optional[str] = None
+    trace: TraceDoc = msgspec.field(default_factory=TraceDoc)
+    summary: SummaryDoc = msgspec.field(default_factory=SummaryDoc)
+    findings: list[FindingDoc] = []
+    top_kernels: list[RowDoc] = []
+    top_ops: list[RowDoc] = []
+    warnings: list[str] = []
+    measurement: Optional[MeasurementDoc] = None
+
+
+class _Kind(msgspec.Struct):
+    schema: Optional[str] = None
+
+
+_KIND = msgspec.json.Decoder(_Kind)
+
+
+def schema_of(raw: bytes) -> Optional[str]:
+    """The top-level "schema" of a JSON object document wherever the key is (a report re-saved with
+    sorted keys has it past its first kilobytes); None when there is none or it is not a string."""
+    try:
+        return _KIND.decode(raw).schema
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def checked(report, where) -> dict:
+    """`report` (a dict, or the JSON text of one) as a valid report@1 dict holding only the keys a
+    reader uses. Raises UsageError for another perfsleuth schema, TraceError for anything invalid,
+    naming `where` and the first bad field."""
+    try:
+        data = msgspec.json.decode(report) if isinstance(report, (bytes, bytearray, memoryview)) else report
+    except msgspec.DecodeError as exc:
+        raise TraceError(where, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(where, "JSON nested too deeply") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema == SET_SCHEMA:
+        reports = data.get("reports")
+        n = len(reports) if isinstance(reports, list) else 0
+        raise UsageError(f"{where}: is a report set ({n} traces); diff compares one report with one report")
+    if schema is not None and schema != SCHEMA:
+        raise UsageError(f"{where}: schema {str(schema)[:80]!r} is not {SCHEMA!r}")
+    try:
+        return msgspec.to_builtins(msgspec.convert(data, ReportDoc))
+    except msgspec.ValidationError as exc:
+        raise TraceError(where, f"not a valid perfsleuth report ({exc})") from None
+    except RecursionError:
+        raise TraceError(where, "not a valid perfsleuth report (nested too deeply)") from None

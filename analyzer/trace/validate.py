@@ -1,0 +1,53 @@
+"""Typed schemas for the parts of a trace's top level that the analysis reads besides its events
+(which kineto.py decodes into Structs): the metadata `perfsleuth run` records (commands/run_facts.py).
+A value of the wrong type is never used: the section is dropped with a warning that says where."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import msgspec
+
+
+class HostFacts(msgspec.Struct):
+    cpu_count: Optional[int] = None
+    affinity_cpus: Optional[int] = None
+    torch_threads: Optional[int] = None
+    torch_interop_threads: Optional[int] = None
+    omp_num_threads: Optional[str] = None
+    loadavg: Optional[list[float]] = None
+    torch_version: Optional[str] = None
+    accelerator: Optional[str] = None
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+
+
+class LoaderFacts(msgspec.Struct):
+    dataset: Optional[str] = None
+    num_workers: Optional[int] = None
+    batch_size: Optional[int] = None
+    pin_memory: Optional[bool] = None
+    persistent_workers: Optional[bool] = None
+    prefetch_factor: Optional[int] = None
+    collate_fn: Optional[str] = None
+
+
+class RunMetadata(msgspec.Struct):
+    """The trace's top-level `perfsleuth` object. Keys not listed here are kept as recorded (a newer
+    perfsleuth may add some); the listed ones must have these types."""
+
+    version: int = 1
+    host: HostFacts = msgspec.field(default_factory=HostFacts)
+    loaders: list[LoaderFacts] = msgspec.field(default_factory=list)
+
+
+def run_metadata(value, warnings: list) -> dict:
+    """The `perfsleuth` object when it matches RunMetadata, else {} (and a warning when it was there)."""
+    if value is None:
+        return {}
+    try:
+        msgspec.convert(value, RunMetadata)
+    except (msgspec.ValidationError, RecursionError) as exc:
+        warnings.append(f"the trace's perfsleuth metadata was ignored: {str(exc)[:200]}")
+        return {}
+    return value
