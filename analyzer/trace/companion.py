@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from ..errors import TraceError
+from . import files
+
 MAIN_MARK, STACKS_MARK = ".pt.trace.json", ".stacks.pt.trace.json"
 
 
@@ -41,10 +44,10 @@ def is_perfsleuth_report(path: Path) -> bool:
     """A JSON document perfsleuth wrote (report@1, report-set@1, diff@1): its first key is the schema."""
     if not path.name.endswith(".json"):
         return False
-    try:
-        with open(path, "rb") as f:
+    try:  # opened as a regular file only: a FIFO named *.json must not hang the listing (docs/robustness.md)
+        with files.open_regular(path) as f:
             head = f.read(256)
-    except OSError:
+    except (OSError, TraceError):
         return False
     return head.lstrip(b"\xef\xbb\xbf \t\r\n{").startswith(b'"schema": "perfsleuth/')
 
