@@ -148,12 +148,15 @@ class StacksWindow:
         return self
 
     def step(self) -> bool:
-        """One boundary; True once the window is recorded and written."""
+        """One boundary; True once the window is over: recorded and written, or its trace could not be
+        written (that costs source lines only, and the run must still complete)."""
+        if self._prof is None:
+            return True
         self.seen += 1
         self._prof.step()
         if self.seen >= self.steps:
             self.finish()
-        return self.written
+        return self._prof is None
 
     def finish(self) -> None:
         """Stop and write what was recorded (also when the run ends inside the window); idempotent."""
@@ -203,7 +206,7 @@ class StacksSchedule:
         return self.due or self.window is not None
 
     def step(self) -> bool:
-        """One boundary; True once the stacks window is recorded and written."""
+        """One boundary; True once the stacks window is over (written, or not writable)."""
         if self.due:
             if self.annotations.clear:
                 self.due = False
