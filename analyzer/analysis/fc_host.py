@@ -162,13 +162,18 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     g = df.groupby("run")["name"]
     size, kinds = g.transform("size").to_numpy(), g.transform("nunique").to_numpy()
     df = df[(size >= MIN_RUN) & (size >= MIN_REPEAT * kinds)]
+    # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
+    # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
+    df = df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
     if df.empty:
         raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed steps")
     df = df.assign(cost=df["dur"] + np.where(df["joined"], df["gap"], 0.0))
     g = df.groupby("run")
     runs = pd.DataFrame({"start": g["ts"].min(), "end": g["end"].max(), "kinds": g["name"].nunique(),
                          "ops": g.size(), "unit": g["cost"].median(), "least": g["cost"].min()})
-    ivs = iv.merge(runs["start"].to_numpy(np.int64), runs["end"].to_numpy(np.int64))
+    # Each loop op with the Python before it (when that followed another short op): the ops between
+    # them that the loop does not repeat stay.
+    ivs = iv.merge((df["ts"] - np.where(df["joined"], df["gap"], 0.0)).to_numpy(np.int64), df["end"].to_numpy(np.int64))
     removed = remove_host(p, ivs)
     # An op outside the loops that took over SPIKE times its kind's median was preempted on a busy
     # machine; a step that much shorter is preempted that much less: the excess goes too.
