@@ -184,7 +184,9 @@ def render(cpu: list, gpu: list, rows: list, info: dict, pairs: int) -> str:
            f"unprofiled runs of before and after, interleaved A/B ({pairs} pairs, each run's mean iteration time "
            f"after the first {WARMUP}, 10 % trimmed). Each pair has its own profiled run of \"before\" right before "
            "it (the load moves from minute to minute): a forecast and the measurement made next to it. The row "
-           "shows the pair with the median forecast/measured ratio; [all pairs: forecast / measured, as recorded].", "",
+           "shows the pair with the median forecast/measured ratio, its forecast recomputed from its recorded trace by "
+           "the code of this commit; [all pairs: forecast / measured, as recorded] keeps the forecasts made at "
+           "recording time (`--rejudge` recomputes only the kept trace's).", "",
            "### CPU fixes, measured on this machine", "",
            "| case | fix | forecast (range) | forecast from | measured | ratio | right | [all pairs] | load before → after |",
            "|---|---|---|---|---|---|---|---|---|"]
