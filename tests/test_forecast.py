@@ -134,6 +134,15 @@ def test_workers_hide_a_loader_that_waits(tmp_path):
     assert "0% of it CPU (measured)" in fc["assumptions"]["batch"]
 
 
+def test_one_worker_makes_each_batch_in_its_wait_plus_the_handoff(tmp_path):
+    """60 ms of waiting per batch in one worker: the step is the worker's batch, 60 ms plus 0.3 ms of
+    queue waits plus 2 tensors x 0.45 ms of handoff CPU (docs/forecast.md), not the 40.6 ms of compute."""
+    f = forecaster(cpu_loader_trace(tmp_path, steps=6), meta=meta(loader_cpu_s=0.0))
+    fc = f.forecast("dataloader-workers", params={"workers": 1})
+    assert fc["speedup"] == pytest.approx(100 / (60 + 0.3 + 0.9), rel=2e-3)
+    assert "0.3 ms of each worker's time waiting on the queues" in fc["assumptions"]["handoff"]
+
+
 def test_workers_do_not_help_when_the_process_cannot_get_more_cpu(tmp_path):
     """CPU-bound loading on a machine where this run gets one core whatever it does (the probe)."""
     m = meta(loader_cpu_s=0.6)

@@ -26,6 +26,11 @@ from .whatif import Plan, Workers, step_ns
 # of 5, twice that at 6-7. Pessimistic variant: twice these; optimistic: half.
 HANDOFF_WORKER_NS = 450_000.0
 HANDOFF_MAIN_NS = 300_000.0
+# Wall time per batch that a worker spends neither computing nor handing over: its wait on the queues
+# (the feeder thread, the pipe, waking the consumer). Measured at a load average of 1, 3 runs each of a
+# loop that only takes batches from one worker: wall minus the worker's CPU per batch was 0.28-0.34 ms
+# (--python-work 1) and 0.29-0.45 ms (--python-work 1200). Pessimistic variant: twice; optimistic: half.
+HANDOFF_WAIT_NS = 300_000.0
 # Under contention the loading and the compute phases get different CPU shares by chance; a loader
 # whose CPU share is at least half the main thread's is taken as all CPU work (a sleeping or I/O-bound
 # loader gets far less).
@@ -111,8 +116,12 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
     worker_core = cpu_core + (0.0 if multi else k * HANDOFF_WORKER_NS * tensors)
     main_core = k * HANDOFF_MAIN_NS * tensors
+    if not multi:  # a multi-process loader's measured batch time already holds its queue waits
+        wait += k * HANDOFF_WAIT_NS
     out["handoff"] = (f"{tensors} tensor(s) per batch: {HANDOFF_WORKER_NS * tensors / 1e6:g} ms of worker CPU and "
-                      f"{HANDOFF_MAIN_NS * tensors / 1e6:g} ms of main-process CPU per batch (measured constants)")
+                      f"{HANDOFF_MAIN_NS * tensors / 1e6:g} ms of main-process CPU per batch"
+                      + ("" if multi else f", and {HANDOFF_WAIT_NS / 1e6:g} ms of each worker's time waiting on the queues")
+                      + " (measured constants)")
     base_a = p.a.copy()
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)
