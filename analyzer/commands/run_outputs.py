@@ -31,19 +31,20 @@ from ..report.outputs import check_outputs, write_outputs
 def export_trace(prof, path: Path) -> tuple[Optional[Path], Optional[str]]:
     """(where the gzipped trace was written, or None; the problem with `path`, or None). Never raises."""
     try:
-        _export(prof, path)
+        write_trace(prof, path)
         return path, None
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
     fallback = Path(tempfile.mkdtemp(prefix="perfsleuth-")) / path.name
     try:
-        _export(prof, fallback)
+        write_trace(prof, fallback)
     except Exception:
         return None, f"could not write the trace to {path} ({why}); it is lost"
     return fallback, f"could not write the trace to {path} ({why}); it was saved to {fallback} instead"
 
 
-def _export(prof, path: Path) -> None:
+def write_trace(prof, path: Path) -> None:
+    """Export a torch profiler's trace gzipped to `path`, atomically (a reader never sees half a trace)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.json")
     part = path.with_name(f".{path.name}.part")

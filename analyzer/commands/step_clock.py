@@ -20,14 +20,13 @@ lines for the findings. It starts one step or more after the main window ends (`
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from .run_outputs import write_trace
 
 log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, STACKS, AFTER = "wait", "warmup", "active", "stacks", "after"
@@ -112,21 +111,6 @@ class OpenAnnotations:
     @property
     def clear(self) -> bool:
         return not self.open
-
-
-def write_trace(prof: Any, path: Path) -> None:
-    """Export a torch profiler's trace gzipped to `path`, atomically (a reader never sees half a trace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.json")
-    part = path.with_name(f".{path.name}.part")
-    try:
-        prof.export_chrome_trace(str(tmp))
-        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        os.replace(part, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        part.unlink(missing_ok=True)
 
 
 class StacksWindow:
