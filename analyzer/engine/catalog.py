@@ -199,20 +199,21 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
 
 
 def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
-    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/test_catalog_checks.py
-    holds to every check) skips parsing each expression and template for unknown names and forbidden
+    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/test_engine.py holds
+    to every check) skips parsing each expression and template for unknown names and forbidden
     constructs, and compiles them when first used: that took 0.3 s of every analysis."""
     where = f"{source}: rule '{raw.get('slug', '?')}'"
     _check_types(where, raw)
     _check_docs(where, raw["docs"])
-    allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
-    for key in ("condition", "saving_us", "applies") if check else ():
-        if key in raw:
-            _check_names(where, key, raw[key], allowed)
-    for sev, expr in raw.get("severity_when", {}).items() if check else ():
-        _check_names(where, f"severity_when.{sev}", expr, allowed)
-    for key in ("message", "fix") if check else ():
-        _check_names(where, key, raw[key], allowed, template=True)
+    if check:
+        allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
+        for key in ("condition", "saving_us", "applies"):
+            if key in raw:
+                _check_names(where, key, raw[key], allowed)
+        for sev, expr in raw.get("severity_when", {}).items():
+            _check_names(where, f"severity_when.{sev}", expr, allowed)
+        for key in ("message", "fix"):
+            _check_names(where, key, raw[key], allowed, template=True)
     bad = [e for e in raw["evidence"] if e not in FACTS]
     if bad:
         _fail(where, f"evidence names unknown fact(s) {', '.join(map(str, bad))}")
