@@ -12,6 +12,7 @@ from report_factory import make_hostile_report, make_report
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--window-size=1280,900"]
@@ -131,6 +132,9 @@ def test_directory_index_link_opens_the_trace_section(tmp_path):
             target = driver.find_element(By.ID, f"r{n}-section")
             assert target.get_attribute("open") is None
             driver.find_element(By.CSS_SELECTOR, f'a[href="#r{n}-section"]').click()
+            # report.js opens it on `hashchange`, which the browser fires after the click returns (the
+            # assertion read it at once and lost that race once in a CI run): wait for it, 5 s at most.
+            WebDriverWait(driver, 5).until(lambda _: target.get_attribute("open") is not None)
             assert target.get_attribute("open") is not None
             inner = target.find_element(By.CSS_SELECTOR, "article.report")
             assert visible(inner) and f"rank{n - 1}.pt.trace.json.gz" in target.text
