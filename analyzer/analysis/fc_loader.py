@@ -18,18 +18,23 @@ from .forecast import Inputs, NoForecast, model
 from .timeline import LOADER
 from .whatif import Plan, Workers, step_ns
 
-# CPU per tensor of a batch to pass it from a worker (collate into shared memory, pickle, queue; worker
-# start-up spread over the epoch) and to take it in the main process (unpickle, receive the file
-# descriptors, map the memory). Measured on the 2-core development machine, torch 2.13 (CPU), with a
-# 300-batch epoch of fixtures/scripts/cpu/python_dataset.py --python-work 10 (CPU time with 2 workers
-# minus with none, per batch of 2 tensors): 0.8-0.9 ms (worker) and 0.4 ms (main) at a load average
-# of 5, twice that at 6-7. Pessimistic variant: twice these; optimistic: half.
-HANDOFF_WORKER_NS = 450_000.0
-HANDOFF_MAIN_NS = 300_000.0
+# What a worker process costs beside the Dataset's own work, measured with benchmarks/handoff.py on the
+# 2-core development machine, torch 2.13 (CPU), load average 0.5-0.7, two runs of 5 interleaved repeats
+# (docs/forecast.md has the table): per batch of T tensors the worker spends 0.7-2.1 ms of CPU outside
+# __getitem__ beyond what collating in-process costs (collate into shared memory, pickle, the queue's
+# feeder thread, serving the file descriptors), fitted as 0.3 ms + 0.3 ms per tensor; the main process
+# spends 0.5-1.5 ms per batch taking it (unpickle, receive the descriptors, map the memory), fitted as
+# 0.4 ms + 0.2 ms per tensor. The Dataset's own work ran 1.06-1.29x slower in the worker than in-process
+# (a Python-heavy Dataset; 1.3-1.5x on samples of under 0.1 ms): 1.1x. Pessimistic variant: twice the
+# handoff; optimistic: half.
+HANDOFF_WORKER_BATCH_NS = 300_000.0
+HANDOFF_WORKER_NS = 300_000.0  # per tensor
+HANDOFF_MAIN_BATCH_NS = 400_000.0
+HANDOFF_MAIN_NS = 200_000.0  # per tensor
+WORKER_SLOWDOWN = 1.1
 # Wall time per batch that a worker spends neither computing nor handing over: its wait on the queues
-# (the feeder thread, the pipe, waking the consumer). Measured at a load average of 1, 3 runs each of a
-# loop that only takes batches from one worker: wall minus the worker's CPU per batch was 0.28-0.34 ms
-# (--python-work 1) and 0.29-0.45 ms (--python-work 1200). Pessimistic variant: twice; optimistic: half.
+# (the feeder thread, the pipe, waking the consumer). Measured by the same benchmark: wall minus the
+# worker's CPU per batch was 0.22-0.78 ms (median 0.3). Pessimistic variant: twice; optimistic: half.
 HANDOFF_WAIT_NS = 300_000.0
 # Under contention the loading and the compute phases get different CPU shares by chance; a loader
 # whose CPU share is at least half the main thread's is taken as all CPU work (a sleeping or I/O-bound
@@ -54,18 +59,26 @@ def _loader_settings(x: Inputs) -> dict:
 
 
 def _tensors_per_batch(x: Inputs, loaders: np.ndarray) -> int:
-    """Collate stacks one tensor per field: count aten::stack / aten::cat inside the loader spans."""
-    tl = x.tl
-    ops = x.ops
-    stack = ops[ops["name"] == "aten::stack"]  # (aten::stack calls aten::cat: one of them)
-    if stack.empty:
-        stack = ops[ops["name"] == "aten::cat"]
-    if stack.empty or loaders.size == 0:
+    """Collate makes one tensor per field: an aten::stack (which calls aten::cat: one of them) for a
+    field of tensors, a torch.tensor (aten::lift_fresh) for a field of Python numbers -- counted from
+    the first stack on, since the samples' own torch.tensor calls come before the collate."""
+    tl, ops = x.tl, x.ops
+    if loaders.size == 0:
         return DEFAULT_TENSORS
-    i = np.searchsorted(tl.t[loaders], stack["ts"].to_numpy(), side="right") - 1
-    ok = (i >= 0) & (stack["ts"].to_numpy() < tl.e[loaders][np.clip(i, 0, None)])
-    per = np.bincount(i[ok], minlength=loaders.size)
-    return int(max(1, np.median(per))) if ok.any() else DEFAULT_TENSORS
+    name = ops["name"].to_numpy()
+    stacks = name == "aten::stack"
+    if not stacks.any():
+        stacks = name == "aten::cat"
+    ts = ops["ts"].to_numpy()
+    i = np.searchsorted(tl.t[loaders], ts, side="right") - 1
+    inside = (i >= 0) & (ts < tl.e[loaders][np.clip(i, 0, None)])
+    first = np.full(loaders.size, np.inf)
+    np.minimum.at(first, i[inside & stacks], ts[inside & stacks])
+    fields = inside & (stacks | ((name == "aten::lift_fresh") & (ts > first[np.clip(i, 0, None)])))
+    if not (inside & stacks).any():
+        return DEFAULT_TENSORS
+    per = np.bincount(i[fields], minlength=loaders.size)
+    return int(max(1, np.median(per)))
 
 
 @model("dataloader-workers")
@@ -114,14 +127,20 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
                         + (" (measured)" if share is not None else " (assumed: all CPU work)"))
     k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
-    worker_core = cpu_core + (0.0 if multi else k * HANDOFF_WORKER_NS * tensors)
-    main_core = k * HANDOFF_MAIN_NS * tensors
+    worker_core = cpu_core
+    if not multi:  # a multi-process loader's measured batch time already holds the worker's handoff
+        worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
+    main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
     if not multi:  # a multi-process loader's measured batch time already holds its queue waits
         wait += k * HANDOFF_WAIT_NS
-    out["handoff"] = (f"{tensors} tensor(s) per batch: {HANDOFF_WORKER_NS * tensors / 1e6:g} ms of worker CPU and "
-                      f"{HANDOFF_MAIN_NS * tensors / 1e6:g} ms of main-process CPU per batch"
-                      + ("" if multi else f", and {HANDOFF_WAIT_NS / 1e6:g} ms of each worker's time waiting on the queues")
-                      + " (measured constants)")
+    worker_ms = (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors) / 1e6
+    main_ms = (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors) / 1e6
+    worker_side = ("the workers' side is in the measured batch time; " if multi
+                   else f"{worker_ms:g} ms of worker CPU and ")
+    in_worker = ("" if multi else f"; the Dataset's work runs {WORKER_SLOWDOWN:g}x slower in a worker, and "
+                 f"{HANDOFF_WAIT_NS / 1e6:g} ms of each worker's time waiting on the queues")
+    out["handoff"] = (f"{tensors} tensor(s) per batch: {worker_side}{main_ms:g} ms of main-process CPU per batch"
+                      f"{in_worker} (measured constants)")
     base_a = p.a.copy()
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)
