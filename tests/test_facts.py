@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from perfsleuth.facts.common import innermost_enclosing, intersect, last_started, overlap_ns
+from perfsleuth.analysis.intervals import subtract
 from perfsleuth.facts.core import FACTS
 from perfsleuth.facts.device import dtype_from_input_type, dtype_from_name, kernel_family
 from perfsleuth.facts.locations import is_user_frame, parse_frame
@@ -152,6 +153,16 @@ def test_intersect_and_overlap():
     assert overlap_ns(a, b) == 15
     assert overlap_ns(a, _iv((10, 20))) == 0  # half-open: touching is not overlapping
     assert overlap_ns(a, (np.empty(0, np.int64), np.empty(0, np.int64))) == 0
+
+
+def test_subtract_keeps_what_the_other_does_not_cover():
+    a, b = _iv((0, 10), (20, 30), (40, 50)), _iv((5, 25), (30, 45))
+    s, e = subtract(a, b)
+    assert s.tolist() == [0, 25, 45] and e.tolist() == [5, 30, 50]
+    s, e = subtract(a, _iv((0, 50)))
+    assert s.size == 0 and e.size == 0
+    s, e = subtract(a, (np.empty(0, np.int64), np.empty(0, np.int64)))
+    assert s.tolist() == [0, 20, 40] and e.tolist() == [10, 30, 50]
 
 
 def test_innermost_enclosing_and_last_started():

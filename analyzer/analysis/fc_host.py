@@ -1,5 +1,6 @@
-"""Forecast models of host-side fixes: zero_grad(set_to_none=True), a foreach optimizer, batched or
-vectorised tiny ops, fewer threads under oversubscription, the caching allocator, outlier steps.
+"""Forecast models of host-side fixes: zero_grad(set_to_none=True), a foreach optimizer, fewer threads
+under oversubscription, the caching allocator, outlier steps (batched or vectorised tiny ops:
+`fc_batched`).
 
 They work on the top-level ops of the main thread (ops not nested in another op): an op's span is its
 C++ work (dispatch and kernel), the gap before it the Python that called it. Each model edits a
@@ -23,10 +24,6 @@ SET_TO_NONE_NS = {"central": 1_000.0, "low": 2_000.0, "high": 500.0}  # Python p
 # Ops with a multi-tensor (torch._foreach_*) counterpart: what a foreach optimizer batches.
 _FOREACH_ABLE = re.compile(r"^aten::(add|sub|mul|div|addcmul|addcdiv|lerp|sqrt|rsqrt|maximum|minimum|neg|exp|"
                            r"log|pow|abs|sign|reciprocal|sigmoid|clamp|clamp_min|clamp_max|copy|zero|norm)_?$")
-SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
-MIN_RUN = 16
-MIN_REPEAT = 8  # a run is a loop: at least this many ops per distinct op
-SPIKE = 20  # an op this many times slower than its kind's median was preempted (a time slice, not its work)
 ALLOC_CALLS = frozenset({"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc",
                          "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipExtMallocWithFlags",
                          "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2"})
@@ -36,16 +33,10 @@ def top_ops(x: Inputs) -> pd.DataFrame:
     """Outermost cpu ops of the main thread (the thread of the step annotations) in the window, each
     with the Python gap before it (`gap`, since the previous top-level op ended)."""
     def make():
-        ops = x.ops
-        steps = ops[ops["name"].str.startswith("ProfilerStep#")]
-        cpu = ops[ops["kind"].to_numpy() == CPU_OP]
-        if len(steps):
-            main = (steps["pid"].iloc[0], steps["tid"].iloc[0])
-        elif len(cpu):
-            main = cpu.assign(d=cpu["end"] - cpu["ts"]).groupby(["pid", "tid"])["d"].sum().idxmax()
-        else:
-            return cpu.assign(dur=0.0, gap=0.0)
-        mine = cpu[(cpu["pid"] == main[0]) & (cpu["tid"] == main[1])].sort_values(["ts", "end"], ascending=[True, False])
+        mine = x.main_ops
+        mine = mine[mine["kind"].to_numpy() == CPU_OP].sort_values(["ts", "end"], ascending=[True, False])
+        if mine.empty:
+            return mine.assign(dur=0.0, gap=0.0)
         e = mine["end"].to_numpy()
         prev = np.r_[-np.inf, np.maximum.accumulate(e)[:-1]]
         top = mine[mine["ts"].to_numpy() >= prev].reset_index(drop=True)
@@ -143,60 +134,6 @@ def foreach_optimizer(x: Inputs, p: Plan, variant: str) -> dict:
         _add_back(p, opt[1].astype(np.float64), kept * med_op)
         out["device"] = (f"{launched} kernels become one multi-tensor kernel per op kind (same bytes; the fixed "
                          f"cost per kernel goes), and their launches ({cut / len(p.tl.steps) / 1000:.0f} µs per step) too")
-    return out
-
-
-@model("batched-ops")
-def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
-    """Loops of short ops (a Python loop over scalars, slices or small modules) become a few
-    whole-tensor ops: one per distinct op of the loop. A run is a stretch of one step made only of
-    ops whose kind is short (median under 50 µs), at least 16 ops and 8 of each kind on average."""
-    top = top_ops(x)
-    if top.empty:
-        raise NoForecast("no host ops in the replayed steps")
-    small = (top.groupby("name")["dur"].transform("median") <= SMALL_OP_NS).to_numpy()
-    step = np.searchsorted(p.tl.steps["host_end"].to_numpy(np.float64), top["ts"].to_numpy())
-    joins = small & np.r_[False, small[:-1]] & np.r_[False, step[1:] == step[:-1]]
-    run = np.where(small, np.cumsum(small & ~joins) - 1, -1)
-    df = top.assign(run=run, joined=joins)[small]
-    g = df.groupby("run")["name"]
-    size, kinds = g.transform("size").to_numpy(), g.transform("nunique").to_numpy()
-    df = df[(size >= MIN_RUN) & (size >= MIN_REPEAT * kinds)]
-    # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
-    # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
-    df = df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
-    if df.empty:
-        raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed steps")
-    df = df.assign(cost=df["dur"] + np.where(df["joined"], df["gap"], 0.0))
-    g = df.groupby("run")
-    runs = pd.DataFrame({"start": g["ts"].min(), "end": g["end"].max(), "kinds": g["name"].nunique(),
-                         "ops": g.size(), "unit": g["cost"].median(), "least": g["cost"].min()})
-    # Each loop op with the Python before it (when that followed another short op): the ops between
-    # them that the loop does not repeat stay.
-    ivs = iv.merge((df["ts"] - np.where(df["joined"], df["gap"], 0.0)).to_numpy(np.int64), df["end"].to_numpy(np.int64))
-    removed = remove_host(p, ivs)
-    # An op outside the loops that took over SPIKE times its kind's median was preempted on a busy
-    # machine; a step that much shorter is preempted that much less: the excess goes too.
-    rest = top[~iv.covers(ivs, top["ts"].to_numpy(np.int64))]
-    med = rest.groupby("name")["dur"].transform("median").to_numpy()
-    spike = rest["dur"].to_numpy() > SPIKE * med
-    despiked = remove_host(p, iv.merge((rest["ts"].to_numpy() + med)[spike].astype(np.int64),
-                                       rest["end"].to_numpy()[spike].astype(np.int64)))
-    per = {"low": 2 * runs["kinds"] * runs["unit"], "central": runs["kinds"] * runs["unit"],
-           "high": runs["kinds"] * runs["least"]}[variant].to_numpy()
-    _add_back(p, runs["end"].to_numpy(np.float64), per)
-    launched = _collapse_device(p, ivs, runs["kinds"].to_numpy(np.float64)) if p.tl.n_nodes else 0
-    n = len(p.tl.steps)
-    out = {"runs": f"{len(runs) / n:.1f} runs per step of {int(runs['ops'].median())} short ops (median) become one "
-                   f"op per distinct op in the run ({removed / n / 1000:.0f} µs per step of host time replaced by "
-                   f"{per.sum() / n / 1000:.0f} µs)",
-           "pessimistic": "twice as many whole-tensor ops as distinct ops in the run",
-           "independent": "the loop's iterations are independent (a stack of small sequential layers cannot be batched)"}
-    if despiked:
-        out["preemption"] = (f"{despiked / n / 1000:.0f} µs per step of ops outside the loops that took over "
-                             f"{SPIKE}x their median (preempted) go with the shorter step")
-    if launched:
-        out["device"] = f"their {launched} kernels become one per distinct op (same work, fewer fixed costs)"
     return out
 
 

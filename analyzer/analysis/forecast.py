@@ -66,6 +66,22 @@ class Inputs:
                                  "in_type": sel["in_type"].astype(str).to_numpy()})
         return self.cached("ops", make)
 
+    @property
+    def main_ops(self) -> pd.DataFrame:
+        """`ops` of the main thread: the thread of the step annotations, else the busiest one."""
+        def make():
+            ops = self.ops
+            steps = ops[ops["name"].str.startswith("ProfilerStep#")]
+            cpu = ops[ops["kind"].to_numpy() == CPU_OP]
+            if len(steps):
+                main = (steps["pid"].iloc[0], steps["tid"].iloc[0])
+            elif len(cpu):
+                main = cpu.assign(d=cpu["end"] - cpu["ts"]).groupby(["pid", "tid"])["d"].sum().idxmax()
+            else:
+                return ops.iloc[:0]
+            return ops[(ops["pid"] == main[0]) & (ops["tid"] == main[1])]
+        return self.cached("main_ops", make)
+
     def spans(self, prefix: str) -> iv.Intervals:
         """Merged spans of the window's ops/annotations whose name starts with `prefix`."""
         ops = self.ops
@@ -216,7 +232,7 @@ def model(name: str):
 
 
 def _register() -> None:
-    from . import fc_device, fc_host, fc_loader  # noqa: F401  (registration by import)
+    from . import fc_batched, fc_device, fc_host, fc_loader  # noqa: F401  (registration by import)
 
 
 _register()

@@ -93,6 +93,16 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return merge(pts[k], pts[k + 1])
 
 
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """a minus b: the parts of `a` that no interval of `b` covers."""
+    a, b = union(a), union(b)
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    lo, hi = min(a[0][0], b[0][0]) - 1, max(a[1][-1], b[1][-1]) + 1
+    holes = merge(np.r_[lo, b[1]], np.r_[b[0], hi])  # the complement of b around both
+    return intersect(a, holes)
+
+
 def covered_before(iv: Intervals, points: np.ndarray) -> np.ndarray:
     """For each point x: the length of the part of `iv` that lies before x (so the coverage of [a, b)
     is covered_before(iv, b) - covered_before(iv, a))."""

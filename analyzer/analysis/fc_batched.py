@@ -1,0 +1,182 @@
+"""Forecast model of batching a loop of tiny ops: a Python loop over scalars, slices or small modules
+becomes a few whole-tensor ops.
+
+A run is a stretch of one step made only of ops whose kind is short (median under 50 µs), at least 16
+ops and 8 of each kind on average; the loop is the kinds the run repeats. What goes with the loop:
+- its ops and the Python between them: one op per distinct op of the loop stays;
+- the gathering of its outputs (a `torch.cat` / `torch.stack` right after the loop) and that op's
+  backward: batched code has one output already;
+- when the loop's backward accumulates gradients into many parameters (small modules in a loop), the
+  per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched modules have a few
+  stacked parameters instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .fc_host import _add_back, _collapse_device, top_ops
+from .forecast import Inputs, NoForecast, model
+from .whatif import Plan, remove_host
+
+SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
+MIN_RUN = 16
+MIN_REPEAT = 8  # a run is a loop: at least this many ops per distinct op
+SPIKE = 20  # an op this many times slower than its kind's median was preempted (a time slice, not its work)
+ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+GATHER = ("aten::cat", "aten::stack")
+GATHER_BACKWARD = ("autograd::engine::evaluate_function: CatBackward0",
+                   "autograd::engine::evaluate_function: StackBackward0")
+PER_PARAMETER = ("Optimizer.step#", "Optimizer.zero_grad#")
+# The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
+# a backward, freeing them after) go, up to this much per op of the loop: 0.2-0.4 µs per op measured
+# in the fixtures' tiny_ops and module_loop traces (docs/forecast.md).
+EDGE_PER_OP_NS = 1_000.0
+OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
+
+
+def _loop_ops(top: pd.DataFrame, tl_steps: pd.DataFrame) -> pd.DataFrame:
+    """The ops of the loops, each with its run number and whether the Python before it joins the run."""
+    small = (top.groupby("name")["dur"].transform("median") <= SMALL_OP_NS).to_numpy()
+    step = np.searchsorted(tl_steps["host_end"].to_numpy(np.float64), top["ts"].to_numpy())
+    joins = small & np.r_[False, small[:-1]] & np.r_[False, step[1:] == step[:-1]]
+    run = np.where(small, np.cumsum(small & ~joins) - 1, -1)
+    df = top.assign(run=run, joined=joins, step=step)[small]
+    g = df.groupby("run")["name"]
+    size, kinds = g.transform("size").to_numpy(), g.transform("nunique").to_numpy()
+    df = df[(size >= MIN_RUN) & (size >= MIN_REPEAT * kinds)]
+    # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
+    # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
+    return df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
+
+
+def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv.Intervals:
+    """The cat/stack that directly follows an op of a loop (it gathers the loop's outputs), and as many
+    cat/stack backward nodes (the longest) of the same step."""
+    ts = top["ts"].to_numpy()
+    follows = np.r_[False, np.isin(ts[:-1], loop["ts"].to_numpy())]
+    fwd = top[follows & top["name"].isin(GATHER).to_numpy()]
+    ends = steps["host_end"].to_numpy(np.float64)
+    want = pd.Series(np.searchsorted(ends, fwd["ts"].to_numpy())).value_counts()
+    bwd = top[top["name"].isin(GATHER_BACKWARD).to_numpy()]
+    bwd = bwd.assign(step=np.searchsorted(ends, bwd["ts"].to_numpy())).sort_values("dur", ascending=False)
+    bwd = bwd[bwd.groupby("step").cumcount().to_numpy() < bwd["step"].map(want).fillna(0).to_numpy()]
+    both = pd.concat([fwd, bwd])
+    return iv.merge(both["ts"].to_numpy(np.int64), both["end"].to_numpy(np.int64))
+
+
+def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, variant: str):
+    """zero_grad and optimizer.step shrink with the parameters that the loop's modules give way to:
+    before, one AccumulateGrad per parameter; after, the loop keeps one per run."""
+    total = int((x.ops["name"] == ACCUMULATE).sum())
+    looped = (df["name"] == ACCUMULATE).to_numpy()
+    if not total or not looped.any():
+        return None
+    after = total - int(looped.sum()) + int(df.loc[looped, "run"].nunique())
+    ratio = after / total
+    keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
+    spans = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+    removed = remove_host(p, iv.subtract(spans, loops), keep=keep)  # the loops' own ops are gone already
+    if p.tl.n_nodes:
+        r = np.searchsorted(spans[0], p.tl.d_call, side="right") - 1
+        n = np.bincount(r[r >= 0], minlength=spans[0].size).astype(np.float64)
+        _collapse_device(p, spans, np.ceil(n * keep))
+    n = len(p.tl.steps)
+    return (f"{total // max(n, 1)} parameters per step become {after // max(n, 1)}: zero_grad and optimizer.step "
+            f"keep {keep:.0%} of their work ({removed / n / 1000:.0f} µs per step less)")
+
+
+def _segments(df: pd.DataFrame) -> pd.DataFrame:
+    """Loop ops with nothing else between them (a forward loop, its backward, an optimizer's loop): per
+    segment its end, distinct ops, op count, and its first and last op (positions in the top-level ops)."""
+    pos = df.index.to_numpy()
+    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
+    return df.assign(segment=np.cumsum(~same)).groupby("segment").agg(
+        end=("end", "max"), kinds=("name", "nunique"), ops=("name", "size"), first=("ts", "idxmin"),
+        last=("end", "idxmax"))  # idxmin/idxmax: positions, as `top` has a default index
+
+
+def _edges(top: pd.DataFrame, seg: pd.DataFrame, loop_pos: np.ndarray) -> iv.Intervals:
+    """The Python right before each segment and right after it (up to the next op that is not the
+    loop's), at most EDGE_PER_OP_NS per op of the segment: next to its first op, next to its last."""
+    cap = (seg["ops"] * EDGE_PER_OP_NS).to_numpy()
+    first = top.loc[seg["first"].to_numpy()]
+    f_ts = first["ts"].to_numpy()
+    before = iv.merge(np.maximum(f_ts - first["gap"].to_numpy(), f_ts - cap).astype(np.int64), f_ts.astype(np.int64))
+    nxt = seg["last"].to_numpy() + 1
+    tail = (nxt < len(top)) & ~np.isin(nxt, loop_pos)
+    after = top.iloc[nxt[tail]]
+    a_start = (after["ts"] - after["gap"]).to_numpy()
+    return iv.union(before, iv.merge(a_start.astype(np.int64),
+                                     np.minimum(after["ts"].to_numpy(), a_start + cap[tail]).astype(np.int64)))
+
+
+def _despike(p: Plan, rest: pd.DataFrame) -> float:
+    """An op outside the loops that took over SPIKE times its kind's median was preempted on a busy
+    machine; a step that much shorter is preempted that much less: the excess goes too."""
+    med = rest.groupby("name")["dur"].transform("median").to_numpy()
+    spike = rest["dur"].to_numpy() > SPIKE * med
+    return remove_host(p, iv.merge((rest["ts"].to_numpy() + med)[spike].astype(np.int64),
+                                   rest["end"].to_numpy()[spike].astype(np.int64)))
+
+
+@model("batched-ops")
+def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
+    top = top_ops(x)
+    if top.empty:
+        raise NoForecast("no host ops in the replayed steps")
+    steps = p.tl.steps
+    df = _loop_ops(top, steps)
+    if df.empty:
+        raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed steps")
+    joined_gap = np.where(df["joined"], df["gap"], 0.0)
+    unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
+    seg = _segments(df)
+    # Each loop op with the Python before it (when that followed another short op): the ops between
+    # them that the loop does not repeat stay.
+    ivs = iv.merge((df["ts"] - joined_gap).to_numpy(np.int64), df["end"].to_numpy(np.int64))
+    removed = remove_host(p, ivs)
+    optimistic = variant != "low"
+    edged = remove_host(p, _edges(top, seg, df.index.to_numpy())) if optimistic else 0.0
+    gather = _gathering(top, df, steps)
+    gathered = remove_host(p, gather) if optimistic else 0.0
+    rest = top[~iv.covers(iv.union(ivs, gather), top["ts"].to_numpy(np.int64))]
+    despiked = _despike(p, rest)
+    params = _fewer_parameters(x, p, df, ivs, variant)  # before the whole-tensor ops: a loop may end in the optimizer
+    # A whole-tensor op is no tiny op: it costs what the step's other ops cost, the Python before them included.
+    whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
+    per = {"low": 2 * OPS_PER_KIND * seg["kinds"] * whole, "central": OPS_PER_KIND * seg["kinds"] * whole,
+           "high": seg["kinds"] * unit}[variant].to_numpy()
+    _add_back(p, seg["end"].to_numpy(np.float64), per)
+    launched = 0
+    if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
+        spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
+        launched = _collapse_device(p, spans, (per / whole).round())
+    n = len(steps)
+    out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
+                    f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
+           "whole_tensor_ops": f"{OPS_PER_KIND} whole-tensor ops per distinct op of each loop (the op, and the "
+                               f"indexing or reshaping that batches it), each costing this step's median other op "
+                               f"with the Python before it ({whole / 1000:.1f} µs): "
+                               f"{per.sum() / n / 1000:.0f} µs per step",
+           "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
+                    f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
+                    f"({edged / n / 1000:.0f} µs per step)",
+           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops and the "
+                          "gathering of their outputs stay; zero_grad and optimizer.step keep twice the parameters",
+           "optimistic": f"one whole-tensor op per distinct op, as cheap as a loop op ({unit / 1000:.1f} µs)",
+           "independent": "the loop's iterations are independent (a stack of small sequential layers cannot be "
+                          "batched)"}
+    if gather[0].size:
+        out["gather"] = (f"the cat/stack of the loops' outputs and its backward go "
+                         f"({gathered / n / 1000:.0f} µs per step)")
+    if params:
+        out["parameters"] = params
+    if despiked:
+        out["preemption"] = (f"{despiked / n / 1000:.0f} µs per step of ops outside the loops that took over "
+                             f"{SPIKE}x their median (preempted) go with the shorter step")
+    if launched:
+        out["device"] = f"their {launched} kernels become the whole-tensor ops' (same work, fewer fixed costs)"
+    return out
