@@ -3,12 +3,16 @@ becomes a few whole-tensor ops.
 
 A run is a stretch of one step made only of ops whose kind is short (median under 50 µs), at least 16
 ops and 8 of each kind on average; the loop is the kinds the run repeats. What goes with the loop:
-- its ops and the Python between them: one op per distinct op of the loop stays;
-- the gathering of its outputs (a `torch.cat` / `torch.stack` right after the loop) and that op's
-  backward: batched code has one output already;
+- its ops and the Python between them;
+- the Python right before and after each loop (its setup, the autograd engine's walk over its nodes
+  before a backward, their freeing after it), at most EDGE_PER_OP_NS per loop op;
+- the gathering of its outputs (a `torch.cat` / `torch.stack` right after a loop op) and as many
+  cat/stack backward nodes: batched code has one output already;
 - when the loop's backward accumulates gradients into many parameters (small modules in a loop), the
   per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched modules have a few
   stacked parameters instead.
+What comes in: per loop, OPS_PER_KIND whole-tensor ops per distinct op, each costing the step's median
+other op with the Python before it.
 """
 
 from __future__ import annotations

@@ -127,11 +127,10 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
                         + (" (measured)" if share is not None else " (assumed: all CPU work)"))
     k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
-    worker_core = cpu_core
-    if not multi:  # a multi-process loader's measured batch time already holds the worker's handoff
-        worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
     main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
-    if not multi:  # a multi-process loader's measured batch time already holds its queue waits
+    worker_core = cpu_core
+    if not multi:  # a multi-process loader's measured batch time already holds the worker's side and waits
+        worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
         wait += k * HANDOFF_WAIT_NS
     worker_ms = (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors) / 1e6
     main_ms = (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors) / 1e6
