@@ -36,9 +36,9 @@ def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
 def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
-    verdict, reason = decide(time_share(breakdown), config)
     share = time_share(breakdown)
     gpu = bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
+    verdict, reason = decide(share, config, gpu)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
                     degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))

@@ -26,6 +26,13 @@ def test_v100_resnet50_4_workers_is_kernel_bound(host):
     assert verdict == "kernel-bound"
 
 
+def test_without_a_gpu_the_reason_speaks_of_ops_not_kernels():
+    s = share(kernel=0.55, dataloader=0.30, other=0.15)
+    assert decide(s, Config(), gpu=False)[1] == "dataloader takes 30% of step time (material from 10%); ops 55%"
+    assert decide(s, Config())[1] == "dataloader takes 30% of step time (material from 10%); kernels 55%"
+    assert decide(share(kernel=0.9, other=0.1), Config(), gpu=False)[1].startswith("ops take 90% of step time")
+
+
 def test_largest_material_stall_wins():
     assert decide(share(kernel=0.5, sync=0.2, transfer=0.3), Config())[0] == "transfer-bound"
 

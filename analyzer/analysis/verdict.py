@@ -8,9 +8,11 @@ VERDICTS = ("dataloader-bound", "kernel-bound", "sync-bound", "transfer-bound", 
             "communication-bound")
 
 
-def decide(share: dict, config: Config) -> tuple[str, str]:
+def decide(share: dict, config: Config, gpu: bool = True) -> tuple[str, str]:
     """Return (verdict, one-sentence reason). Kernel time is useful work: a run is kernel-bound
-    unless a stall takes a material share of the step, or kernels fill less than half of it."""
+    unless a stall takes a material share of the step, or kernels fill less than half of it. Without
+    a GPU the `kernel` category is op compute, and the reason says "ops"."""
+    work = "kernels" if gpu else "ops"
     stalls = {c: share.get(c, 0.0) for c in STALL_CATEGORIES}
     worst = max(stalls, key=lambda c: (stalls[c], -STALL_CATEGORIES.index(c)))
     kernel = share.get("kernel", 0.0)
@@ -18,11 +20,11 @@ def decide(share: dict, config: Config) -> tuple[str, str]:
     if material:
         top = max(material, key=lambda c: (material[c], -STALL_CATEGORIES.index(c)))
         return f"{top}-bound", (f"{top} takes {material[top]:.0%} of step time "
-                                f"(material from {config.material_share[top]:.0%}); kernels {kernel:.0%}")
+                                f"(material from {config.material_share[top]:.0%}); {work} {kernel:.0%}")
     if kernel < config.min_kernel_share and stalls[worst] > 0:
-        return f"{worst}-bound", (f"kernels fill only {kernel:.0%} of step time (under "
+        return f"{worst}-bound", (f"{work} fill only {kernel:.0%} of step time (under "
                                   f"{config.min_kernel_share:.0%}); the largest stall is {worst} at {stalls[worst]:.0%}")
-    return "kernel-bound", (f"kernels take {kernel:.0%} of step time and no stall reaches its material share; "
+    return "kernel-bound", (f"{work} take {kernel:.0%} of step time and no stall reaches its material share; "
                             f"largest stall: {worst} {stalls[worst]:.0%}")
 
 
