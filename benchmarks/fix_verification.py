@@ -2,6 +2,7 @@
 fixes on the trace simulator's before/after pairs.
 
     python benchmarks/fix_verification.py [--write docs/accuracy.md] [--record] [--pairs 3] [--cases NAME ...]
+    python benchmarks/fix_verification.py --rejudge [--record | --recorded DIR]
 
 Per CPU case (benchmarks/accuracy_cases.py):
 1. `perfsleuth run --no-stack` of the "before" program: the forecast is that of the finding for the
@@ -123,16 +124,16 @@ def zoo() -> list:
     return rows
 
 
-def rejudge() -> list:
+def rejudge(recorded: Path = RECORDED) -> list:
     """The recorded cases again, their forecasts recomputed from the recorded traces with the code as it
     is now (the measurements stay: they were made next to those traces)."""
     from perfsleuth.api import forecast_fix
 
     rows = []
-    for c in json.loads((RECORDED / "measured.json").read_text())["cases"]:
-        fc = forecast_fix(RECORDED / c["trace"], c["model"], c["params"] or None)
+    for c in json.loads((recorded / "measured.json").read_text())["cases"]:
+        fc = forecast_fix(recorded / c["trace"], c["model"], c["params"] or None)
         rows.append({**c, "forecast": fc, "ok": judge(fc.get("speedup"), c["measured"]),
-                     "trace": str(RECORDED / c["trace"])})
+                     "trace": str(recorded / c["trace"])})
     return rows
 
 
@@ -229,11 +230,16 @@ def main() -> None:
     ap.add_argument("--rejudge", action="store_true",
                     help="measure nothing: recompute the forecasts of the recorded cases (fixtures/accuracy/) with "
                          "the current code, and render (with --record: update measured.json)")
+    ap.add_argument("--recorded", type=Path, default=RECORDED,
+                    help="with --rejudge: another recording, e.g. an older commit's fixtures/accuracy "
+                         "(git archive COMMIT fixtures/accuracy | tar -x -C DIR)")
     args = ap.parse_args()
+    if args.recorded.resolve() != RECORDED.resolve() and (args.record or not args.rejudge):
+        ap.error("--recorded goes with --rejudge alone (--record writes fixtures/accuracy/)")
     cases = [c for c in CPU_CASES if not args.cases or c.name in args.cases]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        cpu = rejudge() if args.rejudge else []
+        cpu = rejudge(args.recorded) if args.rejudge else []
         for case in ([] if args.rejudge else cases):
             cpu.append(cpu_case(case, args.pairs, tmp))
             r = cpu[-1]
