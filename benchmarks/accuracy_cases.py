@@ -52,6 +52,8 @@ CPU_CASES = (
             "~320 scalar ops in a Python loop -> whole-tensor ops", active=4, shapes=False),
     CpuCase("module_loop_batched", "module_loop.py", (), ("--batched",), "tiny-ops", "batched-ops",
             "96 Linear(8, 8) per layer in a loop -> one batched matmul", active=3, shapes=False),
+    CpuCase("per_sample_loss_vectorized", "per_sample_loss.py", (), ("--vectorized",), "tiny-ops", "batched-ops",
+            "cross_entropy of 64 samples one at a time -> one call", active=4, shapes=False),
 )
 
 
