@@ -59,8 +59,7 @@ def _loop_ops(top: pd.DataFrame, tl_steps: pd.DataFrame) -> pd.DataFrame:
 def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv.Intervals:
     """The cat/stack that directly follows an op of a loop (it gathers the loop's outputs), and as many
     cat/stack backward nodes (the longest) of the same step."""
-    ts = top["ts"].to_numpy()
-    follows = np.r_[False, np.isin(ts[:-1], loop["ts"].to_numpy())]
+    follows = np.isin(np.arange(len(top)) - 1, loop.index.to_numpy())  # positions, as in _segments and _edges
     fwd = top[follows & top["name"].isin(GATHER).to_numpy()]
     ends = steps["host_end"].to_numpy(np.float64)
     want = pd.Series(np.searchsorted(ends, fwd["ts"].to_numpy())).value_counts()
