@@ -32,6 +32,9 @@ class Machine:
     loader_cpu_share: Optional[float] = None  # the same inside in-process DataLoader __next__ calls
     worker_cpu_share: Optional[float] = None  # CPU seconds per wall second of each loader worker
     torch_threads: Optional[int] = None
+    # Cores other processes kept busy over the recorded window (the machine's CPU time from /proc/stat less
+    # this process tree's, per wall second; `perfsleuth.cpu.window.others_cpu_s`): None when not recorded.
+    others_cores: Optional[float] = None
     loaders: list = field(default_factory=list)
     assumptions: dict = field(default_factory=dict)
 
@@ -53,6 +56,13 @@ class Machine:
         if self.main_share is not None and self.probe_threads:
             return per_thread * self.main_share / max(self.capacity(1.0), 1e-6)
         return per_thread
+
+    @property
+    def free_cores(self) -> Optional[float]:
+        """The cores this run could use, less what other processes kept busy over the window (None: unknown)."""
+        if self.cores is None:
+            return None
+        return max(self.cores - (self.others_cores or 0.0), 0.0)
 
     @property
     def recording_speed(self) -> float:

@@ -1,0 +1,67 @@
+"""The one number of a finding, and the severity that follows it (issue 24: one finding, one number).
+
+A finding may carry three speed-ups, each of a different kind, and never shown as another kind:
+
+- `verified`: measured by `perfsleuth run --verify` on the user's machine (commands/verify*.py);
+- `forecast`: the steady step replayed with the fix applied (analysis/forecast.py), a hypothesis;
+- `ceiling`: what the fix could buy at most (the whole time it acts on): kept in the JSON, never
+  printed as the finding's number, never used for its severity or its rank.
+
+`headline` picks the number every output shows: the measurement when there is one, else the
+forecast, else none ("no forecast"). Severity and rank come from it: `severity_for` (>= 1.25x high,
+>= 1.05x medium, otherwise low); a finding without a number keeps its rule's severity, at most
+medium. Pure functions over report dicts: renderers and the engine share them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+HIGH_SPEEDUP = 1.25  # a fix that buys this much (forecast or measured) is high severity
+MEDIUM_SPEEDUP = 1.05  # ... this much, medium; anything less is low
+NO_GAIN = 1.02  # a measured fix at or below this bought nothing on this machine
+SLOWER = 0.97  # ... below this, it made the program slower
+WITHOUT_NUMBER_AT_MOST = "medium"  # a finding without forecast or measurement is never high
+SEVERITIES = ("low", "medium", "high")
+
+
+def _num(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def severity_for(speedup: Optional[float]) -> str:
+    """high from HIGH_SPEEDUP, medium from MEDIUM_SPEEDUP, low otherwise (and without a number)."""
+    x = _num(speedup)
+    if x is None:
+        return "low"
+    return "high" if x >= HIGH_SPEEDUP else "medium" if x >= MEDIUM_SPEEDUP else "low"
+
+
+def capped(severity: str, at_most: str = WITHOUT_NUMBER_AT_MOST) -> str:
+    """`severity`, lowered to `at_most` when above it."""
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    return severity if rank.get(severity, 0) <= rank[at_most] else at_most
+
+
+def headline(finding: Any) -> dict:
+    """{"kind": "measured" | "forecast" | None, "speedup", "low", "high", "saving_us"} of a finding:
+    the number all outputs show for it."""
+    f = finding if isinstance(finding, dict) else {}
+    for kind, key in (("measured", "verified"), ("forecast", "forecast")):
+        obj = f.get(key)
+        if isinstance(obj, dict) and _num(obj.get("speedup")) is not None:
+            return {"kind": kind, "speedup": _num(obj.get("speedup")), "low": _num(obj.get("low")),
+                    "high": _num(obj.get("high")), "saving_us": _num(obj.get("saving_us"))}
+    return {"kind": None, "speedup": None, "low": None, "high": None, "saving_us": None}
+
+
+def saving_of(finding: Any) -> Optional[float]:
+    """The saving per step (µs) a finding is ranked by: measured, else forecast; None without either."""
+    h = headline(finding)
+    if h["saving_us"] is not None:
+        return h["saving_us"]
+    return None
