@@ -42,8 +42,8 @@ def _analyze(trace: Trace, config: Config) -> Report:
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
                     degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
-    _findings(report, config)
-    report.rank_summary = summarize_rank(trace, report.breakdown, verdict)
+    _findings(report, config, share, gpu)
+    report.rank_summary = summarize_rank(trace, report.breakdown, report.verdict)
     if config.hta:
         from .analysis.hta_adapter import hta_analyses
 
@@ -51,14 +51,16 @@ def _analyze(trace: Trace, config: Config) -> Report:
     return report
 
 
-def _findings(report: Report, config: Config) -> None:
+def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     """Rule engine hook: findings with the forecasts of their fixes, in order (docs/rules.md), the
-    report's forecast object (the replay's self-check, the combined forecast), the rules that could
-    not be checked, the host-time explanation and the device generation."""
+    report's forecast object (the replay's self-check, the combined forecast), the verdict checked
+    against the forecasts (engine/reconsider.py), the rules that could not be checked, the host-time
+    explanation and the device generation."""
     from .engine.catalog import load_catalog
     from .engine.evaluate import evaluate, not_checked
     from .engine.explain import host_time
     from .engine.forecast import Forecasts, report_forecast
+    from .engine.reconsider import reconsider
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
     from .facts.stacks import join_companion
@@ -72,6 +74,9 @@ def _findings(report: Report, config: Config) -> None:
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast
+    checked = reconsider(report.verdict, report.verdict_reason, share, report.findings, config, gpu)
+    report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
+    report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
     report.not_checked = not_checked(rules, facts, report.findings)
     report.host_time = host_time(report.verdict, report.findings, facts)
     report.generation = {"name": facts.values["device_generation"] or None,

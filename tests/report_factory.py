@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 
+from perfsleuth.report.numbers import capped, severity_for
+
 CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
 
 HOSTILE = {
@@ -60,16 +62,19 @@ def make_step(i: int, *, device: bool = True, base_us: float = 2000.0) -> dict:
 
 
 def make_finding(i: int) -> dict:
+    """A finding as the engine makes it: severity from its forecast (report/numbers.py), or the rule's
+    own, at most medium, where there is none; the rule's ceiling in the JSON only."""
     rule, title, category, severity = _RULES[i % len(_RULES)]
     suffix = "" if i < len(_RULES) else f" ({i // len(_RULES) + 1})"
+    forecast = _forecast(i)
     return {
         "rule": rule if i < len(_RULES) else f"{rule}-{i}",
         "title": title + suffix,
         "category": category,
-        "severity": severity,
-        "estimated_saving_us": round(600.0 / (i + 1), 3),
-        "estimated_speedup": round(1.0 + 0.3 / (i + 1), 3),
-        "saving_basis": "upper bound: the time the device waits for the next batch",
+        "severity": severity_for(forecast["speedup"]) if forecast["speedup"] is not None else capped(severity),
+        "severity_from": "forecast" if forecast["speedup"] is not None else "rule",
+        "ceiling": {"saving_us": round(600.0 / (i + 1), 3), "speedup": round(1.0 + 0.3 / (i + 1), 3),
+                    "basis": "the time the device waits for the next batch"},
         "message": "The DataLoader takes 17.0% of the step in the main process.\nRecord with `with_stack=True` to see the source lines.",
         "evidence": {"dataloader_share": 0.17, "calls_per_step": 12, "pageable_bytes_per_step": 25165824,
                      "wait_us_per_step": 345.5, "exposed_fraction": 0.5},
@@ -77,9 +82,7 @@ def make_finding(i: int) -> dict:
         "docs": f"perfsleuth rules {rule}",
         "fix": _FIX,
         "locations": [{"file": "train.py", "line": 57 + i, "function": "train_step"}],
-        "bound": {"saving_us": round(600.0 / (i + 1), 3), "speedup": round(1.0 + 0.3 / (i + 1), 3),
-                  "basis": "upper bound: the time the device waits for the next batch"},
-        "forecast": _forecast(i),
+        "forecast": forecast,
     }
 
 
@@ -87,12 +90,13 @@ def _forecast(i: int) -> dict:
     """A forecast like the engine's (engine/forecast.py); every fifth finding has none."""
     if i % len(_RULES) == len(_RULES) - 1:
         return {"speedup": None, "saving_us": None, "low": None, "high": None, "model": None, "assumptions": {},
-                "reason": "no forecast model for this fix"}
+                "reason": "no forecast model for this fix", "kind": "none"}
     x = round(1.0 + 0.25 / (i + 1), 3)
     return {"speedup": x, "saving_us": round(2250.0 * (1 - 1 / x), 3), "low": round(1 + 0.2 / (i + 1), 3),
             "high": round(1 + 0.3 / (i + 1), 3), "model": "dataloader-workers", "step_us": round(2250.0 / x, 3),
             "assumptions": {"workers": "num_workers=8 (was 0)", "cores": "8 (recorded by perfsleuth run)",
-                            "replay": "4 steady step(s) replayed; the unchanged replay lands +0.4% from the recording"}}
+                            "replay": "4 steady step(s) replayed; the unchanged replay lands +0.4% from the recording"},
+            "reason": None, "kind": "forecast"}
 
 
 def make_kernel(i: int, total_us: float) -> dict:

@@ -8,14 +8,17 @@ VERDICTS = ("dataloader-bound", "kernel-bound", "sync-bound", "transfer-bound", 
             "communication-bound")
 
 
-def decide(share: dict, config: Config, gpu: bool = True) -> tuple[str, str]:
+def decide(share: dict, config: Config, gpu: bool = True, exclude: tuple = ()) -> tuple[str, str]:
     """Return (verdict, one-sentence reason). Kernel time is useful work: a run is kernel-bound
     unless a stall takes a material share of the step, or kernels fill less than half of it. Without
-    a GPU the `kernel` category is op compute, and the reason says "ops"."""
+    a GPU the `kernel` category is op compute, and the reason says "ops". Stall categories in `exclude`
+    are not candidates (their removal is forecast to buy nothing: engine/reconsider.py)."""
     work = "kernels" if gpu else "ops"
-    stalls = {c: share.get(c, 0.0) for c in STALL_CATEGORIES}
-    worst = max(stalls, key=lambda c: (stalls[c], -STALL_CATEGORIES.index(c)))
+    stalls = {c: share.get(c, 0.0) for c in STALL_CATEGORIES if c not in exclude}
     kernel = share.get("kernel", 0.0)
+    if not stalls:
+        return "kernel-bound", f"{work} take {kernel:.0%} of step time; no stall is left to blame"
+    worst = max(stalls, key=lambda c: (stalls[c], -STALL_CATEGORIES.index(c)))
     material = {c: s for c, s in stalls.items() if s >= config.material_share[c]}
     if material:
         top = max(material, key=lambda c: (material[c], -STALL_CATEGORIES.index(c)))

@@ -1,7 +1,9 @@
 """Evaluate the compiled rules over `Facts`: a finding dict for every rule whose condition holds, with
-the forecast of its fix (engine/forecast.py), ordered by saving (`order`: the forecast saving, the
-bound where there is no forecast), and the rules that could not be checked for lack of a fact
-(`not_checked`). A rule that fails on one trace is logged and skipped, never fatal."""
+the forecast of its fix (engine/forecast.py), rated and ordered by its one number (`rate`, `order`:
+report/numbers.py), and the rules that could not be checked for lack of a fact (`not_checked`). The
+rule's own saving expression gives the finding's `ceiling` (JSON only: what the fix could buy at
+most, never shown as the finding's number). A rule that fails on one trace is logged and skipped,
+never fatal."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from jinja2 import Undefined
 
 from ..analysis.forecast import no_forecast
 from ..facts.core import REQUIREMENTS, Facts
+from ..report import numbers
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .forecast import Forecasts
 from .sandbox import BudgetError, metered, render
@@ -35,31 +38,49 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
         return None
 
 
-def saving_of(finding: dict) -> float:
-    """What findings are ranked by: the forecast saving per step, the bound (`estimated_saving_us`)
-    where there is no forecast."""
-    saving = (finding.get("forecast") or {}).get("saving_us")
-    return float(saving if saving is not None else finding.get("estimated_saving_us") or 0.0)
+def rate(finding: dict) -> dict:
+    """Set a finding's `severity` and `severity_from` from its one number (report/numbers.py): the
+    measurement (`verified`) when there is one, else the forecast: >= 1.25x high, >= 1.05x medium,
+    otherwise low. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
+    call it again after attaching `verified` (or call `order`, which does)."""
+    h = numbers.headline(finding)
+    if h["kind"] is not None:
+        finding["severity"], finding["severity_from"] = numbers.severity_for(h["speedup"]), h["kind"]
+    elif finding.get("severity_from") in (None, "rule"):  # the rule's severity is still there: cap it
+        finding["severity"] = numbers.capped(str(finding.get("severity") or "low"))
+        finding["severity_from"] = "rule"
+    else:  # a number it was rated from went away (edited by hand): no number, no severity above low
+        finding["severity"], finding["severity_from"] = "low", "rule"
+    return finding
+
+
+def _ceiling_saving(finding: dict) -> float:
+    ceiling = finding.get("ceiling")
+    value = ceiling.get("saving_us") if isinstance(ceiling, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def sort_key(finding: dict) -> tuple:
-    """Larger saving first; equal savings by severity (high first), then slug."""
-    return (-saving_of(finding), -_RANK.get(finding.get("severity"), 0), finding.get("rule", ""))
+    """Findings whose number (measured, else forecast) saves time first, by that saving per step; then
+    findings without a number, by their ceiling; then those whose number saves nothing or costs time
+    (a reason not to apply the fix, not a lead). Ties: severity (high first), then slug."""
+    h = numbers.headline(finding)
+    saving = numbers.saving_of(finding)
+    if h["kind"] is None:
+        group, amount = 1, _ceiling_saving(finding)
+    else:
+        amount = saving if saving is not None else 0.0
+        group = 0 if amount > 0 else 2
+    return (group, -amount, -_RANK.get(finding.get("severity"), 0), str(finding.get("rule", "")))
 
 
 def order(findings: list) -> list:
-    """Findings by `sort_key`, except that the first one is the best of the most severe: the top
-    finding is never of lower severity than another finding (a low `step-outliers` with a large
-    upper bound does not head a report that has a medium finding)."""
-    ranked = sorted(findings, key=sort_key)
-    if ranked:
-        worst = max(_RANK.get(f.get("severity"), 0) for f in ranked)
-        top = next(i for i, f in enumerate(ranked) if _RANK.get(f.get("severity"), 0) == worst)
-        ranked.insert(0, ranked.pop(top))
-    return ranked
+    """Each finding rated again (`rate`: severity follows a `verified` measurement attached since), then
+    ranked by `sort_key`: the first finding is the largest saving."""
+    return sorted((rate(f) for f in findings), key=sort_key)
 
 
-finding_order = sort_key  # the sort key alone (order() also puts the most severe finding first)
+finding_order = sort_key  # the sort key alone (order() also re-rates each finding)
 
 
 def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -> list:
@@ -135,20 +156,17 @@ def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     speedup = step_us / (step_us - saving) if step_us > saving else None
     cpu = not facts.values.get("device_is_gpu")
     basis = rule.cpu.get("saving_basis", rule.saving_basis) if cpu else rule.saving_basis
-    return {
+    return rate({
         "rule": rule.slug, "title": _title(rule, facts), "category": rule.category, "severity": severity,
-        "estimated_saving_us": round(saving, 3),
-        "estimated_speedup": round(speedup, 3) if speedup is not None else None,
-        "saving_basis": basis,
-        "bound": {"saving_us": round(saving, 3), "speedup": round(speedup, 3) if speedup is not None else None,
-                  "basis": basis},
+        "ceiling": {"saving_us": round(saving, 3), "speedup": round(speedup, 3) if speedup is not None else None,
+                    "basis": basis},
         "message": _render(rule, "message", names),
         "evidence": {e: facts.values[e] for e in rule.evidence},
         "thresholds": dict(rule.thresholds),
         "fix": _render(rule, "fix", names),
         "locations": _locations(rule, facts),
         "docs": f"perfsleuth rules {rule.slug}",
-    }
+    })
 
 
 def _as_us(rule: Rule, value: Any, step_us: float) -> float:

@@ -15,7 +15,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..config import CATEGORIES
-from . import present
+from . import figures, present
 from .escape import html_id, shorten, visible
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 
@@ -27,6 +27,12 @@ MAX_WARNINGS = 50
 MAX_NAME = 200  # characters of a kernel/op name shown in a cell; the full name (capped) is its tooltip
 MAX_TOOLTIP = 2000
 MAX_FIX = 6000
+MAX_REASON = 300  # characters of a "no reliable forecast" reason in a finding's summary line
+SEVERITY_FROM = {
+    "measured": "severity from the measured speed-up: 1.25× or more high, 1.05× or more medium, otherwise low",
+    "forecast": "severity from the forecast speed-up: 1.25× or more high, 1.05× or more medium, otherwise low",
+    "rule": "no forecast or measurement: the rule's own severity, at most medium",
+}
 
 _W, _H = 900.0, 260.0
 MAX_BAR_WIDTH = 56.0  # SVG units: a few steps give bars, not slabs
@@ -85,6 +91,8 @@ def view(report: dict, pid: str = "") -> dict:
     step_time = summary.get("step_time_us") or {}
     findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     verdict = str(report.get("verdict") or "unknown")
+    measured = dict(zip(("line", "flag"), present.measurement_lines(report)))
+    warnings = figures.shown_warnings(report, (measured["line"], measured["flag"]))
     return {
         "pid": pid,
         "report": report,
@@ -101,7 +109,8 @@ def view(report: dict, pid: str = "") -> dict:
                          "reason": shorten(str(n.get("reason") or ""), 500)}
                         for n in (report.get("not_checked") or [])[:MAX_WARNINGS] if isinstance(n, dict)],
         "step_time": {k: step_time.get(k) for k in ("median", "mean", "p90")},
-        "measured": dict(zip(("line", "flag"), present.measurement_lines(report))),
+        "measured": measured,
+        "best_measured": figures.best_measured(findings),
         "unprofiled": ((report.get("measurement") or {}).get("unprofiled_step_us") or {}).get("median")
         if isinstance(report.get("measurement"), dict) else None,
         "overhead": (report.get("measurement") or {}).get("overhead") if isinstance(report.get("measurement"), dict)
@@ -121,8 +130,8 @@ def view(report: dict, pid: str = "") -> dict:
         "kernels_more": max(0, len(report.get("top_kernels") or []) - MAX_TABLE_ROWS),
         "ops": _rows(report.get("top_ops")),
         "ops_more": max(0, len(report.get("top_ops") or []) - MAX_TABLE_ROWS),
-        "warnings": [shorten(str(w), 500) for w in (report.get("warnings") or [])[:MAX_WARNINGS]],
-        "warnings_more": max(0, len(report.get("warnings") or []) - MAX_WARNINGS),
+        "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
+        "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
         "meta": _meta(report, trace),
     }
 
@@ -142,15 +151,17 @@ def _finding(i: int, f: dict) -> dict:
         "category": str(f.get("category") or ""),
         "category_class": f.get("category") if f.get("category") in CATEGORIES else "other",
         "severity": html_id(f.get("severity") or "info"),
-        "saving_us": number(present.forecast_of(f).get("saving_us")),
-        "speedup": number(present.forecast_of(f).get("speedup")),
-        "forecast": present.fmt_forecast(present.forecast_of(f)),
+        "severity_title": SEVERITY_FROM.get(str(f.get("severity_from")), ""),
+        "number": figures.number_text(f),
+        "short": figures.short_text(f),
+        "saving": figures.saving_text(f),
+        "measured": figures.measured_text(figures.verified_of(f)) if figures.verified_of(f) else "",
+        "forecast": present.fmt_forecast(present.forecast_of(f), MAX_REASON),
         "forecast_rows": [(k, shorten(v, 500)) for k, v in present.forecast_details(present.forecast_of(f))],
         "forecast_title": shorten("; ".join(f"{k}: {v}" for k, v in present.forecast_details(present.forecast_of(f))),
                                   MAX_TOOLTIP),
         "evidence": [(str(k), present.fmt_value(str(k), v)) for k, v in list(evidence.items())[:30]],
         "message": present.fix_blocks(shorten(str(f.get("message") or ""), MAX_FIX)),
-        "basis": shorten(str(f.get("saving_basis") or ""), 500),
         "thresholds": _thresholds(f.get("thresholds")),
         "docs": shorten(str(f.get("docs") or ""), 200),
         "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),

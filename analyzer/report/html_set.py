@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from . import present
+from . import figures, present
 from .escape import shorten
 from .html import _environment, _verdict_class, view
 from .present import member_path, set_order
 from .ranks_html import ranks_view
 
 MAX_PAGE_BYTES = 1_000_000  # the whole page, index and every section (docs/reports.md)
-COMPACT_FINDINGS = 5  # findings listed in a compact section (title, estimate, rule)
+COMPACT_FINDINGS = 5  # findings listed in a compact section (title, its number, rule)
 
 
 def render_set_html(data: dict) -> str:
@@ -88,7 +88,7 @@ def index_row(rep: dict, pid: str, root: str) -> dict:
             "rank": present.DASH if t.get("rank") is None else t["rank"], "verdict": verdict,
             "verdict_class": _verdict_class(verdict), "median": (summary.get("step_time_us") or {}).get("median"),
             "busy": present.number(summary.get("device_busy")), "top": str(top.get("rule") or "") if top else "",
-            "top_speedup": present.number(top.get("estimated_speedup")) if top else None,
+            "top_number": figures.short_text(top) if top else "",
             "anchor": f"{pid}section", "id": f"{pid}row"}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import CATEGORIES
-from . import present
+from . import figures, present
 from .escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .ranks_text import render_ranks_markdown
@@ -23,6 +23,7 @@ MAX_NAME = 120
 MAX_FIX = 3000
 MAX_MESSAGE = 1000
 MAX_EVIDENCE = 15
+MAX_REASON = 200  # characters of a "no reliable forecast" reason beside a finding
 
 
 MAX_SET_ROWS = 30  # rows of a report set's overview table
@@ -49,14 +50,15 @@ def _render_one(report: dict, max_chars: int) -> str:
 
 
 def _render_set(report_set: dict) -> str:
-    reports = [r for r in report_set.get("reports") or [] if isinstance(r, dict)]
+    reports = present.set_order([r for r in report_set.get("reports") or [] if isinstance(r, dict)])
     lines = [f"### perfsleuth: {len(reports)} traces in {md_code(report_set.get('path') or '?', 120)}", "",
-             "| Trace | Rank | Verdict | Median step | Device busy |", "|:--|--:|:--|--:|--:|"]
+             "| Trace | Rank | Verdict | Median step | Device busy | Top finding |", "|:--|--:|:--|--:|--:|:--|"]
     for r in reports[:MAX_SET_ROWS]:
         t, summary = r.get("trace") or {}, r.get("summary") or {}
-        lines.append(f"| {md_cell(t.get('path') or '?', MAX_NAME, code=True)} | {md_cell(t.get('rank'), 10)} "
+        lines.append(f"| {md_cell(present.member_path(str(t.get('path') or '?'), str(report_set.get('path') or '')), MAX_NAME, code=True)} "
+                     f"| {md_cell(t.get('rank'), 10)} "
                      f"| {md_cell(r.get('verdict') or '?', 40)} | {fmt_us((summary.get('step_time_us') or {}).get('median'))} "
-                     f"| {fmt_pct(summary.get('device_busy'))} |")
+                     f"| {fmt_pct(summary.get('device_busy'))} | {_top_cell(r)} |")
     if len(reports) > MAX_SET_ROWS:
         lines += ["", f"_… {len(reports) - MAX_SET_ROWS} more traces in report.json._"]
     for s in (report_set.get("skipped") or [])[:MAX_WARNINGS]:
@@ -72,6 +74,15 @@ def _render_set(report_set: dict) -> str:
             break
         out += "\n\n---\n\n" + _render_one(r, SET_SECTION_CHARS)
     return out.rstrip("\n") + "\n"
+
+
+def _top_cell(report: dict) -> str:
+    """An index row's top finding: `num-workers` est. 1.30× (the number its report shows)."""
+    findings = _finding_list(report)
+    if not findings:
+        return present.DASH
+    top = findings[0]
+    return f"{md_cell(top.get('rule') or '?', 60, code=True)} {md_cell(figures.short_text(top), 40)}"
 
 
 def _headline(report: dict) -> str:
@@ -96,6 +107,9 @@ def _headline(report: dict) -> str:
     if statement:
         lines.append(f"**Host time:** {md_text(statement, 1500)}")
     findings = _finding_list(report)
+    best = figures.best_measured(findings)
+    if best:
+        lines.append(f"**Measured on this machine:** {md_text(best, 600)}")
     if findings:
         top = findings[0]
         lines.append(f"**Top finding:** {md_text(top.get('title') or top.get('rule'), 200)} — "
@@ -110,13 +124,12 @@ def _headline(report: dict) -> str:
 
 
 def _impact(f: dict) -> str:
-    fc = present.forecast_of(f)
-    if number(fc.get("speedup")) is None:
-        return "no forecast"
-    text = f"**{md_text(present.fmt_forecast(fc), 60)}** faster (forecast)"
-    if number(fc.get("saving_us")) is not None:
-        text += f", saves {fmt_us(fc.get('saving_us'))} per step"
-    return text
+    """`**measured 1.41× (…)** · est. 1.30× (…), saves 2.10 ms per step`: the finding's number."""
+    v = figures.verified_of(f)
+    est = md_text(present.fmt_forecast(present.forecast_of(f), MAX_REASON), MAX_REASON + 40)
+    text = f"**{md_text(figures.measured_text(v), 200)}** · {est}" if v else f"**{est}**"
+    saving = figures.saving_text(f)
+    return f"{text}, {saving}" if saving else text
 
 
 def _forecast_block(fc: dict, title: str) -> str:
@@ -135,7 +148,7 @@ def _not_checked(report: dict) -> str:
 
 
 def _warnings(report: dict) -> str:
-    warnings = [w for w in report.get("warnings") or []]
+    warnings = figures.shown_warnings(report, present.measurement_lines(report))
     if not warnings:
         return ""
     lines = ["**Warnings**", ""] + [f"- {md_text(w, 300)}" for w in warnings[:MAX_WARNINGS]]
@@ -206,8 +219,7 @@ def _finding(i: int, f: dict) -> str:
     if message:
         head = f"{head}\n\n{message}"
     head = f"{head}\n\n{_forecast_block(present.forecast_of(f), 'Forecast')}"
-    basis = f"_Bound (not a forecast): {md_text(f['saving_basis'], 300)}._" if f.get("saving_basis") else ""
-    body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), basis, _locations(f)]
+    body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), _locations(f)]
     inner = "\n\n".join(b for b in body if b)
     if not inner:
         return head

@@ -35,12 +35,15 @@ class Report:
     breakdown: Breakdown
     verdict: str
     verdict_reason: str
-    findings: list = field(default_factory=list)  # finding dicts, ordered by estimated saving
+    findings: list = field(default_factory=list)  # finding dicts, ordered by saving (engine/evaluate.order)
     top_kernels: list = field(default_factory=list)
     top_ops: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # optional analyses (e.g. HTA's), keyed by name
     degree: Optional[str] = None  # low | moderate | high: how much of the step the verdict's category takes
     verdict_text: str = ""  # the verdict in words: "moderately dataloader-bound: 14% of each step waits ..."
+    # Stalls the verdict passed over because removing them is forecast to buy nothing (engine/reconsider.py):
+    # [{"category", "share", "rule", "speedup", "kind"}]
+    verdict_ruled_out: list = field(default_factory=list)
     not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
     host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement
     generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
@@ -56,9 +59,10 @@ class Report:
 
     @property
     def warnings(self) -> list:
+        """Each warning once, in the order first said (the trace's, the steps', the measurement's)."""
         m = self.measurement
         flag = [m["note"]] if m and m.get("distorted") else []
-        return list(self.trace.warnings) + list(self.steps.warnings) + flag
+        return list(dict.fromkeys(str(w) for w in [*self.trace.warnings, *self.steps.warnings, *flag]))
 
     @property
     def measurement(self) -> Optional[dict]:
@@ -113,6 +117,7 @@ class Report:
             "degree": self.degree,
             "verdict_text": self.verdict_text,
             "verdict_reason": self.verdict_reason,
+            "verdict_ruled_out": self.verdict_ruled_out,
             "findings": self.findings,
             "not_checked": self.not_checked,
             "host_time": self.host_time,

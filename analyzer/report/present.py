@@ -229,12 +229,30 @@ def forecast_of(finding: Any) -> dict:
     return fc if isinstance(fc, dict) else {}
 
 
-def fmt_forecast(fc: Any) -> str:
-    """`est. 1.40× (1.20–1.60×)`, or `no forecast` (a forecast, never a bound)."""
+def forecast_kind(fc: Any) -> str:
+    """forecast | none | unreliable: the forecast's `kind`, or (reports without one) "forecast" when it
+    has a speed-up, "none" otherwise."""
     fc = fc if isinstance(fc, dict) else {}
-    x, lo, hi = number(fc.get("speedup")), number(fc.get("low")), number(fc.get("high"))
-    if x is None:
+    has_number = number(fc.get("speedup")) is not None
+    kind = fc.get("kind")
+    if kind == "unreliable":
+        return kind
+    return "forecast" if has_number else "none"
+
+
+def fmt_forecast(fc: Any, reason_chars: int = 0) -> str:
+    """`est. 1.40× (1.20–1.60×)`, `no forecast`, or `no reliable forecast` (with its reason, cut to
+    `reason_chars`, when that is > 0): a forecast, never a ceiling."""
+    fc = fc if isinstance(fc, dict) else {}
+    kind = forecast_kind(fc)
+    if kind == "unreliable":
+        reason = " ".join(str(fc.get("reason") or "").split())
+        if reason_chars and reason:
+            return "no reliable forecast: " + (reason if len(reason) <= reason_chars else reason[: reason_chars - 1] + "…")
+        return "no reliable forecast"
+    if kind == "none":
         return "no forecast"
+    x, lo, hi = number(fc.get("speedup")), number(fc.get("low")), number(fc.get("high"))
     rng = f" ({lo:.2f}–{hi:.2f}×)" if lo is not None and hi is not None else ""
     return f"est. {x:.2f}×{rng}"
 
@@ -244,8 +262,14 @@ def forecast_details(fc: Any) -> list[tuple[str, str]]:
     or why there is none."""
     fc = fc if isinstance(fc, dict) else {}
     rows = [("model", str(fc.get("model") or "—"))]
-    if number(fc.get("speedup")) is None:
-        return rows + [("no forecast", str(fc.get("reason") or "no model for this fix"))]
+    kind = forecast_kind(fc)
+    if kind != "forecast":
+        label = "no reliable forecast" if kind == "unreliable" else "no forecast"
+        rows.append((label, str(fc.get("reason") or "no model for this fix")))
+        lo, hi = number(fc.get("low")), number(fc.get("high"))
+        if lo is not None and hi is not None:
+            rows.append(("range of the replays", f"{lo:.2f}–{hi:.2f}×"))
+        return rows
     if number(fc.get("step_us")) is not None:
         rows.append(("step after the fix", fmt_us(fc.get("step_us"))))
     if number(fc.get("saving_us")) is not None:

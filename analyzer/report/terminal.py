@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 
 from ..config import CATEGORIES
+from . import figures
 from .escape import terminal
-from .present import (FORECAST_NOTE, fmt_forecast, forecast_of, location_text, measurement_lines, member_path,
-                      set_apart, set_order, steady_steps, steps_text)
+from .present import (FORECAST_NOTE, fmt_forecast, location_text, measurement_lines, member_path, set_apart, set_order,
+                      steady_steps, steps_text)
 
 BAR_WIDTH = 30
 MAX_APART = 10
+REASON_CHARS = 160  # of a "no reliable forecast" reason on a finding's line
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
@@ -86,12 +88,15 @@ def render_terminal(report: dict) -> str:
     statement = (report.get("host_time") or {}).get("statement")
     if statement:
         lines.append(f"  {_clean(statement)}")
-    findings = report.get("findings") or []
+    findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
+    best = figures.best_measured(findings)
+    if best:
+        lines.append(f"  {_clean(best)}")
     if findings:
         lines += ["", "findings:"]
         for f in findings[:8]:
-            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f['rule'])}: {_clean(f.get('title', ''))}  "
-                         f"({_clean(fmt_forecast(forecast_of(f)))})")
+            lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f.get('rule', '?'))}: {_clean(f.get('title', ''))}  "
+                         f"({_clean(figures.number_text(f, REASON_CHARS))})")
             for loc in (f.get("locations") or [])[:2]:
                 lines.append(f"      at {_clean(location_text(loc))}")
         combined = (report.get("forecast") or {}).get("combined")
@@ -101,7 +106,7 @@ def render_terminal(report: dict) -> str:
         lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
-    for w in report.get("warnings") or []:
+    for w in figures.shown_warnings(report, measurement_lines(report)):
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)
 
@@ -113,9 +118,8 @@ def set_index_rows(data: dict) -> list:
     for rep in set_order(data.get("reports") or []):
         t, findings = rep.get("trace") or {}, rep.get("findings") or []
         top = "-"
-        if findings:
-            gain = findings[0].get("estimated_speedup")
-            top = findings[0].get("rule", "?") + (f" (up to {gain:.2f}x)" if isinstance(gain, (int, float)) else "")
+        if findings and isinstance(findings[0], dict):
+            top = f"{findings[0].get('rule', '?')} ({figures.short_text(findings[0])})"
         rank = "-" if t.get("rank") is None else str(t["rank"])
         median = ((rep.get("summary") or {}).get("step_time_us") or {}).get("median")
         rows.append((rank, str(rep.get("verdict") or "?"), _fmt_us(median), top,

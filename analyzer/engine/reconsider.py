@@ -1,0 +1,93 @@
+"""The verdict, checked against the forecasts (issue 24: the verdict agrees with the forecasts).
+
+The verdict comes from the category shares alone (analysis/verdict.py). Once the findings carry their
+numbers, two things are checked:
+
+- A stall whose removal is forecast to buy nothing is not the headline cause. When every finding of the
+  verdict's stall category that has a number (measured, else forecast) comes to at most `NO_GAIN`
+  (1.02x), the replay says the step would wait elsewhere: the verdict is decided again without that
+  category, and the reason says why ("sync takes 33% of the step, but removing it (item-sync) is
+  forecast at 1.00x: ..."). Repeated while the new verdict is such a stall too. A category without a
+  numbered finding keeps its verdict: there is nothing to say it would not help.
+- When the largest saving lies in another category than the verdict's, the reason says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..analysis.verdict import decide, degree, verdict_text
+from ..config import STALL_CATEGORIES, Config
+from ..report import numbers
+from ..report.present import fmt_us
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason: str
+    text: str
+    degree: str
+    ruled_out: list = field(default_factory=list)  # [{"category", "share", "rule", "speedup", "kind"}]
+
+
+def _best(findings: list, category: str) -> Optional[tuple]:
+    """(speedup, rule, kind) of the category's finding with the largest number; None when none has one."""
+    best = None
+    for f in findings:
+        h = numbers.headline(f)
+        if f.get("category") != category or h["speedup"] is None:
+            continue
+        if best is None or h["speedup"] > best[0]:
+            best = (h["speedup"], str(f.get("rule") or "?"), h["kind"])
+    return best
+
+
+def _said(kind: str) -> str:
+    return "measured" if kind == "measured" else "forecast"
+
+
+def reconsider(verdict: str, reason: str, share: dict, findings: list, config: Config, gpu: bool) -> Verdict:
+    """The verdict (and its `reason`, from analysis/verdict.decide) after the findings' numbers have had
+    their say (see the module docstring)."""
+    excluded: list = []
+    why: list = []
+    current = verdict
+    while current.removesuffix("-bound") in STALL_CATEGORIES:
+        category = current.removesuffix("-bound")
+        best = _best(findings, category)
+        if best is None or best[0] > numbers.NO_GAIN:
+            break
+        speedup, rule, kind = best
+        excluded.append({"category": category, "share": round(float(share.get(category, 0.0)), 4), "rule": rule,
+                         "speedup": speedup, "kind": kind})
+        where = "the device would wait elsewhere" if gpu else "the step would take as long"
+        why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it ({rule}) is "
+                   f"{_said(kind)} at {speedup:.2f}×: {where}")
+        current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
+    reason = "; ".join(why + [reason])
+    elsewhere = _elsewhere(current, findings)
+    if elsewhere:
+        reason = f"{reason}; {elsewhere}"
+    return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu),
+                   degree=degree(current, share), ruled_out=excluded)
+
+
+def _elsewhere(verdict: str, findings: list) -> str:
+    """'the largest forecast saving is in host: cuda-graphs est. 1.30×, 2.10 ms per step' when the finding
+    with the largest saving (one that buys more than NO_GAIN) is of another category; '' otherwise."""
+    category = verdict.removesuffix("-bound")
+    top = None
+    for f in findings:
+        h = numbers.headline(f)
+        if h["speedup"] is None or h["speedup"] <= numbers.NO_GAIN or h["saving_us"] is None:
+            continue
+        if top is None or h["saving_us"] > top[1]["saving_us"]:
+            top = (f, h)
+    if top is None or top[0].get("category") == category:
+        return ""
+    f, h = top
+    number = f"measured {h['speedup']:.2f}×" if h["kind"] == "measured" else f"est. {h['speedup']:.2f}×"
+    return (f"the largest {_said(h['kind'])} saving is in {f.get('category') or '?'}, not {category}: "
+            f"{f.get('rule') or '?'} {number}, {fmt_us(h['saving_us'])} per step")

@@ -1,0 +1,118 @@
+"""The number a finding shows, as text, the same in every output (issue 24: one finding, one number).
+
+Every renderer (terminal, HTML, Markdown, the directory indexes, diff) words a finding's number here:
+the measurement of `perfsleuth run --verify` when there is one ("measured 1.41× (1.35–1.52×, 3 pairs)"),
+beside the forecast ("est. 1.30× (1.20–1.40×)"), or the forecast alone, or why there is none. The
+finding's `ceiling` is never shown. Which number counts is report/numbers.py's `headline`; these are
+plain strings, escaped by each renderer for its format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import numbers
+from .present import fmt_forecast, fmt_us, forecast_kind, forecast_of, number
+
+OUTCOME_WORDS = {
+    "no gain": "tried: no gain on this machine",
+    "slower": "tried: slower on this machine; don't apply",
+    "noise": "no difference beyond noise",
+}
+
+
+def verified_of(finding: Any) -> Optional[dict]:
+    """A finding's `verified` object when it holds a measured speed-up; None otherwise."""
+    v = finding.get("verified") if isinstance(finding, dict) else None
+    return v if isinstance(v, dict) and number(v.get("speedup")) is not None else None
+
+
+def outcome(verified: dict) -> str:
+    """faster | no gain | slower | noise: the measurement's `outcome`, or worked out from its numbers
+    (numbers.SLOWER, numbers.NO_GAIN, a pair range that covers 1.0) when a report lacks it."""
+    said = verified.get("outcome")
+    if said in ("faster", "no gain", "slower", "noise"):
+        return said
+    x, lo, hi = (number(verified.get(k)) for k in ("speedup", "low", "high"))
+    if x is None:
+        return "noise"
+    if x < numbers.SLOWER:
+        return "slower"
+    if x <= numbers.NO_GAIN:
+        return "no gain"
+    if lo is not None and hi is not None and lo <= 1.0 <= hi:
+        return "noise"
+    return "faster"
+
+
+def measured_text(verified: dict) -> str:
+    """`measured 1.41× (1.35–1.52×, 3 pairs)`, followed by what the outcome means when it is not a gain."""
+    x, lo, hi, pairs = (number(verified.get(k)) for k in ("speedup", "low", "high", "pairs"))
+    inside = []
+    if lo is not None and hi is not None:
+        inside.append(f"{lo:.2f}–{hi:.2f}×")
+    if pairs is not None:
+        inside.append(f"{int(pairs)} pair{'s' if int(pairs) != 1 else ''}")
+    text = f"measured {x:.2f}×" + (f" ({', '.join(inside)})" if inside else "")
+    words = OUTCOME_WORDS.get(outcome(verified))
+    return f"{text}: {words}" if words else text
+
+
+def number_text(finding: Any, reason_chars: int = 0) -> str:
+    """The finding's number in full: `measured 1.41× (1.35–1.52×, 3 pairs) · est. 1.30× (1.20–1.40×)`,
+    `est. 1.30× (1.20–1.40×)`, `no forecast` or `no reliable forecast[: reason]` (see present.fmt_forecast)."""
+    est = fmt_forecast(forecast_of(finding), reason_chars)
+    v = verified_of(finding)
+    return f"{measured_text(v)} · {est}" if v else est
+
+
+def short_text(finding: Any) -> str:
+    """The number in a few characters, for index rows: `measured 1.41×`, `est. 1.30×`, `no forecast`,
+    `no reliable forecast`."""
+    v = verified_of(finding)
+    if v:
+        return f"measured {number(v.get('speedup')):.2f}×"
+    fc = forecast_of(finding)
+    if forecast_kind(fc) == "forecast":
+        return f"est. {number(fc.get('speedup')):.2f}×"
+    return fmt_forecast(fc)
+
+
+def saving_text(finding: Any) -> str:
+    """`saves 2.10 ms per step` / `costs 300 µs per step` for the headline number's saving; '' without one."""
+    saving = numbers.headline(finding)["saving_us"]
+    if saving is None:
+        return ""
+    return f"saves {fmt_us(saving)} per step" if saving >= 0 else f"costs {fmt_us(-saving)} per step"
+
+
+def best_measured(findings: Any) -> str:
+    """The headline's line about measured fixes ('' when no finding was measured):
+    `best measured fix: num-workers, measured 1.41× (1.35–1.52×, 3 pairs), saves 2.10 ms per step`, or, when
+    none helped, `fixes tried on this machine: none helped (num-workers: tried: slower …; …)`."""
+    measured = [f for f in findings or [] if isinstance(f, dict) and verified_of(f)]
+    if not measured:
+        return ""
+    faster = [f for f in measured if outcome(verified_of(f)) == "faster"]
+    if faster:
+        best = max(faster, key=lambda f: (numbers.saving_of(f) or 0.0, number(verified_of(f).get("speedup"))))
+        saving = saving_text(best)
+        return (f"best measured fix: {best.get('rule') or '?'}, {measured_text(verified_of(best))}"
+                + (f", {saving}" if saving else ""))
+    tried = "; ".join(f"{f.get('rule') or '?'}: {measured_text(verified_of(f))}" for f in measured[:5])
+    more = f"; {len(measured) - 5} more" if len(measured) > 5 else ""
+    return f"fixes tried on this machine: none helped ({tried}{more})"
+
+
+def shown_warnings(report: dict, headline: tuple = ()) -> list:
+    """The report's warnings, each once, without those the headline already shows (the distortion flag
+    is printed at the top of every output: it is not repeated in the list below). `headline`: the texts
+    the renderer shows above its warnings list."""
+    shown = [str(h) for h in headline if h]
+    out: list = []
+    for w in report.get("warnings") or []:
+        text = str(w)
+        if text in out or any(text and text in h for h in shown):
+            continue
+        out.append(text)
+    return out
