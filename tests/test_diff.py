@@ -125,8 +125,58 @@ def test_findings_appeared_and_gone_by_rule():
     assert [f["rule"] for f in d["appeared"]] == ["pageable-h2d"]
     assert [f["rule"] for f in d["gone"]] == ["num-workers"]
     assert [f["rule"] for f in d["kept"]] == ["item-sync"]
+    none = {"kind": None, "speedup": None, "low": None, "high": None, "saving_us": None}
     assert d["appeared"][0] == {"rule": "pageable-h2d", "title": "title of pageable-h2d", "severity": "high",
-                                "estimated_saving_us": None}
+                                "number": none, "forecast": None, "ceiling": None}
+
+
+def _finding(rule, forecast=None, verified=None, **extra):
+    f = {"rule": rule, "title": f"title of {rule}", "severity": "medium", **extra}
+    if forecast is not None:
+        f["forecast"] = {"speedup": forecast, "low": forecast - 0.1, "high": forecast + 0.1,
+                         "saving_us": round(100 * (1 - 1 / forecast), 3), "kind": "forecast", "model": "m"}
+    if verified is not None:
+        f["verified"] = {"speedup": verified, "low": verified - 0.05, "high": verified + 0.05, "pairs": 3,
+                         "saving_us": round(100 * (1 - 1 / verified), 3), "outcome": "faster"}
+    return f
+
+
+def test_diff_carries_each_findings_number_measured_and_forecast():
+    """issue 24/25: a finding's number in the diff is the one its report shows: measured when measured."""
+    base = report(BASE, findings=[])
+    base["findings"] = [_finding("num-workers", forecast=1.3)]
+    head = report(BASE, findings=[])
+    head["findings"] = [_finding("num-workers", forecast=1.3, verified=1.41), _finding("amp", forecast=1.25)]
+    d = diff_reports(base, head)
+    amp, = d["findings"]["appeared"]
+    assert amp["number"] == {"kind": "forecast", "speedup": 1.25, "low": 1.15, "high": 1.35, "saving_us": 20.0}
+    kept, = d["findings"]["kept"]
+    assert kept["number"]["kind"] == "measured" and kept["number"]["speedup"] == 1.41
+    assert kept["base_number"]["speedup"] == 1.3 and kept["verified"]["pairs"] == 3
+    md = render_diff_markdown(d)
+    assert "- `amp` (medium): title of amp — est. 1.25× (1.15–1.35×)" in md
+    assert "- `num-workers`: est. 1.30× → measured 1.41×" in md
+    term = render_diff_terminal(d)
+    assert "  amp: title of amp  (est. 1.25× (1.15–1.35×))" in term
+    assert "  num-workers: est. 1.30× → measured 1.41×" in term
+
+
+def test_diff_reads_a_report_written_before_issue_24(tmp_path):
+    """An older report.json: estimated_saving_us / estimated_speedup / bound, no ceiling, no kind."""
+    old = report(BASE, findings=[])
+    old["findings"] = [{"rule": "item-sync", "title": "t", "severity": "high", "estimated_saving_us": 500.0,
+                        "estimated_speedup": 1.5, "saving_basis": "upper bound: ...",
+                        "bound": {"saving_us": 500.0, "speedup": 1.5, "basis": "upper bound: ..."},
+                        "forecast": {"speedup": 1.01, "low": 1.0, "high": 1.02, "saving_us": 0.99, "model": "x",
+                                     "assumptions": {}, "reason": None}}]
+    base, head = tmp_path / "old.json", tmp_path / "new.json"
+    base.write_text(json.dumps(old))
+    head.write_text(json.dumps(report(BASE, findings=[])))
+    d = diff_paths(base, head)
+    gone, = d["findings"]["gone"]
+    assert gone["ceiling"] == {"saving_us": 500.0, "speedup": 1.5, "basis": None}
+    assert gone["number"]["speedup"] == 1.01 and gone["number"]["kind"] == "forecast"
+    assert "item-sync (high): t — est. 1.01× (1.00–1.02×)" in render_diff_markdown(d).replace("`", "")
 
 
 # ---------------------------------------------------------------- kernels and ops

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
+from ..report import numbers
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
 from ..trace.files import open_regular
@@ -230,18 +231,30 @@ def _categories(base: dict, head: dict, base_median: float, config: DiffConfig) 
     return out
 
 
+def _finding_entry(f: dict) -> dict:
+    """A finding as diff@1 lists it: its one number (`number`: measured, else forecast: report/numbers.py),
+    the forecast and the measurement behind it, and the ceiling (from `estimated_*` in older reports)."""
+    ceiling = f.get("ceiling") if isinstance(f.get("ceiling"), dict) else None
+    if ceiling is None and f.get("estimated_saving_us") is not None:  # a report written before issue 24
+        ceiling = {"saving_us": f.get("estimated_saving_us"), "speedup": f.get("estimated_speedup"), "basis": None}
+    entry = {"rule": f["rule"], "title": f.get("title"), "severity": f.get("severity"),
+             "number": numbers.headline(f), "forecast": f.get("forecast"), "ceiling": ceiling}
+    if isinstance(f.get("verified"), dict):
+        entry["verified"] = f["verified"]
+    return entry
+
+
 def _findings(base: dict, head: dict) -> dict:
     def by_rule(report: dict) -> dict:
         found = {}
         for f in report.get("findings") or []:
             if isinstance(f, dict) and isinstance(f.get("rule"), str) and f["rule"] not in found:
-                found[f["rule"]] = {"rule": f["rule"], "title": f.get("title"), "severity": f.get("severity"),
-                                    "estimated_saving_us": f.get("estimated_saving_us")}
+                found[f["rule"]] = _finding_entry(f)
         return found
 
     b, h = by_rule(base), by_rule(head)
     return {"appeared": [h[r] for r in h if r not in b], "gone": [b[r] for r in b if r not in h],
-            "kept": [h[r] for r in h if r in b]}
+            "kept": [{**h[r], "base_number": b[r]["number"]} for r in h if r in b]}
 
 
 def _named_changes(base: dict, head: dict, key: str, config: DiffConfig, full_lists: tuple[bool, bool]) -> dict:

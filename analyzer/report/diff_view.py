@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .escape import md_cell, md_code, md_text, one_line, shorten, terminal
-from . import safe_write
+from . import figures, safe_write
 from .outputs import to_json
 from .present import CATEGORY_LABELS, DASH, fmt_pct, fmt_us, number
 from .terminal import shown_path
@@ -101,10 +101,15 @@ def render_diff_terminal(d: dict) -> str:
     f = d["findings"]
     for label, key in (("findings appeared", "appeared"), ("findings gone", "gone")):
         if f[key]:
-            lines += ["", f"{label}:"] + [f"  {_plain(x['rule'], 60)}: {_plain(x.get('title') or '', 100)}"
+            lines += ["", f"{label}:"] + [f"  {_plain(x['rule'], 60)}: {_plain(x.get('title') or '', 100)}  "
+                                          f"({_plain(figures.number_text(x, 120), 300)})"
                                           for x in f[key][:MAX_FINDINGS]]
             if len(f[key]) > MAX_FINDINGS:
                 lines.append(f"  … {len(f[key]) - MAX_FINDINGS} more")
+    changed = _changed_numbers(f)
+    if changed:
+        lines += ["", "findings in both whose number changed:"] + [
+            f"  {_plain(x['rule'], 60)}: {_plain(before, 60)} → {_plain(after, 60)}" for x, before, after in changed]
     for what, key in (("kernels", "kernels"), ("ops", "ops")):
         lines += _terminal_changes(what, d[key])
     for w in d.get("warnings") or []:
@@ -188,11 +193,35 @@ def _md_categories(d: dict) -> str:
     return "\n".join(rows)
 
 
+def _changed_numbers(f: dict) -> list:
+    """(finding, base number, head number) of the findings in both whose shown number differs."""
+    out = []
+    for x in (f.get("kept") or [])[:MAX_FINDINGS]:
+        before = _short_number(x.get("base_number"))
+        after = figures.short_text(x)
+        if isinstance(x.get("base_number"), dict) and before != after:
+            out.append((x, before, after))
+    return out
+
+
+def _short_number(h: Any) -> str:
+    """A headline number (report/numbers.headline) as figures.short_text words it."""
+    h = h if isinstance(h, dict) else {}
+    x = number(h.get("speedup"))
+    if x is None:
+        return "no forecast"
+    return f"{'measured' if h.get('kind') == 'measured' else 'est.'} {x:.2f}×"
+
+
 def _md_findings(d: dict) -> str:
     f = d["findings"]
+    changed = _changed_numbers(f)
+    changed_md = "\n".join(["**Findings in both whose number changed**", ""] + [
+        f"- {md_code(x['rule'], 60)}: {md_text(before, 60)} → {md_text(after, 60)}" for x, before, after in changed])
     if not f["appeared"] and not f["gone"]:
         kept = len(f.get("kept") or [])
-        return f"**Findings:** none appeared or went away ({kept} in both)."
+        head = f"**Findings:** none appeared or went away ({kept} in both)."
+        return f"{head}\n\n{changed_md}" if changed else head
     parts = []
     for label, key in (("Appeared", "appeared"), ("Gone", "gone")):
         items = f[key]
@@ -201,10 +230,13 @@ def _md_findings(d: dict) -> str:
         lines = [f"**Findings {label.lower()}** ({len(items)})", ""]
         for x in items[:MAX_FINDINGS]:
             sev = f" ({md_text(x.get('severity'), 20)})" if x.get("severity") else ""
-            lines.append(f"- {md_code(x['rule'], 60)}{sev}: {md_text(x.get('title') or '', 200)}")
+            lines.append(f"- {md_code(x['rule'], 60)}{sev}: {md_text(x.get('title') or '', 200)} — "
+                         f"{md_text(figures.number_text(x, 120), 300)}")
         if len(items) > MAX_FINDINGS:
             lines.append(f"- … {len(items) - MAX_FINDINGS} more in diff.json")
         parts.append("\n".join(lines))
+    if changed:
+        parts.append(changed_md)
     return "\n\n".join(parts)
 
 

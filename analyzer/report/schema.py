@@ -18,6 +18,7 @@ from .model import SCHEMA, SET_SCHEMA
 Micros = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 Signed = Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)]
 Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Speedup = Annotated[float, msgspec.Meta(ge=0, le=1e15)]  # step before / step after
 
 
 class TraceDoc(msgspec.Struct):
@@ -53,11 +54,51 @@ class SummaryDoc(msgspec.Struct):
     time_share: PerCategoryShare = msgspec.field(default_factory=PerCategoryShare)
 
 
+class ForecastDoc(msgspec.Struct):
+    """A finding's forecast (docs/forecast.md): numbers null where there is none; kind absent in reports
+    written before issue 24 (then: "forecast" when speedup is a number, else "none")."""
+
+    speedup: Optional[Speedup] = None
+    low: Optional[Speedup] = None
+    high: Optional[Speedup] = None
+    saving_us: Optional[Signed] = None
+    kind: Optional[str] = None  # forecast | none | unreliable
+    model: Optional[str] = None
+    reason: Optional[str] = None
+
+
+class VerifiedDoc(msgspec.Struct):
+    """A fix measured by `perfsleuth run --verify` (issue 25)."""
+
+    speedup: Speedup
+    low: Optional[Speedup] = None
+    high: Optional[Speedup] = None
+    saving_us: Optional[Signed] = None
+    pairs: Optional[Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]] = None
+    outcome: Optional[str] = None  # faster | no gain | slower | noise
+    variant: Optional[str] = None
+
+
+class CeilingDoc(msgspec.Struct):
+    """What the fix could buy at most (the rule's own saving expression); never a finding's number."""
+
+    saving_us: Optional[Signed] = None
+    speedup: Optional[Speedup] = None
+    basis: Optional[str] = None
+
+
 class FindingDoc(msgspec.Struct):
     rule: str
     title: Optional[str] = None
+    category: Optional[str] = None
     severity: Optional[str] = None
+    severity_from: Optional[str] = None  # measured | forecast | rule (absent before issue 24)
+    forecast: Optional[ForecastDoc] = None
+    verified: Optional[VerifiedDoc] = None
+    ceiling: Optional[CeilingDoc] = None
+    # Reports written before issue 24 held the ceiling here (and in `bound`); read, never written.
     estimated_saving_us: Optional[Signed] = None
+    estimated_speedup: Optional[Speedup] = None
 
 
 class RowDoc(msgspec.Struct):
