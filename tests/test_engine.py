@@ -158,34 +158,38 @@ def test_a_rule_that_fails_on_one_trace_is_skipped_with_a_warning(caplog):
 
 
 def test_evaluate_builds_findings_ordered_by_saving():
+    """Without a replay neither finding has a number: both keep the rule's severity, at most medium
+    (severity_when says high), and rank by their ceilings."""
     (a,) = load_text(RULE)
     (b,) = load_text(RULE.replace("my-rule", "other-rule").replace("host_us_per_step / 2", "host_us_per_step"))
     facts = Facts(values={**{k: 0 for k in FACTS}, "kernels_per_step": 25, "host_us_per_step": 400.0,
                           "step_us": 1000.0})
     first, second = evaluate([a, b], facts)
     assert (first["rule"], second["rule"]) == ("other-rule", "my-rule")
-    assert second == {"rule": "my-rule", "title": "Too many kernels", "category": "host", "severity": "high",
-                      "estimated_saving_us": 200.0, "estimated_speedup": 1.25, "saving_basis": "half the host time",
+    assert second == {"rule": "my-rule", "title": "Too many kernels", "category": "host", "severity": "medium",
+                      "severity_from": "rule",
+                      "ceiling": {"saving_us": 200.0, "speedup": 1.25, "basis": "half the host time"},
                       "message": "25 kernels per step", "evidence": {"kernels_per_step": 25},
                       "thresholds": {"max_kernels": 2}, "fix": "Before:\n```python\na\n```", "locations": [],
                       "docs": "perfsleuth rules my-rule",
-                      "bound": {"saving_us": 200.0, "speedup": 1.25, "basis": "half the host time"},
                       "forecast": {"speedup": None, "saving_us": None, "low": None, "high": None, "model": None,
                                    "assumptions": {}, "reason": "evaluated without a replay"}}
-    assert first["estimated_speedup"] == round(1000 / 600, 3)
+    assert first["ceiling"]["speedup"] == round(1000 / 600, 3)
+    for gone in ("estimated_saving_us", "estimated_speedup", "saving_basis", "bound"):
+        assert gone not in first
 
 
 def test_saving_is_capped_at_the_step():
     (rule,) = load_text(RULE.replace("host_us_per_step / 2", "step_us * 3"))
     (f,) = evaluate([rule], Facts(values={**{k: 0 for k in FACTS}, "kernels_per_step": 5, "step_us": 1000.0}))
-    assert f["estimated_saving_us"] == 1000.0 and f["estimated_speedup"] is None
+    assert f["ceiling"]["saving_us"] == 1000.0 and f["ceiling"]["speedup"] is None
 
 
 @pytest.mark.parametrize("expr", ["'lots'", "step_us * (0 - 1)", "none", "[1, 2]"])
 def test_odd_savings_count_as_zero_or_are_clamped(expr):
     (rule,) = load_text(RULE.replace("host_us_per_step / 2", expr))
     (f,) = evaluate([rule], Facts(values={**{k: 0 for k in FACTS}, "kernels_per_step": 5, "step_us": 1000.0}))
-    assert f["estimated_saving_us"] == 0.0 and f["estimated_speedup"] == 1.0
+    assert f["ceiling"]["saving_us"] == 0.0 and f["ceiling"]["speedup"] == 1.0
 
 
 def test_overrides():
@@ -334,18 +338,68 @@ def test_docs_rules_md_is_generated_from_the_catalog():
         "docs/rules.md is stale: regenerate with `perfsleuth rules --markdown`")
 
 
-def test_order_is_by_saving_and_the_top_finding_is_never_less_severe():
-    """mi300-like: a low step-outliers with a larger saving than a medium channels-last must not head the list."""
+def _f(rule, severity="medium", ceiling=0.0, forecast=None, saving=None, verified=None, verified_saving=None):
+    """A finding dict as the engine makes it, before `rate`: the rule's severity, a ceiling, maybe numbers."""
+    f = {"rule": rule, "severity": severity, "ceiling": {"saving_us": ceiling, "speedup": None, "basis": "b"},
+         "forecast": {"speedup": forecast, "saving_us": saving, "low": None, "high": None}}
+    if verified is not None:
+        f["verified"] = {"speedup": verified, "low": verified, "high": verified, "saving_us": verified_saving,
+                         "pairs": 3}
+    return f
+
+
+@pytest.mark.parametrize("speedup, severity", [(1.2499, "medium"), (1.25, "high"), (1.0499, "low"), (1.05, "medium"),
+                                               (0.8, "low"), (3.0, "high")])
+def test_severity_follows_the_forecast_at_the_thresholds(speedup, severity):
+    from perfsleuth.engine.evaluate import rate
+
+    for rule_says in ("low", "medium", "high"):  # the rule's own severity does not matter once there is a number
+        f = rate(_f("x", rule_says, forecast=speedup, saving=100.0))
+        assert (f["severity"], f["severity_from"]) == (severity, "forecast")
+
+
+def test_a_measurement_decides_severity_over_the_forecast():
+    from perfsleuth.engine.evaluate import order, rate
+
+    f = rate(_f("num-workers", "high", forecast=1.66, saving=400.0))
+    assert (f["severity"], f["severity_from"]) == ("high", "forecast")
+    f["verified"] = {"speedup": 0.63, "low": 0.6, "high": 0.66, "saving_us": -590.0, "pairs": 3, "outcome": "slower"}
+    (f,) = order([f])  # helper verify attaches `verified`, then calls order(): the severity follows it
+    assert (f["severity"], f["severity_from"]) == ("low", "measured")
+    f["verified"].update(speedup=1.02, saving_us=20.0)  # <= NO_GAIN: no gain, low
+    assert rate(f)["severity"] == "low"
+    f["verified"].update(speedup=1.41, saving_us=290.0)
+    assert (rate(f)["severity"], f["severity_from"]) == ("high", "measured")
+
+
+def test_without_a_number_the_rule_severity_is_capped_at_medium():
+    from perfsleuth.engine.evaluate import rate
+
+    for said, shown in (("high", "medium"), ("medium", "medium"), ("low", "low")):
+        f = rate(_f("exposed-communication", said, ceiling=30_000.0))
+        assert (f["severity"], f["severity_from"]) == (shown, "rule")
+        assert rate(f)["severity"] == shown  # idempotent
+    unreliable = _f("tiny-ops", "high", ceiling=5000.0)
+    unreliable["forecast"].update(kind="unreliable", reason="its range, 1.57-25.59x, is over 3x wide")
+    assert (rate(unreliable)["severity"], unreliable["severity_from"]) == ("medium", "rule")
+
+
+def test_order_is_by_saving_and_the_top_finding_is_the_largest_saving():
+    """Numbered findings that save time first, by saving (measured, else forecast); then those without a
+    number, by ceiling; then numbers that save nothing. No 'most severe first' exception."""
     from perfsleuth.engine.evaluate import order, sort_key
 
-    def f(rule, severity, saving):
-        return {"rule": rule, "severity": severity, "estimated_saving_us": saving}
-
-    low_big, med_small, med_tie, high_tiny = (f("step-outliers", "low", 900.0), f("channels-last", "medium", 100.0),
-                                              f("zero-grad", "medium", 100.0), f("item-sync", "high", 5.0))
-    assert [x["rule"] for x in order([med_small, low_big])] == ["channels-last", "step-outliers"]
-    assert [x["rule"] for x in order([low_big, med_tie, med_small])] == ["channels-last", "step-outliers", "zero-grad"]
-    assert [x["rule"] for x in order([low_big, med_small, high_tiny])] == ["item-sync", "step-outliers",
-                                                                           "channels-last"]
-    assert sorted([f("b", "low", 1.0), f("a", "high", 1.0)], key=sort_key)[0]["rule"] == "a"  # ties: severity
+    found = [_f("step-outliers", "low", ceiling=9000.0),                       # no number, big ceiling
+             _f("channels-last", "medium", ceiling=100.0, forecast=1.02, saving=19.6),
+             _f("amp", "medium", ceiling=500.0, forecast=1.30, saving=230.0),
+             _f("cuda-graphs", "high", ceiling=7000.0, forecast=0.97, saving=-30.9),  # a slowdown: last
+             _f("num-workers", "high", ceiling=800.0, forecast=1.66, saving=400.0, verified=1.10, verified_saving=90.0),
+             _f("exposed-communication", "high", ceiling=3000.0)]
+    ranked = order(found)
+    assert [f["rule"] for f in ranked] == ["amp", "num-workers", "channels-last", "step-outliers",
+                                           "exposed-communication", "cuda-graphs"]
+    assert [f["severity"] for f in ranked] == ["high", "medium", "low", "low", "medium", "low"]
+    assert ranked[0]["severity"] == "high" and ranked[4]["severity_from"] == "rule"
+    tie = [_f("b", forecast=1.3, saving=100.0), _f("a", forecast=1.1, saving=100.0)]  # equal savings: severity, slug
+    assert [f["rule"] for f in sorted(order(tie), key=sort_key)] == ["b", "a"]
     assert order([]) == []

@@ -32,15 +32,16 @@ def test_a_rule_naming_an_unknown_model_is_a_load_error():
     assert rule.forecast == "cuda-graphs"
 
 
-def finding(rule, severity, bound, forecast=None):
-    return {"rule": rule, "severity": severity, "estimated_saving_us": bound,
+def finding(rule, severity, ceiling, forecast=None):
+    return {"rule": rule, "severity": severity, "ceiling": {"saving_us": ceiling},
             "forecast": {"saving_us": forecast, "speedup": None if forecast is None else 1.5}}
 
 
-def test_findings_are_ordered_by_forecast_saving_then_the_bound_then_severity():
+def test_findings_are_ordered_by_forecast_saving_then_the_ceiling():
+    """Forecast savings first (severity breaks ties), then findings without a forecast by their ceiling."""
     found = [finding("a", "low", 900.0, 100.0), finding("b", "high", 50.0, 300.0), finding("c", "medium", 200.0),
              finding("d", "high", 200.0), finding("e", "low", 10.0, 300.0)]
-    assert [f["rule"] for f in sorted(found, key=finding_order)] == ["b", "e", "d", "c", "a"]
+    assert [f["rule"] for f in sorted(found, key=finding_order)] == ["b", "e", "a", "d", "c"]
 
 
 def analyze_json(tmp_path, *args) -> dict:
