@@ -61,7 +61,7 @@ def test_a_saving_too_large_for_a_float_counts_as_zero(tmp_path, trace, caplog):
     result = cli("analyze", trace, "--rules", rule_file(tmp_path, saving="10 ** 300 * 10 ** 100"), "--json", out)
     assert result.exit_code == 0, (result.output, result.exception)
     evil = next(f for f in json.loads(out.read_text())["findings"] if f["rule"] == "evil")
-    assert evil["estimated_saving_us"] == 0.0
+    assert evil["ceiling"]["saving_us"] == 0.0
     assert "rule evil: saving_us is not a finite number" in caplog.text
 
 
@@ -152,7 +152,7 @@ def test_an_expression_that_is_undefined_is_a_warning_not_a_crash(tmp_path, trac
     assert result.exit_code == 0, (result.output, result.exception)
     fired = {f["rule"]: f for f in json.loads(out.read_text())["findings"]}
     if field == "saving":
-        assert fired["evil"]["estimated_saving_us"] == 0.0
+        assert fired["evil"]["ceiling"]["saving_us"] == 0.0
     else:
         assert "evil" not in fired
     name = "saving_us" if field == "saving" else "condition"

@@ -1,5 +1,5 @@
 """Advice fits the device: every rule, forced to fire on a CPU-only trace's facts, renders a title,
-message, fix and saving basis without GPU-only words; on a GPU trace the GPU advice is still there."""
+message, fix and ceiling basis without GPU-only words; on a GPU trace the GPU advice is still there."""
 
 import dataclasses
 import re
@@ -49,7 +49,7 @@ def forced(rule, facts: Facts) -> dict:
 @pytest.mark.parametrize("rule", load_catalog(), ids=lambda r: r.slug)
 def test_every_rule_reads_right_on_a_cpu_trace(rule, with_sites):
     f = forced(rule, facts_for("cpu", with_sites))
-    text = "\n".join((f["title"], f["message"], f["fix"], f["saving_basis"]))
+    text = "\n".join((f["title"], f["message"], f["fix"], f["ceiling"]["basis"]))
     assert f["message"] and f["fix"], rule.slug
     bad = [p for p in GPU_ONLY if re.search(p, text)]
     assert not bad, f"{rule.slug}: GPU-only words {bad} in the CPU text:\n{text}"
