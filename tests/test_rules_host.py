@@ -1,7 +1,7 @@
 """cuda-graphs, fused-optimizer, zero-grad: launch-bound steps, per-parameter optimizers, zeroing grads."""
 
 import pytest
-from tracebuilder_rules import RuleTraceBuilder, analyze, fired
+from tracebuilder_rules import RuleTraceBuilder, analyze, fired, rated, rule_severity
 
 
 def launch_bound_trace(kernels: int, kernel_us: float = 3.0, step_us: float = 1000.0) -> RuleTraceBuilder:
@@ -32,9 +32,10 @@ def test_cuda_graphs_max_kernel_median(tmp_path, kernel_us, fires):
 
 
 def test_cuda_graphs_finding(tmp_path):
-    f = fired(analyze(launch_bound_trace(100), tmp_path)[0])["cuda-graphs"]
-    assert f["severity"] == "high"  # host share 0.7 >= 0.5
-    assert f["estimated_saving_us"] == 700.0 and f["estimated_speedup"] == round(1000 / 300, 3)
+    report, facts = analyze(launch_bound_trace(100), tmp_path)
+    f = fired(report)["cuda-graphs"]
+    assert rule_severity("cuda-graphs", facts) == "high" and rated(f, "high")  # host share 0.7 >= 0.5
+    assert f["ceiling"]["saving_us"] == 700.0 and f["ceiling"]["speedup"] == round(1000 / 300, 3)
     assert 'torch.compile(MyModel().cuda(), mode="reduce-overhead")' in f["fix"]
     assert f["category"] == "host"
 
@@ -72,8 +73,8 @@ def test_fused_optimizer_min_kernels(tmp_path, kernels, fires):
     if fires:
         f = fired(report)["fused-optimizer"]
         assert "torch.optim.SGD(model.parameters(), lr=1e-3, fused=True)" in f["fix"]
-        assert f["estimated_saving_us"] == 408.0  # 0.8 of 510 µs
-        assert f["severity"] == "medium"  # 510 µs of a 2000 µs step
+        assert f["ceiling"]["saving_us"] == 408.0  # 0.8 of 510 µs
+        assert rule_severity("fused-optimizer", facts) == "medium" and rated(f, "medium")  # 510 µs of 2000
 
 
 @pytest.mark.parametrize("foreach, name", [(True, "SGD"), (False, "FusedAdam")])
@@ -108,5 +109,5 @@ def test_zero_grad_min_fill_ops(tmp_path, fills, fires):
     assert ("zero-grad" in fired(report)) is fires
     if fires:
         f = fired(report)["zero-grad"]
-        assert f["severity"] == "medium"  # 60 µs of 1000 >= 0.02
-        assert "zero_grad(set_to_none=True)" in f["fix"] and f["estimated_saving_us"] == 60.0
+        assert rule_severity("zero-grad", facts) == "medium" and rated(f, "medium")  # 60 µs of 1000 >= 0.02
+        assert "zero_grad(set_to_none=True)" in f["fix"] and f["ceiling"]["saving_us"] == 60.0

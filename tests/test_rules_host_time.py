@@ -5,7 +5,7 @@ import pytest
 from perfsleuth.api import analyze_file
 from perfsleuth.engine.catalog import load_catalog
 from perfsleuth.engine.evaluate import not_checked
-from tracebuilder_rules import RuleTraceBuilder, analyze, fired, run_metadata
+from tracebuilder_rules import RuleTraceBuilder, analyze, fired, rated, rule_severity, run_metadata
 
 
 # --- allocator-churn ---------------------------------------------------------------------------------
@@ -33,12 +33,16 @@ def test_allocator_churn_min_share(tmp_path, free_us, fires):
 
 
 def test_allocator_churn_finding_and_rocm_wording(tmp_path):
-    f = fired(analyze(churn_trace(120), tmp_path)[0])["allocator-churn"]
-    assert f["severity"] == "high" and f["estimated_saving_us"] == 122.0  # 12.2% >= high_share 0.1
+    report, facts = analyze(churn_trace(120), tmp_path)
+    f = fired(report)["allocator-churn"]
+    assert rule_severity("allocator-churn", facts) == "high" and rated(f, "high")  # 12.2% >= high_share 0.1
+    assert f["ceiling"]["saving_us"] == 122.0
     assert "`cudaMalloc/cudaFree`" in f["message"] and "PYTORCH_NO_CUDA_MEMORY_CACHING" in f["fix"]
     assert "expandable_segments:True" in f["fix"] and "empty_cache()" in f["fix"]
-    rocm = fired(analyze(churn_trace(50, rocm=True), tmp_path, name="r.json")[0])["allocator-churn"]
-    assert rocm["severity"] == "medium" and "`hipMalloc/hipFree`" in rocm["message"]
+    report, facts = analyze(churn_trace(50, rocm=True), tmp_path, name="r.json")
+    rocm = fired(report)["allocator-churn"]
+    assert rule_severity("allocator-churn", facts) == "medium" and rated(rocm, "medium")
+    assert "`hipMalloc/hipFree`" in rocm["message"]
     assert "PYTORCH_HIP_ALLOC_CONF" in rocm["fix"]
 
 
@@ -95,7 +99,8 @@ def test_tiny_ops_finding_points_at_the_loop(tmp_path):
         tb.py("train.py(12): penalty", t0 + 5, 4_100, parent=train)
     report, facts = analyze(tb, tmp_path)
     f = fired(report)["tiny-ops"]
-    assert f["severity"] == "high" and f["estimated_saving_us"] == round(3995 * 0.8, 3)  # 40% >= high_share
+    assert rule_severity("tiny-ops", facts) == "high" and rated(f, "high")  # 40% >= high_share
+    assert f["ceiling"]["saving_us"] == round(3995 * 0.8, 3)
     assert f["locations"][0] == {"file": "train.py", "line": 12, "function": "penalty", "count": 800,
                                  "line_kind": "function"}
     assert "Most of the small ops run in `penalty` (`train.py:12`, 400 per step)" in f["message"]
@@ -142,8 +147,9 @@ def test_cpu_threads_from_run_facts(tmp_path, threads, workers, fires):
     assert ("cpu-threads" in fired(report)) is fires
     if fires:
         f = fired(report)["cpu-threads"]
-        assert f["severity"] == "high"  # 1990 µs of 5000 above the median: 0.4 >= high_share 0.3
-        assert f["estimated_saving_us"] == 1990.0 and facts["cpu_gemm_spread"] == 20.9
+        # 1990 µs of 5000 above the median: 0.4 >= high_share 0.3
+        assert rule_severity("cpu-threads", facts) == "high" and rated(f, "high")
+        assert f["ceiling"]["saving_us"] == 1990.0 and facts["cpu_gemm_spread"] == 20.9
         assert f"asks for {threads + workers} busy threads on 2 cores" in f["message"]
         assert "torch.set_num_threads" in f["fix"] and "OMP_NUM_THREADS=1" in f["fix"]
 
@@ -157,7 +163,8 @@ def test_cpu_threads_suspected_from_a_bare_trace(tmp_path, slow_us, fires):
     names = [n["rule"] for n in report["not_checked"]]
     if fires:
         f = fired(report)["cpu-threads"]
-        assert f["severity"] == "low" and f["message"].startswith("Suspected, not measured")
+        assert rule_severity("cpu-threads", facts) == "low" and rated(f, "low")
+        assert f["message"].startswith("Suspected, not measured")
         assert "cpu-threads" not in names
     else:  # not fired, and the counts that would decide it are missing: listed, not skipped
         assert names == ["cpu-threads"]
@@ -196,7 +203,7 @@ def test_fused_optimizer_on_the_cpu(tmp_path, ops, fires):
         f = fired(report)["fused-optimizer"]
         assert f["title"] == "The optimizer step runs a loop of small ops over the parameters"
         assert "lr=1e-3, foreach=True)" in f["fix"] and "fused=True" not in f["fix"]
-        assert f["estimated_saving_us"] == round((ops * 10 + 10) * 0.8, 3)
+        assert f["ceiling"]["saving_us"] == round((ops * 10 + 10) * 0.8, 3)
 
 
 def test_foreach_optimizer_on_the_cpu_is_fine(tmp_path):

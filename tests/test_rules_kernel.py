@@ -1,7 +1,7 @@
 """amp, cudnn-benchmark, channels-last: GEMM dtypes from input types and kernel names, thresholds."""
 
 import pytest
-from tracebuilder_rules import RuleTraceBuilder, analyze, fired
+from tracebuilder_rules import RuleTraceBuilder, analyze, fired, rated, rule_severity
 
 FP32, BF16 = ["float", "float"], ["c10::BFloat16", "c10::BFloat16"]
 CONV_BF16 = "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"
@@ -45,11 +45,11 @@ def test_amp_min_fp32_fraction(tmp_path, bf16_us, fires):
 
 
 def test_amp_finding_on_ampere_suggests_bf16_and_tf32(tmp_path):
-    report, _ = analyze(gemm_trace([("aten::mm", FP32, "ampere_sgemm_128x64_tn", 300)]), tmp_path)
+    report, facts = analyze(gemm_trace([("aten::mm", FP32, "ampere_sgemm_128x64_tn", 300)]), tmp_path)
     f = fired(report)["amp"]
-    assert f["severity"] == "high"  # 30% of the step in FP32 GEMMs
-    assert f["estimated_saving_us"] == 150.0  # expected_saving 0.5 of 300 µs
-    assert f["estimated_speedup"] == round(1000 / 850, 3)
+    assert rule_severity("amp", facts) == "high" and rated(f, "high")  # 30% of the step in FP32 GEMMs
+    assert f["ceiling"]["saving_us"] == 150.0  # expected_saving 0.5 of 300 µs
+    assert f["ceiling"]["speedup"] == round(1000 / 850, 3)
     assert "dtype=torch.bfloat16" in f["fix"] and 'set_float32_matmul_precision("high")' in f["fix"]
     assert "GradScaler" not in f["fix"]
 
@@ -100,8 +100,8 @@ def test_cudnn_benchmark_min_conv_share(tmp_path, conv_us, fires):
     assert "amp" not in fired(report)
     if fires:
         f = fired(report)["cudnn-benchmark"]
-        assert f["severity"] == "low"
-        assert f["estimated_saving_us"] == round(conv_us * 0.1, 3)
+        assert rule_severity("cudnn-benchmark", facts) == "low" and rated(f, "low")
+        assert f["ceiling"]["saving_us"] == round(conv_us * 0.1, 3)
         assert "torch.backends.cudnn.benchmark = True" in f["fix"]
 
 
@@ -123,7 +123,8 @@ def test_channels_last_min_share(tmp_path, transform_us, fires, severity):
     assert ("channels-last" in fired(report)) is fires
     if fires:
         f = fired(report)["channels-last"]
-        assert f["severity"] == severity and f["estimated_saving_us"] == transform_us
+        assert rule_severity("channels-last", facts) == severity and rated(f, severity)
+        assert f["ceiling"]["saving_us"] == transform_us
         assert "memory_format=torch.channels_last" in f["fix"]
 
 

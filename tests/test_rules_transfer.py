@@ -1,7 +1,7 @@
 """pin-memory and non-blocking on hand-built copies: counts, bytes, blocked time, thresholds."""
 
 import pytest
-from tracebuilder_rules import PAGEABLE_HTOD, PINNED_HTOD, RuleTraceBuilder, analyze, fired
+from tracebuilder_rules import PAGEABLE_HTOD, PINNED_HTOD, RuleTraceBuilder, analyze, fired, rated, rule_severity
 
 
 def copy_trace(kind: str = PAGEABLE_HTOD, host_us: float = 30, nbytes: int = 4 << 20, steps_with_copy=(0, 1),
@@ -30,8 +30,8 @@ def test_pageable_copies_facts_and_finding(tmp_path):
     assert facts["h2d_pageable_us_per_step"] == 5.0
     assert facts["h2d_pageable_host_us_per_step"] == 30.0
     f = fired(report)["pin-memory"]
-    assert f["severity"] == "medium"  # 30 µs blocked of 1000: >= medium_share 0.02
-    assert f["estimated_saving_us"] == 30.0 and f["estimated_speedup"] == round(1000 / 970, 3)
+    assert rule_severity("pin-memory", facts) == "medium" and rated(f, "medium")  # 30 µs of 1000 >= 0.02
+    assert f["ceiling"]["saving_us"] == 30.0 and f["ceiling"]["speedup"] == round(1000 / 970, 3)
     assert "pin_memory=True" in f["fix"] and "non_blocking=True" in f["fix"]
     assert "torch.tensor([0.5, 2.0], device=device)" not in f["fix"]  # large copies: the DataLoader fix
     assert f["evidence"]["h2d_pageable_bytes_per_step"] == 4 << 20
@@ -39,8 +39,8 @@ def test_pageable_copies_facts_and_finding(tmp_path):
 
 @pytest.mark.parametrize("host_us, severity", [(20, "medium"), (19, "low"), (100, "high"), (99, "medium")])
 def test_pin_memory_severity_thresholds(tmp_path, host_us, severity):
-    report, _ = analyze(copy_trace(host_us=host_us), tmp_path)
-    assert fired(report)["pin-memory"]["severity"] == severity
+    report, facts = analyze(copy_trace(host_us=host_us), tmp_path)
+    assert rule_severity("pin-memory", facts) == severity and rated(fired(report)["pin-memory"], severity)
 
 
 @pytest.mark.parametrize("steps_with_copy, fires", [((0, 1), True), ((0,), False)])
@@ -72,7 +72,8 @@ def test_pinned_copy_followed_by_a_synchronize_is_blocking(tmp_path):
     assert facts["h2d_pinned_blocking_bytes_per_step"] == 4 << 20
     assert facts["h2d_pinned_blocking_us_per_step"] == 31.0  # copy call [600, 610) + sync [611, 631)
     f = fired(report)["non-blocking"]
-    assert f["severity"] == "medium" and f["estimated_saving_us"] == 31.0
+    assert rule_severity("non-blocking", facts) == "medium" and rated(f, "medium")
+    assert f["ceiling"]["saving_us"] == 31.0
     assert "x.to(device, non_blocking=True)" in f["fix"]
     assert "pin-memory" not in fired(report)
 
@@ -81,7 +82,8 @@ def test_pinned_cudamemcpy_is_blocking(tmp_path):
     report, facts = analyze(copy_trace(PINNED_HTOD, host_us=10, api="cudaMemcpy"), tmp_path)
     assert facts["h2d_pinned_blocking_copies_per_step"] == 1.0
     assert facts["h2d_pinned_blocking_us_per_step"] == 10.0
-    assert fired(report)["non-blocking"]["severity"] == "low"  # 10 µs of 1000 < medium_share 0.02
+    assert rule_severity("non-blocking", facts) == "low"  # 10 µs of 1000 < medium_share 0.02
+    assert rated(fired(report)["non-blocking"], "low")
 
 
 @pytest.mark.parametrize("steps_with_copy, fires", [((0, 1), True), ((1,), False)])

@@ -82,10 +82,30 @@ def analyze(tb: TraceBuilder, tmp_path: Path, config: Optional[Config] = None, n
     return report.to_dict(), facts
 
 
+def rule_severity(slug: str, facts) -> str:
+    """The built-in rule's own severity on these facts (its `severity_when` thresholds): what its finding
+    shows when it has no forecast or measurement, at most medium (engine/evaluate.rate)."""
+    from perfsleuth.engine.catalog import load_catalog
+    from perfsleuth.engine.evaluate import rule_severity as severity
+
+    return severity(next(r for r in load_catalog() if r.slug == slug), facts)
+
+
+def rated(finding: dict, rule_says: str) -> bool:
+    """The finding's severity is what issue 24 prescribes: from its forecast (>= 1.25x high, >= 1.05x
+    medium, else low) when it has one, else `rule_says` (the rule's own severity), at most medium."""
+    from perfsleuth.report.numbers import capped, severity_for
+
+    speedup = (finding.get("forecast") or {}).get("speedup")
+    if speedup is not None:
+        return (finding["severity"], finding["severity_from"]) == (severity_for(speedup), "forecast")
+    return (finding["severity"], finding["severity_from"]) == (capped(rule_says), "rule")
+
+
 def fired(report: dict) -> dict:
     """slug -> finding for every finding in the report."""
     return {f["rule"]: f for f in report["findings"]}
 
 
-__all__ = ["RuleTraceBuilder", "analyze", "fired", "run_metadata", "HOST_PID", "HOST_TID", "PAGEABLE_HTOD", "PINNED_HTOD", "DTOH",
+__all__ = ["RuleTraceBuilder", "analyze", "fired", "rule_severity", "rated", "run_metadata", "HOST_PID", "HOST_TID", "PAGEABLE_HTOD", "PINNED_HTOD", "DTOH",
            "SINGLE_LOADER", "MULTI_LOADER"]

@@ -144,13 +144,24 @@ def _bounded(rule: Rule):
         raise RuleError(f"{rule.source}: rule '{rule.slug}' {exc}") from None
 
 
+def rule_severity(rule: Rule, facts: Facts) -> str:
+    """The rule's own severity on `facts` (`severity`, or the first `severity_when` that holds): what a
+    finding without a forecast or a measurement shows, at most medium (`rate`)."""
+    with _bounded(rule):
+        return _rule_severity(rule, names_for(rule, facts))
+
+
+def _rule_severity(rule: Rule, names: dict) -> str:
+    return next((s for s, fn in rule.compiled["severity_when"] if _call(rule, f"severity_when.{s}", fn, names)),
+                rule.severity)
+
+
 def _evaluate_rule(rule: Rule, facts: Facts) -> Optional[dict]:
     names = names_for(rule, facts)
     c = rule.compiled
     if not _call(rule, "condition", c["condition"], names):
         return None
-    severity = next((s for s, fn in c["severity_when"] if _call(rule, f"severity_when.{s}", fn, names)),
-                    rule.severity)
+    severity = _rule_severity(rule, names)
     step_us = float(facts.values.get("step_us") or 0.0)
     saving = _as_us(rule, _call(rule, "saving_us", c["saving_us"], names), step_us)
     speedup = step_us / (step_us - saving) if step_us > saving else None
