@@ -1,14 +1,18 @@
 """The verdict, checked against the forecasts (issue 24: the verdict agrees with the forecasts).
 
 The verdict comes from the category shares alone (analysis/verdict.py). Once the findings carry their
-numbers, two things are checked:
+numbers (measured, else forecast: report/numbers.py), three things are checked:
 
-- A stall whose removal is forecast to buy nothing is not the headline cause. When every finding of the
-  verdict's stall category that has a number (measured, else forecast) comes to at most `NO_GAIN`
-  (1.02x), the replay says the step would wait elsewhere: the verdict is decided again without that
-  category, and the reason says why ("sync takes 33% of the step, but removing it (item-sync) is
-  forecast at 1.00x: ..."). Repeated while the new verdict is such a stall too. A category without a
-  numbered finding keeps its verdict: there is nothing to say it would not help.
+- A wait whose removal is forecast to buy nothing is not the headline cause. `sync` and `transfer` are
+  the host waiting for the device (scalar reads, synchronize calls, blocking copies), and their
+  findings' fixes remove those waits without adding work. When every numbered finding of the verdict's
+  category comes to at most `NO_GAIN` (1.02x), the replay says the device would wait elsewhere: the
+  verdict is decided again without that category, and the reason says why ("sync takes 33% of the
+  step, but removing it is forecast at 1.00× (item-sync): ..."). Repeated while the new verdict is such
+  a wait too. A category without a numbered finding keeps its verdict.
+- The other stalls are work, not waits: loading data, Python and dispatch, collectives. A fix that does
+  not pay (workers on busy cores, CUDA graphs where Python dominates) does not make that work vanish,
+  so the verdict stays, and its reason says that no fix found for it is forecast to help.
 - When the largest saving lies in another category than the verdict's, the reason says so.
 """
 
@@ -18,9 +22,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..analysis.verdict import decide, degree, verdict_text
-from ..config import STALL_CATEGORIES, Config
+from ..config import Config
 from ..report import numbers
 from ..report.present import fmt_us
+
+
+WAITS = ("sync", "transfer")  # stalls whose findings' fixes remove the wait itself (see the module docstring)
 
 
 @dataclass
@@ -54,7 +61,8 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
     excluded: list = []
     why: list = []
     current = verdict
-    while current.removesuffix("-bound") in STALL_CATEGORIES:
+    where = "the device would wait elsewhere" if gpu else "the step would take as long"
+    while current.removesuffix("-bound") in WAITS:
         category = current.removesuffix("-bound")
         best = _best(findings, category)
         if best is None or best[0] > numbers.NO_GAIN:
@@ -62,16 +70,28 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         speedup, rule, kind = best
         excluded.append({"category": category, "share": round(float(share.get(category, 0.0)), 4), "rule": rule,
                          "speedup": speedup, "kind": kind})
-        where = "the device would wait elsewhere" if gpu else "the step would take as long"
-        why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it ({rule}) is "
-                   f"{_said(kind)} at {speedup:.2f}×: {where}")
+        why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it is "
+                   f"{_said(kind)} at {speedup:.2f}× ({rule}): {where}")
         current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
     reason = "; ".join(why + [reason])
-    elsewhere = _elsewhere(current, findings)
-    if elsewhere:
-        reason = f"{reason}; {elsewhere}"
+    for extra in (_no_fix_helps(current, findings), _elsewhere(current, findings)):
+        if extra:
+            reason = f"{reason}; {extra}"
     return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu),
                    degree=degree(current, share), ruled_out=excluded)
+
+
+def _no_fix_helps(verdict: str, findings: list) -> str:
+    """'no fix found for host is forecast to help (cuda-graphs 0.97×)' when the verdict's category has
+    numbered findings and none comes above NO_GAIN; '' otherwise."""
+    category = verdict.removesuffix("-bound")
+    said = [(f, numbers.headline(f)) for f in findings if f.get("category") == category]
+    said = [(f, h) for f, h in said if h["speedup"] is not None]
+    if not said or any(h["speedup"] > numbers.NO_GAIN for _, h in said):
+        return ""
+    kinds = {h["kind"] for _, h in said}
+    listed = ", ".join(f"{f.get('rule') or '?'} {h['speedup']:.2f}×" for f, h in said[:4])
+    return f"no fix found for {category} is {'measured' if kinds == {'measured'} else 'forecast'} to help ({listed})"
 
 
 def _elsewhere(verdict: str, findings: list) -> str:
