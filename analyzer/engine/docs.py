@@ -31,6 +31,8 @@ def listing(rules: list) -> str:
 
 
 def _severity_text(r: Rule) -> str:
+    """The rule's own severity: what its finding shows while it has no forecast or measurement (at most
+    medium); with one, severity follows that number (docs/rules.md#a-finding)."""
     extra = "; ".join(f"{s} when `{e}`" for s, e in r.severity_when)
     return r.severity + (f" ({extra})" if extra else "")
 
@@ -38,7 +40,8 @@ def _severity_text(r: Rule) -> str:
 def rule_markdown(r: Rule, heading: str = "#") -> str:
     """A rule's docs with the fixed sections (ruff style)."""
     out = [f"{heading} `{r.slug}`: {r.title}", "",
-           f"Category: `{r.category}` · severity: {_severity_text(r)} · defined in `{r.source}`", ""]
+           f"Category: `{r.category}` · severity: from the forecast (or measurement); without one, "
+           f"{_severity_text(r)}, at most medium · defined in `{r.source}`", ""]
     for section in DOC_SECTIONS:
         out.append(f"{heading}# {DOC_TITLES[section]}")
         out.append("")
@@ -51,7 +54,7 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
             out += [f"| `{k}` | {v} | `--set {r.slug}.{k}={v}` |" for k, v in r.thresholds.items()]
         out.append("")
     out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
-            f"Bound on the saving per step: `{r.saving_us}` ({r.saving_basis}).", "",
+            f"Ceiling (JSON `ceiling`, never the finding's number): `{r.saving_us}` per step ({r.saving_basis}).", "",
             (f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
              "([forecast.md](forecast.md))." if r.forecast else
              "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
