@@ -180,8 +180,9 @@ def test_banned_bottleneck_step(steps, job, shared_traces):
     p = _run_step(steps["Check banned bottlenecks"], work, env)
     assert p.returncode == 0, p.stderr
     assert (tmp / "out").read_text() == "exit=1\n"
-    assert p.stderr == ("perfsleuth: gate failed: verdict sync-bound (--fail-on sync-bound); "
-                        "finding item-sync (--fail-on item-sync)\n")
+    # the trace is host-bound now (its sync is passed over: removing it is forecast at 1.005x); its
+    # item-sync finding still trips the gate
+    assert p.stderr == "perfsleuth: gate failed: finding item-sync (--fail-on item-sync)\n"
 
 
 def test_summary_and_comment_steps(steps, job):
