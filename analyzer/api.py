@@ -37,7 +37,7 @@ def _analyze(trace: Trace, config: Config) -> Report:
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     share = time_share(breakdown)
-    gpu = bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
+    gpu = _on_gpu(trace, breakdown)
     verdict, reason = decide(share, config, gpu)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
@@ -60,7 +60,6 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.evaluate import evaluate, not_checked
     from .engine.explain import host_time
     from .engine.forecast import Forecasts, report_forecast
-    from .engine.reconsider import reconsider
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
     from .facts.stacks import join_companion
@@ -74,14 +73,40 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast
-    checked = reconsider(report.verdict, report.verdict_reason, share, report.findings, config, gpu)
-    report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
-    report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
+    _check_verdict(report, config, share, gpu)
     report.not_checked = not_checked(rules, facts, report.findings)
     report.host_time = host_time(report.verdict, report.findings, facts)
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
+
+
+def _on_gpu(trace: Trace, breakdown) -> bool:
+    return bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
+
+
+def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> None:
+    """The verdict from the shares (analysis/verdict.decide), checked against the findings' numbers
+    (engine/reconsider.py): report.verdict, verdict_reason, verdict_text, degree, verdict_ruled_out."""
+    from .engine.reconsider import reconsider
+
+    verdict, reason = decide(share, config, gpu)
+    checked = reconsider(verdict, reason, share, report.findings, config, gpu)
+    report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
+    report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
+
+
+def recheck(report: Report, config: Optional[Config] = None) -> Report:
+    """After `verified` measurements (perfsleuth run --verify) are attached to `report.findings`: each
+    finding rated again and the findings ordered by their numbers (engine/evaluate.order: a measured
+    speed-up decides severity and rank), and the verdict checked again against them. Needs the full
+    report (not slim)."""
+    from .engine.evaluate import order
+
+    config = config or Config()
+    report.findings = order(report.findings)
+    _check_verdict(report, config, report.time_share, _on_gpu(report.trace, report.breakdown))
+    return report
 
 
 def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,

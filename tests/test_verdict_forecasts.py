@@ -147,3 +147,22 @@ def test_the_real_a100_trace_is_not_called_sync_bound(shared_traces):
     assert d["verdict_reason"].endswith("no fix found for host is forecast to help (cuda-graphs 0.97×)")
     item = next(f for f in d["findings"] if f["rule"] == "item-sync")
     assert (item["severity"], item["severity_from"]) == ("low", "forecast")
+
+
+def test_recheck_after_a_measurement(tmp_path, test_models):
+    """`api.recheck` (for perfsleuth run --verify): the sync fix forecast at 1.00x is measured at 1.30x.
+    Severity and rank follow the measurement, and sync is the verdict again."""
+    from perfsleuth.api import recheck
+
+    rules = tmp_path / "rules.toml"
+    rules.write_text(user_rule("sync-noop", "sync", "test-nothing", "sync_share >= 0.1"))
+    config = Config(rule_paths=(str(rules),))
+    report = analyze_file(item_trace(300, steps=4).write(tmp_path / "t.json.gz"), config)
+    assert report.verdict == "kernel-bound" and report.findings[-1]["rule"] == "sync-noop"
+    f = report.findings[-1]
+    f["verified"] = {"speedup": 1.3, "low": 1.25, "high": 1.36, "pairs": 3, "saving_us": 230.8, "outcome": "faster"}
+    recheck(report, config)
+    assert (report.findings[0]["rule"], report.findings[0]["severity"], report.findings[0]["severity_from"]) == (
+        "sync-noop", "high", "measured")
+    assert (report.verdict, report.verdict_ruled_out) == ("sync-bound", [])
+    assert report.verdict_reason == "sync takes 30% of step time (material from 10%); kernels 51%"
