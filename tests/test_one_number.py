@@ -79,6 +79,8 @@ def test_a_measured_fix_is_shown_beside_the_forecast_and_heads_the_report():
     assert ("[medium] item-sync: aten::item forces a device sync every step  (measured 1.41× (1.35–1.52×, 3 pairs) "
             "· est. 1.12× (1.10–1.15×))") in term
     assert "  best measured fix: item-sync, measured 1.41× (1.35–1.52×, 3 pairs), saves 650 µs per step" in term
+    assert "(measured = the fix tried on this machine by `perfsleuth run --verify`" in term
+    assert "measured =" not in render_terminal(make_report(findings=2))  # said only when something was measured
     md = render_markdown(report)
     assert "**Measured on this machine:** best measured fix: item-sync, measured 1.41× (1.35–1.52×, 3 pairs)" in md
     assert "**measured 1.41× (1.35–1.52×, 3 pairs)** · est. 1.12× (1.10–1.15×), saves 650 µs per step" in md

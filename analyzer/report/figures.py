@@ -14,6 +14,8 @@ from typing import Any, Optional
 from . import numbers
 from .present import fmt_forecast, fmt_us, forecast_kind, forecast_of, number
 
+MEASURED_NOTE = ("measured = the fix tried on this machine by `perfsleuth run --verify`: the median of the "
+                 "baseline/fix pair ratios, and their range")
 OUTCOME_WORDS = {
     "no gain": "tried: no gain on this machine",
     "slower": "tried: slower on this machine; don't apply",

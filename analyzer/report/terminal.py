@@ -104,6 +104,8 @@ def render_terminal(report: dict) -> str:
             rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
             lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
         lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
+        if any(figures.verified_of(f) for f in findings):
+            lines.append(f"  ({figures.MEASURED_NOTE})")
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in figures.shown_warnings(report, measurement_lines(report)):
