@@ -17,7 +17,7 @@ from ..trace.model import CPU_OP
 from . import intervals as iv
 from .forecast import Inputs, NoForecast, model
 from .timeline import CALL
-from .whatif import Plan, drop_waits, remove_host
+from .whatif import Plan, act_device, act_host, drop_waits, remove_host
 
 FILL_OPS = ("aten::zero_", "aten::fill_")
 SET_TO_NONE_NS = {"central": 1_000.0, "low": 2_000.0, "high": 500.0}  # Python per parameter: `p.grad = None`
@@ -72,6 +72,7 @@ def _collapse_device(p: Plan, regions: iv.Intervals, kept: np.ndarray) -> int:
     floor = np.full(regions[0].size, np.inf)
     np.minimum.at(floor, rr, p.dur[inside])
     share = 1.0 - np.minimum(kept[rr], n[rr]) / n[rr]
+    act_device(p, inside)
     p.dur[inside] = np.maximum(p.dur[inside] - floor[rr] * share, 0.0)
     return int(inside.sum())
 
@@ -92,6 +93,7 @@ def zero_grad_none(x: Inputs, p: Plan, variant: str) -> dict:
     tl = p.tl
     if tl.n_nodes:
         launched = iv.covers(zg, tl.d_call.astype(np.int64))
+        act_device(p, launched)
         p.dur[launched] = 0.0
     n = len(tl.steps)
     return {"zero_grad": f"{len(fills) // max(n, 1)} fill ops per step and the Python around them "
@@ -169,6 +171,7 @@ def caching_allocator(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast("no device malloc/free calls in the replayed steps")
     keep = 0.1 if variant == "low" else 0.0
     cut = tl.own[alloc] * (1.0 - keep)
+    act_host(p, alloc, tl.own[alloc])
     p.a[alloc] -= cut
     p.removed_ns += float(cut.sum())
     dropped = drop_waits(p, alloc)
@@ -186,5 +189,7 @@ def no_outliers(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast("no step is slower than the median")
     target = {"low": (mean + median) / 2, "central": median, "high": median}[variant]
     p.scale *= target / mean
+    replayed = (p.tl.steps["end"] - p.tl.steps["start"]).to_numpy(np.float64)
+    p.acted_scale = np.clip(replayed - median, 0, None)  # what it acts on: the replayed steps' excess
     return {"steps": f"every step takes the median step time ({median / 1e6:.2f} ms; mean {mean / 1e6:.2f} ms)",
             "pessimistic": "half of the excess stays"}

@@ -16,7 +16,7 @@ import numpy as np
 
 from .forecast import Inputs, NoForecast, model
 from .timeline import LOADER
-from .whatif import Plan, Workers, step_ns
+from .whatif import Plan, Workers, act_host, step_ns
 
 # What a worker process costs beside the Dataset's own work, measured with benchmarks/handoff.py on the
 # 2-core development machine, torch 2.13 (CPU), load average 0.5-0.7, two runs of 5 interleaved repeats
@@ -140,6 +140,7 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
                  f"{HANDOFF_WAIT_NS / 1e6:g} ms of each worker's time waiting on the queues")
     out["handoff"] = (f"{tensors} tensor(s) per batch: {worker_side}{main_ms:g} ms of main-process CPU per batch"
                       f"{in_worker} (measured constants)")
+    act_host(p, loaders, span)  # what the workers take over: the time in __next__
     base_a = p.a.copy()
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)

@@ -210,7 +210,9 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
     span = np.maximum(e - np.maximum(prev, t), 0.0)
     own = np.where(waits, np.minimum(_typical_own(name, dur_h, waits), span), span)
     own = np.where(kind == STEP_END, 0.0, own)
-    step_of = np.clip(np.searchsorted(steps["host_end"].to_numpy(np.int64), t, side="left"), 0, len(steps) - 1)
+    ends = steps["host_end"].to_numpy(np.int64)  # an item that starts where a step's host window ends is the next step's
+    step_of = np.where(kind == STEP_END, np.searchsorted(ends, t, side="left"), np.searchsorted(ends, t, side="right"))
+    step_of = np.clip(step_of, 0, len(steps) - 1)
     rel = steps.assign(**{c: steps[c].astype(np.int64) - w0 for c in ("start", "end", "host_start", "host_end")})
     return Timeline(
         w0=w0, steps=rel[["name", "start", "end", "host_start", "host_end"]], t=(t - w0).astype(np.float64),
