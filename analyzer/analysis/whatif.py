@@ -53,8 +53,11 @@ class Plan:
     acted_host: Optional[np.ndarray] = None  # per item: host work and waits the edits touched (ns)
     acted_device: Optional[np.ndarray] = None  # per device node: device time the edits touched (ns)
     acted_scale: Optional[np.ndarray] = None  # per replayed step: step time a step-level model acts on (ns)
+    edited: Optional[np.ndarray] = None  # per item: its work or waits were set directly (not by `remove_host`)
 
     def __post_init__(self):
+        if self.edited is None:
+            self.edited = np.zeros(self.tl.n_items, bool)
         if self.acted_host is None:
             self.acted_host = np.zeros(self.tl.n_items)
         if self.acted_device is None:
@@ -71,7 +74,8 @@ class Plan:
     def copy(self) -> "Plan":
         return Plan(self.tl, self.a.copy(), self.dur.copy(), self.d_lag.copy(), self.waits.copy(), self.host_speed,
                     self.workers, self.removed_ns, self.scale, dict(self.notes), self.cut, self.acted_host.copy(),
-                    self.acted_device.copy(), None if self.acted_scale is None else self.acted_scale.copy())
+                    self.acted_device.copy(), None if self.acted_scale is None else self.acted_scale.copy(),
+                    self.edited.copy())
 
     def fresh(self) -> "Plan":
         """A copy that has acted on nothing yet (the baseline's own edits are not a fix's)."""
@@ -79,6 +83,7 @@ class Plan:
         out.acted_host[:] = 0.0
         out.acted_device[:] = 0.0
         out.acted_scale = None
+        out.edited[:] = False
         return out
 
     def acted_per_step(self) -> float:
@@ -92,14 +97,36 @@ class Plan:
         scale = float(self.acted_scale[first:].sum()) if self.acted_scale is not None else 0.0
         return (host + device + scale) / max(n - first, 1)
 
-    def touched(self) -> tuple[np.ndarray, np.ndarray]:
-        """Which host items and device nodes the edits touched (for overlaps between fixes)."""
-        return self.acted_host > 0, self.acted_device > 0
+    def added_per_step(self, base: "Plan") -> float:
+        """Work the edits added over `base`, per step of the measured steps: host work (at the host's speed)
+        and device time that grew. Worker processes (their batches, the queues) may add anything (inf)."""
+        if self.workers is not None:
+            return float("inf")
+        tl = self.tl
+        n = len(tl.steps)
+        first = 1 if n >= 2 else 0
+        host = np.maximum(self.a / self.host_speed - base.a / base.host_speed, 0.0)
+        with np.errstate(invalid="ignore"):
+            lag = np.where(self.d_lag == base.d_lag, 0.0, np.nan_to_num(self.d_lag - base.d_lag, nan=np.inf))
+        device = np.maximum(self.dur - base.dur, 0.0) + np.maximum(lag, 0.0)
+        total = float(host[tl.step >= first].sum())
+        if tl.n_nodes:
+            total += float(device[tl.step[tl.d_item] >= first].sum())
+        return total / max(n - first, 1) if self.scale <= base.scale else float("inf")
+
+    def touched(self) -> tuple:
+        """What the edits touched, for overlaps between fixes: the host time they removed and the spans of
+        the items they edited directly (intervals, relative ns), and the device nodes (a mask)."""
+        tl = self.tl
+        spans = iv.merge((tl.t - tl.gap)[self.edited].astype(np.int64), tl.e[self.edited].astype(np.int64))
+        return iv.union(self.cut, spans), self.acted_device > 0
 
 
 def act_host(p: Plan, items, ns) -> None:
     """Record that the edits act on `ns` of host time of `items` (indices or a mask)."""
-    np.add.at(p.acted_host, np.flatnonzero(items) if np.asarray(items).dtype == bool else items, ns)
+    idx = np.flatnonzero(items) if np.asarray(items).dtype == bool else np.asarray(items, np.int64)
+    np.add.at(p.acted_host, idx, ns)
+    p.edited[idx] = True
 
 
 def act_device(p: Plan, nodes, ns=None) -> None:
