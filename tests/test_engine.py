@@ -170,8 +170,8 @@ def test_evaluate_builds_findings_ordered_by_saving():
                       "thresholds": {"max_kernels": 2}, "fix": "Before:\n```python\na\n```", "locations": [],
                       "docs": "perfsleuth rules my-rule",
                       "bound": {"saving_us": 200.0, "speedup": 1.25, "basis": "half the host time"},
-                      "forecast": {"speedup": None, "saving_us": None, "low": None, "high": None, "model": None,
-                                   "assumptions": {}, "reason": "evaluated without a replay"}}
+                      "forecast": {"kind": "none", "speedup": None, "saving_us": None, "low": None, "high": None,
+                                   "model": None, "assumptions": {}, "reason": "evaluated without a replay"}}
     assert first["estimated_speedup"] == round(1000 / 600, 3)
 
 

@@ -23,8 +23,8 @@ import pandas as pd
 from . import intervals as iv
 from .fc_host import _add_back, _collapse_device, top_ops
 from .forecast import Inputs, NoForecast, model
-from .loops import GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, PER_PARAMETER, SEQUENTIAL, describe, evidence, gathers, \
-    loop_ops, not_the_steps
+from .loops import GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
+    describe, evidence, gathers, loop_ops, not_the_steps
 from .whatif import Plan, remove_host
 
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -99,7 +99,7 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     ends = steps["host_end"].to_numpy(np.float64)
     reasons = evidence(top, df, ends, per_parameter, x.frames)
-    ok = [s for s, why in reasons.items() if why is not None]
+    ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER)]
     return df[df["step"].isin(ok).to_numpy()], reasons
 
 
@@ -116,7 +116,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                          "steps, outside DataLoader fetches")
     df, reasons = _independent(x, top, df, steps)
     if df.empty:
-        raise NoForecast(SEQUENTIAL)
+        raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
     seg = _segments(df)
@@ -157,7 +157,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
                            "DataLoader's, and stay"}
-    skipped = sum(1 for why in reasons.values() if why is None)
+    skipped = sum(1 for why in reasons.values() if why in (None, OPTIMIZER))
     if skipped:
         out["sequential"] = (f"the loops of {skipped} of {len(reasons)} step(s) show no sign of independent "
                              "iterations and stay")

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import fields
+from typing import Optional
+
 from .forecast import Inputs, NoForecast, model
+from .machine import Machine
 from .timeline import LOADER
 from .whatif import Plan, Workers, act_host, step_ns
 
@@ -41,8 +45,40 @@ HANDOFF_WAIT_NS = 300_000.0
 # loader gets far less).
 CPU_BOUND = 0.5
 DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
-MAX_WORKERS = 8  # the fix's suggestion: min(8, cores)
+MAX_WORKERS = 8  # the fix's suggestion on a GPU: min(8, free cores)
+UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
+
+
+def suggested_workers(cores: Optional[float], others: Optional[float], before: int, gpu: bool) -> tuple[int, str]:
+    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and its
+    forecast use this one -- and why: on a GPU min(8, free cores); on a CPU one fewer than the free cores
+    (the training computes on them too), at least one; always more than `before`. Free cores: the run's
+    cores less what other processes kept busy over the window, when that was recorded."""
+    if not cores:
+        return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
+    free = max(cores - (others or 0.0), 1.0)
+    what = f"{free:.1f} free of {cores:g} cores" if others else f"{cores:g} cores"
+    if gpu:
+        return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
+    return max(before + 1, max(1, int(free) - 1)), f"{what}, one left for the training loop"
+
+
+class AsItWas(Machine):
+    """The machine as it was during the recording: the cores other processes kept busy over the window
+    (`others_cores`) are not this run's, whatever the capacity probe said at its start."""
+
+    def capacity(self, n: float) -> float:
+        c = super().capacity(n)
+        free = self.free_cores
+        if self.others_cores is None or free is None:
+            return c
+        # what this run used while recorded was free by definition: never below the main thread's share
+        return float(min(c, max(free, self.main_share or 0.0, 1e-3)))
+
+
+def as_it_was(m: Machine) -> Machine:
+    return AsItWas(**{f.name: getattr(m, f.name) for f in fields(m)})
 
 
 def _cpu_fraction(share, speed: float) -> float:
@@ -83,7 +119,7 @@ def _tensors_per_batch(x: Inputs, loaders: np.ndarray) -> int:
 
 @model("dataloader-workers")
 def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
-    tl, m = x.tl, x.machine
+    tl, m = x.tl, as_it_was(x.machine)
     loaders = np.flatnonzero(tl.kind == LOADER)
     if loaders.size == 0:
         raise NoForecast("no DataLoader __next__ in the replayed steps")
@@ -97,13 +133,14 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
             out["workers_before"] = "1 (assumed: the worker count was not recorded)"
     else:
         w0 = 0
-    cores = m.cores
-    target = max(w0 + 1, min(MAX_WORKERS, int(cores))) if cores else max(w0 + 1, 4)
-    why = "min(8, cores)" + ("" if cores else ", cores unknown: 4")
+    target, why = suggested_workers(m.cores, m.others_cores, w0, tl.n_nodes > 0)
     if x.params.get("workers"):
         target, why = int(x.params["workers"]), "as asked"
     out["workers"] = f"num_workers={target} (was {w0}): {why}"
     out.update(m.assumptions)
+    if m.others_cores is not None:
+        out["others"] = (f"other processes kept {m.others_cores:.2f} of the {m.cores:g} cores busy while recorded: "
+                         f"this run's threads share the {m.free_cores:.2f} left")
     prefetch = int(settings.get("prefetch_factor") or 2)
     tensors = _tensors_per_batch(x, loaders) if not multi else DEFAULT_TENSORS
     s0 = m.recording_speed

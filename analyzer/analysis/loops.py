@@ -46,6 +46,7 @@ SLICE_OPS = ("aten::select", "aten::slice", "aten::index", "aten::narrow", "aten
              "aten::chunk") + SCATTER_BACKWARD
 COMPREHENSIONS = ("<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>")
 PER_PARAMETER = ("Optimizer.step#", "Optimizer.zero_grad#")
+OPTIMIZER = "optimizer"  # a step whose only loops are the optimizer's per-parameter updates (foreach is their fix)
 
 
 def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
@@ -87,10 +88,12 @@ def gathers(top: pd.DataFrame, loop: pd.DataFrame) -> pd.DataFrame:
 def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_parameter: iv.Intervals,
              frames: pd.DataFrame = None) -> dict:
     """Per step that has loops: why its loops' iterations are independent ("gather", "slices",
-    "comprehension"), or None when nothing shows it. `per_parameter`: the optimizer's spans (loops
-    there are no evidence); `frames`: Python frames (ts, end, name) of the same thread, if recorded."""
+    "comprehension"), None when nothing shows it, OPTIMIZER when its only loops are the optimizer's
+    per-parameter updates. `per_parameter`: the optimizer's spans (loops there are no evidence);
+    `frames`: Python frames (ts, end, name) of the same thread, if recorded."""
     own = loop[~iv.covers(per_parameter, loop["ts"].to_numpy(np.int64))]
-    out: dict = {int(s): None for s in pd.unique(loop["step"])}
+    out: dict = {int(s): OPTIMIZER for s in pd.unique(loop["step"])}
+    out.update({int(s): None for s in pd.unique(own["step"])})
     found = []
     g = gathers(top, own)
     if len(g):
@@ -123,6 +126,8 @@ def describe(reasons: dict) -> str:
     return "; ".join(said[r] for r in seen) if seen else "none"
 
 
+ONLY_OPTIMIZER = ("the only loops of short ops are the optimizer's per-parameter updates: a foreach optimizer is "
+                  "their fix (foreach-optimizer forecasts it)")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): a chain of small sequential layers, "
               "each needing the previous one's output, cannot be batched; fusing it (torch.compile, CUDA graphs "
