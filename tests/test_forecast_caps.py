@@ -233,7 +233,7 @@ def test_two_workers_on_two_busy_cores_forecast_no_gain(tmp_path):
     assert idle["speedup"] > 1.5  # the same run on an idle machine: loading overlaps the compute
     # the count the fix suggests follows the free cores too: one free core leaves one worker
     assert busy(tmp_path, others=1.0).forecast("dataloader-workers")["assumptions"]["workers"] == (
-        "num_workers=1 (was 0): 1.0 free of 2 cores, one left for the training loop")
+        "num_workers=1 (was 0): min(8, 1.0 free of 2 cores)")
 
 
 def test_fewer_threads_have_nothing_to_remove_when_the_threads_fit_the_free_cores(tmp_path):

@@ -45,23 +45,32 @@ HANDOFF_WAIT_NS = 300_000.0
 # loader gets far less).
 CPU_BOUND = 0.5
 DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
-MAX_WORKERS = 8  # the fix's suggestion on a GPU: min(8, free cores)
+MAX_WORKERS = 8  # the fix's suggestion: min(8, free cores)
 UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
 
 
-def suggested_workers(cores: Optional[float], others: Optional[float], before: int, gpu: bool) -> tuple[int, str]:
+def suggested_workers(cores: Optional[float], others: Optional[float], before: int) -> tuple[int, str]:
     """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and its
-    forecast use this one -- and why: on a GPU min(8, free cores); on a CPU one fewer than the free cores
-    (the training computes on them too), at least one; always more than `before`. Free cores: the run's
-    cores less what other processes kept busy over the window, when that was recorded."""
+    forecast use this one -- and why: min(8, free cores), always more than `before`. Free cores: the run's
+    cores less what other processes kept busy over the window, when that was recorded. (One fewer than
+    the cores, to leave the training loop one, measured worse on the 2-core machine: a Python-heavy
+    Dataset's step went 0.93x with 1 worker and 1.36x with 2, docs/accuracy.md.)"""
     if not cores:
         return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
     free = max(cores - (others or 0.0), 1.0)
     what = f"{free:.1f} free of {cores:g} cores" if others else f"{cores:g} cores"
-    if gpu:
-        return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
-    return max(before + 1, max(1, int(free) - 1)), f"{what}, one left for the training loop"
+    return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
+
+
+def loading_cpu_fraction(m: Machine, multi: bool, before: int) -> tuple[float, Optional[float]]:
+    """The part of the loading that is CPU work (and the measured CPU share it comes from, None when
+    not recorded: then all of it)."""
+    if multi:
+        share = m.worker_cpu_share
+        return _cpu_fraction(share, m.speed(1 + before)), share
+    share = m.loader_cpu_share
+    return _cpu_fraction(share, m.recording_speed), share
 
 
 class AsItWas(Machine):
@@ -133,7 +142,8 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
             out["workers_before"] = "1 (assumed: the worker count was not recorded)"
     else:
         w0 = 0
-    target, why = suggested_workers(m.cores, m.others_cores, w0, tl.n_nodes > 0)
+    cpu_frac, share = loading_cpu_fraction(m, multi, w0)
+    target, why = suggested_workers(m.cores, m.others_cores, w0)
     if x.params.get("workers"):
         target, why = int(x.params["workers"]), "as asked"
     out["workers"] = f"num_workers={target} (was {w0}): {why}"
@@ -149,16 +159,12 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     if multi:
         produce0 = w0 * float(np.median(np.diff(tl.steps["end"].to_numpy(np.float64), prepend=tl.steps["start"].iloc[0])))
         v0 = m.speed(1 + w0)
-        share = m.worker_cpu_share
-        cpu_frac = _cpu_fraction(share, v0)
         cpu_core = cpu_frac * produce0 * v0  # core ns per batch, overheads included
         wait = produce0 * (1 - cpu_frac)
         out["batch"] = (f"{produce0 / 1e6:.2f} ms per batch per worker (workers x step), "
                         f"{cpu_frac:.0%} of it CPU" + (" (measured)" if share is not None else " (assumed)"))
     else:
         load = float(np.median(span))
-        share = m.loader_cpu_share
-        cpu_frac = _cpu_fraction(share, s0)
         cpu_core = cpu_frac * load * s0
         wait = load * (1 - cpu_frac)
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
