@@ -213,6 +213,22 @@ def test_a_loop_whose_outputs_are_gathered_is_batched(tmp_path, gathered):
                                                "loop's outputs"
 
 
+def test_a_comprehension_in_the_stacks_shows_independent_iterations(tmp_path):
+    """The same chain-like loop of 40 linear ops, run inside a list comprehension (Python stacks): the
+    comprehension collects independent results, so the loop is batched (the fix advises it too)."""
+    def body(tb, o, k):
+        tb.events.append({"ph": "X", "cat": "python_function", "name": "model.py(22): <listcomp>", "pid": 1000,
+                          "tid": 1000, "ts": o + 100, "dur": 401, "args": {"Python id": k + 1}})
+        loop(tb, o, kinds=("aten::linear",))
+        tb.op("aten::mm", o + 547, 20)
+    trace = cpu_step_trace(tmp_path, body, period=2000)
+    fc = forecaster(trace).forecast("batched-ops")
+    assert fc["kind"] == "forecast" and fc["assumptions"]["independent"].endswith(
+        "the loop is a list or generator comprehension in the Python stacks")
+    values = facts_of(trace)[1]
+    assert (values["tiny_ops_independent"], values["tiny_ops_sequential"]) == (True, False)
+
+
 # --- the machine as it was -------------------------------------------------------------------------
 def busy(tmp_path, others):
     """60 ms of CPU work per batch in the main process and 40 ms of compute, on 2 cores; `others`: the

@@ -165,6 +165,7 @@ class Forecaster:
         self.before_ns, _ = step_ns(self.base)
         self._memo: dict = {}
         self._replays: dict = {}
+        self._touched: dict = {}  # (model, params) -> what its central edits touched
 
     # --- the replay's own accuracy ------------------------------------------------------------
     def check(self) -> dict:
@@ -222,14 +223,17 @@ class Forecaster:
         return len(self.inputs.tl.steps) if self.inputs is not None else 0
 
     def touched(self, model: str, params: Optional[dict] = None) -> Optional[tuple]:
-        """The host items and device nodes one model's central edits touch (None: it does not apply)."""
+        """The host time and device nodes one model's central edits touch (None: it does not apply)."""
         if self.inputs is None or model not in MODELS:
             return None
-        self.inputs.params = dict(params or {})
-        try:
-            return self._replay([model], "central")[3].touched()
-        except NoForecast:
-            return None
+        key = (model, tuple(sorted((params or {}).items())))
+        if key not in self._touched:
+            self.inputs.params = dict(params or {})
+            try:
+                self._touched[key] = self._replay([model], "central")[3].touched()
+            except NoForecast:
+                self._touched[key] = None
+        return self._touched[key]
 
     def forecast(self, models, mean_step_us: Optional[float] = None, params: Optional[dict] = None) -> dict:
         """The forecast object of a finding (docs/schema.md) for one model or a list applied together;
@@ -253,6 +257,8 @@ class Forecaster:
             runs = {v: self._replay(models, v) for v in VARIANTS}
         except NoForecast as exc:
             return no_forecast(label, str(exc))
+        if len(models) == 1:
+            self._touched[(models[0], tuple(sorted(self.inputs.params.items())))] = runs["central"][3].touched()
         after, assumptions, acted, _ = runs["central"]
         if after <= 0:
             return no_forecast(label, "the replay left no step time")
