@@ -277,7 +277,10 @@ class Forecaster:
         step_us = mean_step_us if mean_step_us else self.recorded_ns / 1000
         # the mean step holds what the replay leaves out (perfsleuth's own ranges): on its scale the saving is
         # capped too, the ratio stays the replay's
-        saving_us = min(step_us * (1 - 1 / speedup), acted / 1000)
+        saving_us = step_us * (1 - 1 / speedup)
+        if saving_us > acted / 1000 * (1 + 1e-6) + 0.001:
+            saving_us = acted / 1000
+            capped.append("mean step")
         assumptions["replay"] = (f"{len(self.inputs.tl.steps)} steady step(s) replayed; the unchanged replay "
                                  f"lands {self.self_check:+.1%} from the recording")
         waited = self.unexplained_ns()
@@ -290,10 +293,10 @@ class Forecaster:
                                        "per step) left out before and after")
         if capped:
             assumptions["cap"] = (f"capped at the time the fix acts on: {acted / 1000:.0f} µs per step of the "
-                                  f"replayed steps ({', '.join(sorted(set(capped)))} replay saved more)")
+                                  f"replayed steps (the {', '.join(sorted(set(capped)))} saved more)")
         out = {"kind": "forecast", "speedup": round(speedup, 3), "saving_us": round(saving_us, 3),
                "low": round(min(low, speedup), 3), "high": round(max(high, speedup), 3), "model": label,
-               "step_us": round(step_us / speedup, 3), "acts_on_us": round(acted / 1000, 3),
+               "step_us": round(step_us - saving_us, 3), "acts_on_us": round(acted / 1000, 3),
                "assumptions": assumptions, "reason": None}
         return unreliable(out) if out["high"] > MAX_RANGE * out["low"] else out
 
