@@ -2,20 +2,24 @@
 
 `StepClock` times each step with `time.perf_counter` at the step boundaries the session already hooks,
 profiled or not: the time between leaving one boundary hook and entering the next, so perfsleuth's own
-work at a boundary (starting the profiler, writing a trace) is not in any step. Each step is labelled
-with the phase it ran in:
+work at a boundary (starting the profiler, writing a trace) is not in any step. Beside each step's wall
+time it keeps the process's CPU time over the same interval (`time.process_time`: all its threads), so
+that a step that waited for a core (the machine busy) can be told from one that did more work. Each step
+is labelled with the phase it ran in:
 
-    wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) | stacks | after
+    wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) |
+    after (not profiled, after the recorded window) | stacks | rest (not timed)
 
-Torch keeps only metadata added while it records, so the clock's values go into the trace during the
-recorded window (the session calls `metadata()` at each recorded boundary): the unprofiled steps are the
-`wait` steps before it, which is why the default schedule waits 5 steps (the first interval is never
-timed: it holds the script's start-up; the next one often warms up). `analysis/measurement.py` turns the
-values into the report's `measurement`.
+The unprofiled baseline is the `wait` steps before the recorded window and the `after` steps right after
+it (`RunConfig.after`). Torch keeps only metadata added while it records, so the clock's values as they
+stand at the window's end go into the trace's `perfsleuth.clock`; the session writes the trace's file once
+the `after` steps are timed too, with the whole clock under the top-level `perfsleuth_final`
+(run_outputs.finish_trace). `analysis/measurement.py` turns the values into the report's `measurement`.
 
 `StacksWindow` is the second, short profiler session after the main window: Python stacks on, a few
 steps, written beside the main trace as its companion (`trace/companion.py`); its only use is source
-lines for the findings. It starts one step or more after the main window ends (`OpenAnnotations`).
+lines for the findings. It starts one step or more after the main window and its `after` steps end
+(`OpenAnnotations`).
 """
 
 from __future__ import annotations
@@ -29,43 +33,46 @@ from typing import Any, Callable, Optional
 from .run_outputs import write_trace
 
 log = logging.getLogger(__name__)
-WAIT, WARMUP, ACTIVE, STACKS, AFTER = "wait", "warmup", "active", "stacks", "after"
-
-
-def phase_of(j: int, wait: int, warmup_end: int, profiling: bool, stacks: bool) -> str:
-    """The phase of step j: by the schedule while the main profiler runs, else the stacks window or after."""
-    if profiling:
-        return WAIT if j < wait else WARMUP if j < warmup_end else ACTIVE
-    return STACKS if stacks else AFTER
+WAIT, WARMUP, ACTIVE, AFTER, STACKS, REST = "wait", "warmup", "active", "after", "stacks", "rest"
 
 
 class StepClock:
-    """Durations of the steps between boundary hooks (µs), by the phase each step ran in."""
+    """Wall and CPU durations of the steps between boundary hooks (µs), by the phase each step ran in."""
 
-    def __init__(self, clock=time.perf_counter):
-        self.clock = clock
-        self._open: Optional[tuple] = None  # (step index, phase, when the step began)
-        self.intervals: list = []  # (step index, phase, µs); step j runs between boundaries j and j + 1
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time):
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self._open: Optional[tuple] = None  # (step index, phase, wall and CPU clock when the step began)
+        self.intervals: list = []  # (step index, phase, wall µs, CPU µs); step j runs between boundaries j and j + 1
 
     def enter(self) -> None:
         """A boundary hook starts: the step that just ended is timed (the one before the first boundary
         holds the script's start-up: it is never opened, so never timed)."""
         if self._open is not None:
-            j, phase, began = self._open
-            self.intervals.append((j, phase, round((self.clock() - began) * 1e6, 3)))
+            j, phase, began, cpu_began = self._open
+            cpu = self.cpu_clock()
+            self.intervals.append((j, phase, round((self.clock() - began) * 1e6, 3), round((cpu - cpu_began) * 1e6, 3)))
             self._open = None
 
     def leave(self, j: int, phase: str) -> None:
-        """The boundary hook returns: step `j` starts now, in `phase`."""
-        self._open = (j, phase, self.clock())
+        """The boundary hook returns: step `j` starts now, in `phase` (a `rest` step is not timed: a loop that
+        runs on after the windows does not grow the list)."""
+        if phase != REST:
+            cpu = self.cpu_clock()
+            self._open = (j, phase, self.clock(), cpu)
 
     def values(self, phase: str) -> list:
-        return [us for _, p, us in self.intervals if p == phase]
+        return [us for _, p, us, _ in self.intervals if p == phase]
+
+    def cpu_values(self, phase: str) -> list:
+        return [cpu for _, p, _, cpu in self.intervals if p == phase]
 
     def metadata(self) -> dict:
-        """The trace's `perfsleuth.clock`: unprofiled (wait) and profiled (active) step times, µs."""
-        active = [(j, us) for j, p, us in self.intervals if p == ACTIVE]
-        return {"unit": "us", "unprofiled_us": self.values(WAIT), "profiled_us": [us for _, us in active],
+        """The trace's `perfsleuth.clock`: wall and process CPU times of the unprofiled steps before (`wait`) and
+        after (`after`) the recorded window and of the profiled (`active`) ones, µs."""
+        active = [(j, us) for j, p, us, _ in self.intervals if p == ACTIVE]
+        return {"unit": "us", "unprofiled_us": self.values(WAIT), "unprofiled_cpu_us": self.cpu_values(WAIT),
+                "after_us": self.values(AFTER), "after_cpu_us": self.cpu_values(AFTER),
+                "profiled_us": [us for _, us in active], "profiled_cpu_us": self.cpu_values(ACTIVE),
                 "profiled_steps": [f"ProfilerStep#{j}" for j, _ in active], "warmup_us": self.values(WARMUP),
                 "stacks_us": self.values(STACKS)}
 

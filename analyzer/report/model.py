@@ -57,7 +57,7 @@ class Report:
     @property
     def warnings(self) -> list:
         m = self.measurement
-        flag = [m["note"]] if m and m.get("distorted") else []
+        flag = [m["note"]] if m and (m.get("distorted") or m.get("busy")) and m.get("note") else []
         return list(self.trace.warnings) + list(self.steps.warnings) + flag
 
     @property
