@@ -253,7 +253,7 @@ def test_a_trace_whose_json_is_gone_is_exported_again_or_said_lost(tmp_path):
                 f.write('{"traceEvents": []}')
 
     gone = tmp_path / "gone" / "trace.pt.trace.json"
-    path, error = finish_trace(RawTrace(gone, tmp_path / "gone" / "trace.pt.trace.json.gz", Prof()), {"clock": {}})
+    path, error = finish_trace(RawTrace(gone, gone.with_name("trace.pt.trace.json.gz"), Prof()), {"clock": {}})
     assert path is not None and path.parent != tmp_path / "gone" and error.startswith(
         f"could not write the trace to {tmp_path / 'gone' / 'trace.pt.trace.json.gz'} (FileNotFoundError")
     assert json.loads(gzip.decompress(path.read_bytes())) == {"traceEvents": [], "perfsleuth_final": {"clock": {}}}

@@ -175,8 +175,8 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
             break
     if _slower(pr, un, rule) and _without_cpu(pr, un, rule):
         reasons.append(f"the profiled steps took {_ms(pr.med())} against {_ms(un.med())} without the profiler at "
-                       f"about the same CPU time ({_ms(pr.med(True))} and {_ms(un.med(True))}): they waited for a core, "
-                       f"the profiler's own cost is CPU time")
+                       f"about the same CPU time ({_ms(pr.med(True))} and {_ms(un.med(True))}): they waited for a "
+                       f"core, the profiler's own cost is CPU time")
     if _slower(un, pr, rule):
         reasons.append(f"the profiled steps were faster than the unprofiled ones ({pr.med() / un.med():.2f}x, "
                        f"{_ms(pr.med())} against {_ms(un.med())}): a profiler does not speed a program up")

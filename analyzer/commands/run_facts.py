@@ -12,9 +12,11 @@ the same file later knows them too: a trace alone says nothing about free cores 
                            "window": {"wall_s", "main_cpu_s", "loader_wall_s", "loader_cpu_s",
                                       "loader_calls", "workers", "worker_cpu_s",
                                       "tree_cpu_s", "others_cpu_s", "counted_cpus", "machine_cpus", "tick_s"}},
-                   "clock": {"unit": "us", "unprofiled_us": [...], "profiled_us": [...], "profiled_steps": [...],
-                             "warmup_us": [...], "stacks_us": [...]},          # step_clock.py: steps timed
-                   "schedule": {"wait", "warmup", "active", "with_stack", "record_shapes", "stack_steps", "stack_shapes"},
+                   "clock": {"unit": "us", "unprofiled_us", "unprofiled_cpu_us", "after_us", "after_cpu_us",
+                             "profiled_us", "profiled_cpu_us", "profiled_steps", "warmup_us", "stacks_us"},
+                                                                               # step_clock.py: steps timed
+                   "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
+                                "stack_shapes"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
                    "partial_step": "ProfilerStep#N",                           # only when the run ended inside it
                    "role": "stacks", "main_trace": "..."}                      # only in the stacks companion
@@ -28,7 +30,9 @@ thread, of the in-process DataLoader `__next__` calls and of the loader worker p
 own (`tree_cpu_s`: the process, all its threads, and its DataLoader workers), at /proc/stat's resolution
 (`tick_s` per CPU). Elsewhere these keys are absent.
 
-`trace/model.py` reads it back as `Trace.run_metadata` (an empty dict for other traces). Torch is
+The trace's top-level `perfsleuth_final` (run_outputs.finish_trace) holds the `clock` as it stood when the
+file was finished, after the `after` steps; `trace/model.py` reads both back as `Trace.run_metadata`, the
+later keys winning (an empty dict for other traces). Torch is
 imported inside the functions only.
 """
 
