@@ -136,7 +136,8 @@ def machine_facts(run_metadata: dict, cpus: Optional[float] = None) -> Machine:
         load = others_load(meta)
         if load is not None:
             m.others_cores = load["others_cores"]
-            on = f"the {load['cpus']:g} CPUs this run could use" if load["cpus"] else "the machine's CPUs"
+            n = load["cpus"]
+            on = f"the {n:g} CPU{'s' if n != 1 else ''} this run could use" if n else "the machine's CPUs"
             assumptions["others_cores"] = (f"{m.others_cores:.2f} cores of {on} kept busy by other processes over the "
                                            f"recorded window (/proc/stat less this process and its DataLoader "
                                            f"workers, ±{load['resolution']:.2f})")

@@ -160,8 +160,9 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
     if load and load.get("cpus"):
         others, own = load["others_cores"], load["own_cores"] if load["own_cores"] is not None else 1.0
         if others - load["resolution"] >= rule.min_others_cores and others + own >= rule.saturation * load["cpus"]:
-            reasons.append(f"other processes kept {others:.2f} of the {load['cpus']:g} CPUs this run could use busy "
-                           f"during the recorded window (this run: {own:.2f})")
+            cpus = f"{load['cpus']:g} CPU{'s' if load['cpus'] != 1 else ''}"
+            reasons.append(f"other processes kept {others:.2f} of the {cpus} this run could use busy during the "
+                           f"recorded window (this run: {own:.2f})")
     preempted = sum(_preempted(g, rule) for g in (before, after, pr))
     if preempted >= rule.min_preempted:
         reasons.append(f"{preempted} of {before.n + after.n + pr.n} steps took far longer than the others at their "
