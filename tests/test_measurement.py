@@ -12,7 +12,7 @@ from perfsleuth.analysis.measurement import measure
 from perfsleuth.analysis.steps import Steps
 from perfsleuth.api import analyze_file, analyze_path
 from perfsleuth.commands.diff import diff_reports
-from perfsleuth.commands.step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StepClock
+from perfsleuth.commands.step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, QueuedClock, StepClock
 from perfsleuth.report.html import render_html
 from perfsleuth.report.markdown import render_markdown
 from perfsleuth.report.terminal import render_terminal
@@ -33,9 +33,10 @@ class FakeClock:
 
 def test_step_clock_times_between_hooks_and_labels_phases():
     # boundary hooks enter/leave at these seconds: perfsleuth's own work inside a hook is in no step; the CPU
-    # clock (process time) is read beside the wall clock at the same points
+    # clock (process time) and the run-queue clock are read beside the wall clock at the same points
     clock = StepClock(FakeClock([1.0, 1.5, 1.52, 1.9, 1.91, 2.4, 2.41, 3.0, 3.01, 3.2, 3.3]),
-                      FakeClock([0.0, 0.4, 0.41, 0.8, 0.8, 1.2, 1.2, 1.3, 1.3, 1.5, 1.6]))
+                      FakeClock([0.0, 0.4, 0.41, 0.8, 0.8, 1.2, 1.2, 1.3, 1.3, 1.5, 1.6]),
+                      FakeClock([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.01, 0.4, 0.4, 0.4, 0.4]))
     clock.enter()  # the first boundary: the start-up before it is not timed
     clock.leave(1, WAIT)  # 1.0
     clock.enter()  # 1.5: step 1 took 0.5 s, 0.4 s of CPU
@@ -44,19 +45,32 @@ def test_step_clock_times_between_hooks_and_labels_phases():
     clock.leave(3, ACTIVE)  # 1.91
     clock.enter()  # 2.4
     clock.leave(4, AFTER)  # 2.41: unprofiled, after the recorded window
-    clock.enter()  # 3.0: 0.1 s of CPU in 0.59 s (it waited)
+    clock.enter()  # 3.0: 0.1 s of CPU in 0.59 s, 0.39 s of it waiting for a core
     clock.leave(5, STACKS)  # 3.01
     clock.enter()  # 3.2
     clock.leave(6, REST)  # not timed: after the windows, the list stops growing
     clock.enter()
-    assert clock.intervals == [(1, WAIT, 500000.0, 400000.0), (2, WARMUP, 380000.0, 390000.0),
-                               (3, ACTIVE, 490000.0, 400000.0), (4, AFTER, 590000.0, 100000.0),
-                               (5, STACKS, 190000.0, 200000.0)]
+    assert clock.intervals == [(1, WAIT, 500000.0, 400000.0, 0.0), (2, WARMUP, 380000.0, 390000.0, 0.0),
+                               (3, ACTIVE, 490000.0, 400000.0, 10000.0), (4, AFTER, 590000.0, 100000.0, 390000.0),
+                               (5, STACKS, 190000.0, 200000.0, 0.0)]
     assert clock.metadata() == {"unit": "us", "unprofiled_us": [500000.0], "unprofiled_cpu_us": [400000.0],
-                                "after_us": [590000.0], "after_cpu_us": [100000.0],
-                                "profiled_us": [490000.0], "profiled_cpu_us": [400000.0],
+                                "unprofiled_queued_us": [0.0], "after_us": [590000.0], "after_cpu_us": [100000.0],
+                                "after_queued_us": [390000.0], "profiled_us": [490000.0],
+                                "profiled_cpu_us": [400000.0], "profiled_queued_us": [10000.0],
                                 "profiled_steps": ["ProfilerStep#3"], "warmup_us": [380000.0],
                                 "stacks_us": [190000.0]}
+    # where the run queue cannot be read (not Linux), its keys are left out
+    off = StepClock(FakeClock([1.0, 1.5]), FakeClock([0.0, 0.4]), lambda: None)
+    off.leave(1, WAIT)
+    off.enter()
+    assert off.intervals == [(1, WAIT, 500000.0, 400000.0, None)] and "unprofiled_queued_us" not in off.metadata()
+
+
+def test_the_run_queue_clock_reads_schedstat_or_says_nothing(tmp_path):
+    (tmp_path / "schedstat").write_text("93159 3684398000 1\n")
+    assert QueuedClock(str(tmp_path / "schedstat"))() == 3.684398
+    gone = QueuedClock(str(tmp_path / "missing"))
+    assert gone() is None and gone.ok is False and gone() is None
 
 
 def steps_named(*names, phases=None) -> Steps:
@@ -245,9 +259,10 @@ def test_default_run_times_steps_without_the_profiler_and_records_stacks_apart(t
     assert meta["stacks_trace"] == "trace.stacks.pt.trace.json.gz"
     assert meta["clock"]["after_us"] == []  # recorded at the window's end; the steps after it came later ...
     clock = doc["perfsleuth_final"]["clock"]  # ... and went in when the file was finished
-    assert clock | {"after_us": [], "after_cpu_us": []} == meta["clock"]  # the rest is what the window recorded
+    # the rest is what the window recorded
+    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": []} == meta["clock"]
     assert len(clock["unprofiled_us"]) == 4 and len(clock["warmup_us"]) == 2  # the first step is the start-up
-    assert len(clock["after_us"]) == len(clock["after_cpu_us"]) == 4
+    assert len(clock["after_us"]) == len(clock["after_cpu_us"]) == len(clock["after_queued_us"]) == 4  # Linux
     assert len(clock["unprofiled_cpu_us"]) == 4 and len(clock["profiled_cpu_us"]) == 5
     assert clock["profiled_steps"] == [f"ProfilerStep#{j}" for j in range(7, 12)]
     assert not any(e.get("cat") == "python_function" or "Input type" in (e.get("args") or {})
@@ -291,7 +306,7 @@ with prof:
             for i in range({per_epoch}):
                 opt.zero_grad(); torch.nn.functional.cross_entropy(model(x), y).backward(); opt.step()
 import gc; gc.collect()
-print([(j, phase) for j, phase, _, _ in prof._session.step_clock.intervals])
+print([(j, phase) for j, phase, *_ in prof._session.step_clock.intervals])
 """
 
 

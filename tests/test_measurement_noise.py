@@ -77,10 +77,35 @@ def test_profiled_steps_slower_at_the_same_cpu_time_waited_they_were_not_distort
     m = measure({"clock": clock(profiled=[20000.0, 20200.0, 19800.0],
                                 profiled_cpu=[10000.0, 10100.0, 9900.0])}, STEPS)
     assert m["overhead"] == 2.0 and m["busy"] is True and m["distorted"] is False
-    assert m["busy_reason"] == ("the profiled steps took 20.00 ms against 10.00 ms without the profiler at about the "
+    assert m["busy_reason"] == ("the profiled steps took 20.00 ms against 10.00 ms without the profiler, at about the "
                                 "same CPU time (10.00 ms and 9.90 ms): they waited for a core, the profiler's own "
                                 "cost is CPU time")
     assert "PROFILER DISTORTION" not in measurement_lines({"measurement": m})[1]
+    # on a GPU the profiler also costs time the host's CPU time does not show: that is distortion
+    gpu = measure({"clock": clock(profiled=[20000.0, 20200.0, 19800.0], profiled_cpu=[10000.0, 10100.0, 9900.0]),
+                   "host": {"accelerator": "cuda"}}, STEPS)
+    assert (gpu["busy"], gpu["distorted"]) == (False, True)
+    # where the run queue was measured, it decides: 9.5 ms of the 10 ms more in the queue
+    queued = clock(profiled=[20000.0, 20200.0, 19800.0], profiled_cpu=[10000.0, 10100.0, 9900.0])
+    queued.update(unprofiled_queued_us=[0.0] * 4, after_queued_us=[0.0] * 4, profiled_queued_us=[9500.0] * 3)
+    m = measure({"clock": queued, "host": {"accelerator": "cuda"}}, STEPS)
+    assert m["busy"] is True and m["preempted_steps"] == 3 and m["queued_us"]["profiled"]["median"] == 9500.0
+    assert m["busy_reason"] == ("3 of 11 steps spent 15% or more of their time waiting for a core (the run queue); "
+                                "the profiled steps took 20.00 ms against 10.00 ms without the profiler, waiting for "
+                                "a core 9.50 ms of it")
+
+
+def test_steps_that_wait_for_data_are_not_preempted():
+    # a DataLoader-bound loop: 1 ms of CPU a step, and every fourth step waits 30 ms more for its batch
+    walls, cpus = [10000.0, 40000.0, 10000.0, 10100.0], [1000.0, 1000.0, 1000.0, 1100.0]
+    m = measure({"clock": clock(walls, walls, [10000.0, 40000.0, 10100.0], before_cpu=cpus, after_cpu=cpus,
+                                profiled_cpu=[1100.0, 1100.0, 1100.0])}, STEPS)
+    assert m["preempted_steps"] == 0 and m["busy"] is False  # CPU time is not what such steps are made of
+    queued = clock(walls, walls, [10000.0, 40000.0, 10100.0], before_cpu=cpus, after_cpu=cpus)
+    queued.update(unprofiled_queued_us=[0.0, 0.0, 0.0, 0.0], after_queued_us=[0.0, 29000.0, 0.0, 0.0],
+                  profiled_queued_us=[0.0, 0.0, 0.0])
+    m = measure({"clock": queued}, STEPS)  # ... unless the run queue says the long one waited for a core
+    assert m["preempted_steps"] == 1 and m["busy"] is False and m["queued_us"]["unprofiled"]["n"] == 8
 
 
 def window(others_cpu_s, tree_cpu_s=1.0, wall_s=1.0, cpus=2) -> dict:

@@ -61,16 +61,21 @@ def _number(v) -> Optional[float]:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def _pairs(walls, cpus) -> list:
-    """(wall µs, CPU µs or None) of the steps with a valid wall time; CPU times only when they match."""
+def _column(values, n: int) -> list:
+    return [_number(v) for v in values] if isinstance(values, list) and len(values) == n else [None] * n
+
+
+def _steps(walls, cpus=None, queued=None, keep=None) -> list:
+    """(wall µs, CPU µs or None, queued µs or None) of the steps with a valid wall time (those `keep` marks);
+    the CPU and queued times only when their lists match the wall times'."""
     if not isinstance(walls, list):
         return []
-    cpus = cpus if isinstance(cpus, list) and len(cpus) == len(walls) else [None] * len(walls)
-    return [(w, _number(c)) for w, c in ((_number(w), c) for w, c in zip(walls, cpus)) if w]
+    rows = zip(walls, _column(cpus, len(walls)), _column(queued, len(walls)), keep or [True] * len(walls))
+    return [(w, c, q) for w, c, q, k in ((_number(w), c, q, k) for w, c, q, k in rows) if w and k]
 
 
-def _summary(values: list) -> Optional[dict]:
-    if not values:
+def _summary(values) -> Optional[dict]:
+    if values is None or not len(values):
         return None
     v = np.asarray(values, dtype=np.float64)
     med = float(np.median(v))
@@ -78,39 +83,37 @@ def _summary(values: list) -> Optional[dict]:
             "p90": round(float(np.percentile(v, 90)), 3), "n": int(v.size), "values": [round(float(x), 3) for x in v]}
 
 
-def _steady(pairs: list) -> tuple[list, int]:
-    """The pairs less their leading warm-up steps, and how many were left out."""
-    if not pairs:
+def _steady(rows: list) -> tuple[list, int]:
+    """The steps less their leading warm-up steps, and how many were left out."""
+    if not rows:
         return [], 0
-    lead = leading_warmup(np.asarray([w for w, _ in pairs], np.float64), np.zeros(len(pairs)), SteadyRule())
-    return pairs[lead:], lead
+    lead = leading_warmup(np.asarray([r[0] for r in rows], np.float64), np.zeros(len(rows)), SteadyRule())
+    return rows[lead:], lead
 
 
 def _steady_profiled(clock: dict, steps: Steps) -> list:
     """The clock's profiled steps whose ProfilerStep is a steady step of the trace (all of them when the names
     cannot be matched)."""
     walls, names = clock.get("profiled_us"), clock.get("profiled_steps")
+    cpus, queued = clock.get("profiled_cpu_us"), clock.get("profiled_queued_us")
     if not isinstance(walls, list):
         return []
-    cpus = clock.get("profiled_cpu_us")
     if not isinstance(names, list) or len(names) != len(walls) or "phase" not in steps.frame:
-        return _pairs(walls, cpus)
+        return _steps(walls, cpus, queued)
     phase = dict(zip(steps.frame["name"].astype(str), steps.frame["phase"]))
     if not any(str(n) in phase for n in names):
-        return _pairs(walls, cpus)
-    keep = [phase.get(str(n)) == "steady" for n in names]
-    cpus = cpus if isinstance(cpus, list) and len(cpus) == len(walls) else [None] * len(walls)
-    return _pairs([w for w, k in zip(walls, keep) if k], [c for c, k in zip(cpus, keep) if k])
+        return _steps(walls, cpus, queued)
+    return _steps(walls, cpus, queued, [phase.get(str(n)) == "steady" for n in names])
 
 
 class _Group:
-    """The wall and CPU times of one group of steps (before, after, unprofiled, profiled)."""
+    """The wall, CPU and queued times of one group of steps (before, after, unprofiled, profiled); CPU and
+    queued are None unless every step has them."""
 
-    def __init__(self, name: str, pairs: list):
-        self.name, self.pairs = name, pairs
-        self.wall = np.asarray([w for w, _ in pairs], np.float64)
-        self.cpu = np.asarray([c for _, c in pairs], np.float64) if pairs and all(
-            c is not None for _, c in pairs) else None
+    def __init__(self, rows: list):
+        self.wall = np.asarray([r[0] for r in rows], np.float64)
+        self.cpu, self.queued = (np.asarray([r[i] for r in rows], np.float64) if rows and all(
+            r[i] is not None for r in rows) else None for i in (1, 2))
 
     @property
     def n(self) -> int:
@@ -122,6 +125,12 @@ class _Group:
     def sigma(self, cpu: bool = False) -> float:
         v = self.cpu if cpu else self.wall
         return 1.4826 * float(np.median(np.abs(v - np.median(v))))
+
+    @property
+    def computes(self) -> bool:
+        """Its steps are mostly CPU work (CPU time at least half the wall time): more wall time at the same CPU
+        time then means waiting for a core, not for data or a device."""
+        return self.cpu is not None and self.n > 0 and self.med(cpu=True) >= 0.5 * self.med()
 
 
 def _slower(x: _Group, y: _Group, rule: MeasurementRule) -> bool:
@@ -140,8 +149,12 @@ def _without_cpu(x: _Group, y: _Group, rule: MeasurementRule) -> bool:
 
 
 def _preempted(g: _Group, rule: MeasurementRule) -> int:
-    """Steps of `g` that took far longer than the group's median at no more than its usual CPU time."""
-    if g.cpu is None or g.n < 3:
+    """Steps of `g` that waited for a core: `drift` of their time or more in the run queue where the system
+    measured it; else, for steps of CPU work, far longer than the group's median at no more than its usual
+    CPU time."""
+    if g.queued is not None:
+        return int((g.queued >= rule.drift * g.wall).sum())
+    if not g.computes or g.n < 3:
         return 0
     w, c = g.med(), g.med(cpu=True)
     usual_cpu = g.cpu <= c + max(rule.k_noise * g.sigma(cpu=True), rule.drift * c)
@@ -153,9 +166,10 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.2f} ms"
 
 
-def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: Optional[dict],
+def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: Optional[dict], device: bool,
                   rule: MeasurementRule) -> tuple[list, int]:
-    """(why the machine was busy, in words with the numbers; steps that waited for a core)."""
+    """(why the machine was busy, in words with the numbers; steps that waited for a core). `device`: the run
+    used a GPU, whose profiling costs time the host's CPU time does not show."""
     reasons = []
     if load and load.get("cpus"):
         others, own = load["others_cores"], load["own_cores"] if load["own_cores"] is not None else 1.0
@@ -165,8 +179,10 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
                            f"recorded window (this run: {own:.2f})")
     preempted = sum(_preempted(g, rule) for g in (before, after, pr))
     if preempted >= rule.min_preempted:
-        reasons.append(f"{preempted} of {before.n + after.n + pr.n} steps took far longer than the others at their "
-                       f"usual CPU time: they waited for a core")
+        how = (f"spent {rule.drift:.0%} or more of their time waiting for a core (the run queue)"
+               if pr.queued is not None or un.queued is not None else
+               "took far longer than the others at their usual CPU time: they waited for a core")
+        reasons.append(f"{preempted} of {before.n + after.n + pr.n} steps {how}")
     for x, y in ((before, after), (after, before)):
         if _slower(x, y, rule):
             cpu = (f", at about the same CPU time ({_ms(before.med(True))} and {_ms(after.med(True))}): the slower "
@@ -174,10 +190,14 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
             reasons.append(f"the unprofiled steps before the profiled window (median {_ms(before.med())}) and after it "
                            f"({_ms(after.med())}) differ beyond their spread{cpu}")
             break
-    if _slower(pr, un, rule) and _without_cpu(pr, un, rule):
-        reasons.append(f"the profiled steps took {_ms(pr.med())} against {_ms(un.med())} without the profiler at "
-                       f"about the same CPU time ({_ms(pr.med(True))} and {_ms(un.med(True))}): they waited for a "
-                       f"core, the profiler's own cost is CPU time")
+    queued = pr.queued is not None and un.queued is not None
+    if _slower(pr, un, rule) and (
+            float(np.median(pr.queued)) - float(np.median(un.queued)) >= rule.cpu_share * (pr.med() - un.med())
+            if queued else not device and un.computes and _without_cpu(pr, un, rule)):
+        why = (f"waiting for a core {_ms(float(np.median(pr.queued)))} of it" if queued else
+               f"at about the same CPU time ({_ms(pr.med(True))} and {_ms(un.med(True))}): they waited for a core, "
+               f"the profiler's own cost is CPU time")
+        reasons.append(f"the profiled steps took {_ms(pr.med())} against {_ms(un.med())} without the profiler, {why}")
     if _slower(un, pr, rule):
         reasons.append(f"the profiled steps were faster than the unprofiled ones ({pr.med() / un.med():.2f}x, "
                        f"{_ms(pr.med())} against {_ms(un.med())}): a profiler does not speed a program up")
@@ -196,18 +216,20 @@ def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = Measuremen
     clock = run_metadata.get("clock") if isinstance(run_metadata, dict) else None
     if not isinstance(clock, dict) or run_metadata.get("role") == "stacks":  # a stacks companion measures nothing
         return None
-    b_pairs, b_lead = _steady(_pairs(clock.get("unprofiled_us"), clock.get("unprofiled_cpu_us")))
-    a_pairs, a_lead = _steady(_pairs(clock.get("after_us"), clock.get("after_cpu_us")))
-    before, after = _Group("before", b_pairs), _Group("after", a_pairs)
-    un, pr = _Group("unprofiled", b_pairs + a_pairs), _Group("profiled", _steady_profiled(clock, steps))
+    b_rows, b_lead = _steady(_steps(*(clock.get(f"unprofiled{k}_us") for k in ("", "_cpu", "_queued"))))
+    a_rows, a_lead = _steady(_steps(*(clock.get(f"after{k}_us") for k in ("", "_cpu", "_queued"))))
+    before, after = _Group(b_rows), _Group(a_rows)
+    un, pr = _Group(b_rows + a_rows), _Group(_steady_profiled(clock, steps))
     load = others_load(run_metadata)
-    out = {"unprofiled_step_us": _summary(list(un.wall)), "profiled_step_us": _summary(list(pr.wall)),
-           "before": _summary(list(before.wall)), "after": _summary(list(after.wall)),
-           "cpu_us": {"unprofiled": _summary(list(un.cpu)) if un.cpu is not None else None,
-                      "profiled": _summary(list(pr.cpu)) if pr.cpu is not None else None},
+    host = run_metadata.get("host") if isinstance(run_metadata.get("host"), dict) else {}
+    out = {"unprofiled_step_us": _summary(un.wall), "profiled_step_us": _summary(pr.wall),
+           "before": _summary(before.wall), "after": _summary(after.wall),
+           "cpu_us": {"unprofiled": _summary(un.cpu), "profiled": _summary(pr.cpu)},
+           "queued_us": {"unprofiled": _summary(un.queued), "profiled": _summary(pr.queued)},
            "overhead": None, "distorted": False, "busy": False, "busy_reason": None, "preempted_steps": 0,
            "others_cores": load["others_cores"] if load else None, "unprofiled_warmup_steps": b_lead + a_lead}
-    reasons, out["preempted_steps"] = _busy_reasons(before, after, un, pr, load, rule)
+    device = host.get("accelerator") in ("cuda", "rocm")
+    reasons, out["preempted_steps"] = _busy_reasons(before, after, un, pr, load, device, rule)
     if not un.n or not pr.n:
         out["note"] = ("no unprofiled step was timed (the schedule's --wait and --after leave none)"
                        if not un.n else "no profiled step was timed")

@@ -3,9 +3,10 @@
 `StepClock` times each step with `time.perf_counter` at the step boundaries the session already hooks,
 profiled or not: the time between leaving one boundary hook and entering the next, so perfsleuth's own
 work at a boundary (starting the profiler, writing a trace) is not in any step. Beside each step's wall
-time it keeps the process's CPU time over the same interval (`time.process_time`: all its threads), so
-that a step that waited for a core (the machine busy) can be told from one that did more work. Each step
-is labelled with the phase it ran in:
+time it keeps the process's CPU time over the same interval (`time.process_time`: all its threads) and,
+on Linux, the time the stepping thread waited runnable for a CPU (`QueuedClock`, schedstat), so that a
+step that waited for a core (the machine busy) can be told from one that did more work or waited for
+data. Each step is labelled with the phase it ran in:
 
     wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) |
     after (not profiled, after the recorded window) | stacks | rest (not timed)
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -36,45 +39,83 @@ log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, AFTER, STACKS, REST = "wait", "warmup", "active", "after", "stacks", "rest"
 
 
-class StepClock:
-    """Wall and CPU durations of the steps between boundary hooks (µs), by the phase each step ran in."""
+class QueuedClock:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (Linux schedstat's run delay:
+    preemption, measured), or None where that cannot be read (not Linux, a kernel without it). The file
+    stays open, per thread: a read costs a few µs."""
 
-    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time):
+    def __init__(self, path: str = "/proc/thread-self/schedstat"):
+        self.path, self._fd, self._tid, self.ok = path, None, None, True
+
+    def __call__(self) -> Optional[float]:
+        if not self.ok:
+            return None
+        try:
+            tid = threading.get_native_id()
+            if self._fd is None or tid != self._tid:
+                self.close()
+                self._fd, self._tid = os.open(self.path, os.O_RDONLY), tid
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError, AttributeError):
+            self.ok = False
+            return None
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+
+class StepClock:
+    """Wall, CPU and queued durations of the steps between boundary hooks (µs), by the phase each ran in."""
+
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time, queue_clock=None):
         self.clock, self.cpu_clock = clock, cpu_clock
-        self._open: Optional[tuple] = None  # (step index, phase, wall and CPU clock when the step began)
-        self.intervals: list = []  # (step index, phase, wall µs, CPU µs); step j runs between boundaries j and j + 1
+        self.queue_clock = queue_clock if queue_clock is not None else QueuedClock()
+        self._open: Optional[tuple] = None  # (step index, phase, the three clocks when the step began)
+        self.intervals: list = []  # (step index, phase, wall µs, CPU µs, queued µs or None); step j runs
+        #                            between boundaries j and j + 1
+
+    def _now(self) -> tuple:
+        return self.queue_clock(), self.cpu_clock(), self.clock()
 
     def enter(self) -> None:
         """A boundary hook starts: the step that just ended is timed (the one before the first boundary
         holds the script's start-up: it is never opened, so never timed)."""
         if self._open is not None:
-            j, phase, began, cpu_began = self._open
-            cpu = self.cpu_clock()
-            self.intervals.append((j, phase, round((self.clock() - began) * 1e6, 3), round((cpu - cpu_began) * 1e6, 3)))
+            (j, phase, (q0, c0, w0)), (q, c, w) = self._open, self._now()
+            queued = round((q - q0) * 1e6, 3) if q is not None and q0 is not None else None
+            self.intervals.append((j, phase, round((w - w0) * 1e6, 3), round((c - c0) * 1e6, 3), queued))
             self._open = None
 
     def leave(self, j: int, phase: str) -> None:
         """The boundary hook returns: step `j` starts now, in `phase` (a `rest` step is not timed: a loop that
         runs on after the windows does not grow the list)."""
         if phase != REST:
-            cpu = self.cpu_clock()
-            self._open = (j, phase, self.clock(), cpu)
+            self._open = (j, phase, self._now())
+
+    def _column(self, phase: str, i: int) -> list:
+        return [x[i] for x in self.intervals if x[1] == phase]
 
     def values(self, phase: str) -> list:
-        return [us for _, p, us, _ in self.intervals if p == phase]
-
-    def cpu_values(self, phase: str) -> list:
-        return [cpu for _, p, _, cpu in self.intervals if p == phase]
+        return self._column(phase, 2)
 
     def metadata(self) -> dict:
-        """The trace's `perfsleuth.clock`: wall and process CPU times of the unprofiled steps before (`wait`) and
-        after (`after`) the recorded window and of the profiled (`active`) ones, µs."""
-        active = [(j, us) for j, p, us, _ in self.intervals if p == ACTIVE]
-        return {"unit": "us", "unprofiled_us": self.values(WAIT), "unprofiled_cpu_us": self.cpu_values(WAIT),
-                "after_us": self.values(AFTER), "after_cpu_us": self.cpu_values(AFTER),
-                "profiled_us": [us for _, us in active], "profiled_cpu_us": self.cpu_values(ACTIVE),
-                "profiled_steps": [f"ProfilerStep#{j}" for j, _ in active], "warmup_us": self.values(WARMUP),
-                "stacks_us": self.values(STACKS)}
+        """The trace's `perfsleuth.clock`, µs: wall and process CPU times of the unprofiled steps before (`wait`)
+        and after (`after`) the recorded window and of the profiled (`active`) ones; and the time the stepping
+        thread waited for a CPU in each (`*_queued_us`, only where the system says)."""
+        out = {"unit": "us"}
+        for key, phase in (("unprofiled", WAIT), ("after", AFTER), ("profiled", ACTIVE)):
+            out[f"{key}_us"], out[f"{key}_cpu_us"] = self._column(phase, 2), self._column(phase, 3)
+            queued = self._column(phase, 4)
+            if None not in queued:
+                out[f"{key}_queued_us"] = queued
+        out["profiled_steps"] = [f"ProfilerStep#{x[0]}" for x in self.intervals if x[1] == ACTIVE]
+        out.update(warmup_us=self.values(WARMUP), stacks_us=self.values(STACKS))
+        return out
 
 
 class OpenAnnotations:
