@@ -263,7 +263,8 @@ def test_the_final_key_is_added_while_the_trace_is_gzipped_and_read_back(tmp_pat
                                {"clock": {"unprofiled_us": [1.0], "after_us": [2.0, 3.0]}})
     assert (path, error) == (tmp_path / "trace.pt.trace.json.gz", None) and not raw.exists()
     finished = json.loads(gzip.decompress(path.read_bytes()))
-    assert finished == {**json.loads(json.dumps(doc)), "perfsleuth_final": {"clock": {"unprofiled_us": [1.0], "after_us": [2.0, 3.0]}}}
+    final = {"clock": {"unprofiled_us": [1.0], "after_us": [2.0, 3.0]}}
+    assert finished == {**json.loads(json.dumps(doc)), "perfsleuth_final": final}
     meta = load_trace(path).run_metadata  # perfsleuth_final's keys replace perfsleuth's
     assert meta["clock"] == {"unprofiled_us": [1.0], "after_us": [2.0, 3.0]} and meta["version"] == 1
     (tmp_path / "empty.json").write_text("{ }")

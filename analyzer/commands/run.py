@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..errors import UsageError
 from ..trace.companion import companion_name
 from . import run_facts, run_outputs, run_ranks
 from .run_config import RunConfig
