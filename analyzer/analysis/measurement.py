@@ -1,13 +1,14 @@
 """The report's `measurement`: step times measured with and without the profiler, and how far to trust them
 (docs/run.md#measurement).
 
-`perfsleuth run` and `profile()` time every step with a cheap clock, wall and process CPU time, and record
-the times in the trace (`perfsleuth.clock`, commands/step_clock.py): the `wait` steps run before the
+`perfsleuth run` and `profile()` time every step with a cheap clock, wall and process CPU time and (Linux)
+the stepping thread's time in the run queue, and record the times in the trace (`perfsleuth.clock`, commands/step_clock.py): the `wait` steps run before the
 profiler starts and the `after` steps right after the recorded window (together, the unprofiled steps),
 the `active` steps are the recorded ones. Here they become
 
     {"unprofiled_step_us": summary, "profiled_step_us": summary, "before": summary, "after": summary,
-     "cpu_us": {"unprofiled": summary, "profiled": summary}, "overhead": profiled / unprofiled median,
+     "cpu_us": {"unprofiled": summary, "profiled": summary}, "queued_us": {the same},
+     "overhead": profiled / unprofiled median,
      "distorted": bool, "busy": bool, "busy_reason": str, "preempted_steps": int, "others_cores": float,
      "unprofiled_warmup_steps": int, "note": str}
 
@@ -18,8 +19,9 @@ of the steady state (`phases.py`); profiled steps count when their ProfilerStep 
 
 Two different things make the profiled and unprofiled times disagree, and they call for different advice:
 
-- **the machine was busy** (`busy`): steps that waited for a core (wall time far above their group's at
-  their usual CPU time, or a whole group slower without more CPU time), other processes keeping the CPUs
+- **the machine was busy** (`busy`): steps that waited for a core (in the run queue, where measured; else
+  steps of CPU work far above their group's wall time at their usual CPU time, or, on CPU-only runs, the
+  profiled steps slower without more CPU time), other processes keeping the CPUs
   this run could use saturated (`others_cores`, machine.py), the steps before and after the window
   disagreeing beyond their spread, or profiled steps faster than unprofiled ones beyond noise (a profiler
   does not speed a program up). The numbers say nothing about the profiler: rerun on a quiet machine.
