@@ -332,6 +332,8 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
               help="Steps traced and discarded (profiler start-up).")
 @click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
               help="Steps recorded and analyzed.")
+@click.option("--after", type=click.IntRange(0), default=RunConfig.after, show_default=True,
+              help="Steps run after the recorded window, timed without the profiler (with --wait's: the baseline).")
 @click.option("--no-stack", is_flag=True,
               help="No Python stacks at all: skips the short stacks window after the analysed one, so findings "
                    "carry no source lines.")
@@ -345,27 +347,26 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, no_fallback, out_dir,
-                json_path, html_path, markdown_path, force) -> None:
+def run_command(target, script_args, module, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
+                out_dir, json_path, html_path, markdown_path, force) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
     Examples:
       perfsleuth run train.py --lr 0.1
       perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
-    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
-    stops once the window (wait + warmup + active steps, then 2 steps with Python stacks for
-    source lines) is recorded, and says so; --full lets it finish. Every step is timed with and
-    without the profiler. Steps come from optimizer.step(), DataLoader batches or the repeated
-    outermost model call; a script with none is analysed whole, as one window. Needs PyTorch.
-    Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
+    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script stops once
+    wait + warmup + active + after steps, then 2 with Python stacks, are done (--full: it runs to its end).
+    Every step is timed, profiled or not. Steps: optimizer.step(), DataLoader batches or the repeated model
+    call (none: one window). Needs PyTorch. Where steps come from, exit codes, costs: `perfsleuth docs run`.
     """
     from ..trace.companion import companion_name
     from . import run as runner
     from . import run_outputs, run_paths
     from .target import resolve_target
 
-    config = RunConfig(wait=wait, warmup=warmup, active=active, stack_steps=0 if no_stack else RunConfig.stack_steps,
+    config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
+                       stack_steps=0 if no_stack else RunConfig.stack_steps,
                        stack_shapes=not no_shapes, stop_after_window=not full, fallback_window=not no_fallback)
     job = resolve_target(target, script_args, module)
     runner.require_torch()

@@ -21,33 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..errors import UsageError
 from ..trace.companion import companion_name
 from . import run_facts, run_outputs, run_ranks
 from .run_config import RunConfig
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
-from .step_clock import StacksSchedule, StepClock, phase_of
+from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksSchedule, StepClock
 from .step_hooks import StepHooks
-from .target import Target, _execute, _script_environment, format_user_traceback
+from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
-
-
-TORCH_INSTALL = ("pip install torch (on Linux that is the CUDA build; the CPU-only one: pip install torch "
-                 "--index-url https://download.pytorch.org/whl/cpu)")
-
-
-def require_torch() -> None:
-    """`perfsleuth run` without PyTorch: one line naming what to install (exit 2), not a traceback."""
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) == "torch" or "No module named 'torch'" in str(exc)
-        why = "needs PyTorch, which is not installed" if missing else f"cannot import PyTorch ({exc})"
-        raise UsageError(f"perfsleuth run {why}: {TORCH_INSTALL}") from None
 
 
 class _WindowComplete(BaseException):
@@ -67,7 +52,10 @@ class ProfileSession:
     boundary ever comes, its recording is the trace, analysed as one window (`whole_run`); at the
     first boundary it is stopped and thrown away, and the scheduled profiler takes over. With
     `wait=0` the scheduled profiler records from the start, and with `fallback_window=False` nothing
-    is recorded before the first boundary: no light recorder either way."""
+    is recorded before the first boundary: no light recorder either way.
+
+    Then `after` steps run unprofiled and timed (step_clock.py): the trace, exported as JSON when the window
+    ends, is gzipped to its place with their times when they are over (run_outputs.finish_trace)."""
 
     def __init__(self, config: RunConfig, trace_path: Path, raise_on_complete: bool, manual: bool = False):
         self.config = config
@@ -82,6 +70,8 @@ class ProfileSession:
         self.trace_written = False
         self.export_error: Optional[str] = None  # the trace could not be written where asked
         self.whole_run = False  # the trace is the light recording of everything (no step boundary)
+        self._after_left = 0  # unprofiled steps still to time after the recorded window
+        self._raw: Optional[run_outputs.RawTrace] = None  # the window's trace, exported, not yet finished
         self.step_clock = StepClock()  # step times, profiled or not (self._clock: CPU time, for forecasts)
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
@@ -158,7 +148,8 @@ class ProfileSession:
         host = self._host if self._host is not None else run_facts.host_facts(*rank_info())
         return {**run_facts.metadata(host, self.hooks.loaders, self._clock.facts()),
                 "clock": self.step_clock.metadata(),
-                "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
+                "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "after": c.after,
+                             "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None, **extra}
@@ -172,11 +163,18 @@ class ProfileSession:
         try:
             self._advance()
         finally:
-            c = self.config
-            self.step_clock.leave(self.steps, phase_of(self.steps, c.wait, c.wait + c.warmup, self._prof is not None,
-                                                       self._stacks.window is not None))
+            self.step_clock.leave(self.steps, self._phase())
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
+
+    def _phase(self) -> str:
+        """The phase of the step that starts now (step_clock.py)."""
+        c = self.config
+        if self._prof is not None:
+            return WAIT if self.steps < c.wait else WARMUP if self.steps < c.wait + c.warmup else ACTIVE
+        if self._after_left:
+            return AFTER
+        return STACKS if self._stacks.window is not None else REST
 
     def _advance(self) -> None:
         if self.done or self._finished:  # after the windows, or stopped early (Ctrl-C, the end of a `with`)
@@ -184,7 +182,11 @@ class ProfileSession:
         if self._light is not None:
             self._end_light(keep=False)
         self.steps += 1
-        if self._stacks.pending:  # the short stacks window after the analysed one
+        if self._after_left:  # an unprofiled step after the window is over (timed by step())
+            self._after_left -= 1
+            if not self._after_left:
+                self._main_over()
+        elif self._stacks.pending:  # the short stacks window after the analysed one
             if self._stacks.step():
                 self._complete()
         else:
@@ -208,8 +210,20 @@ class ProfileSession:
         if self.window_done:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
-            if self._stacks.main_done():
-                self._complete()
+            self._stacks.annotations.watching = False  # blocks begun from now on were never recorded
+            self._after_left = self.config.after
+            if not self._after_left:
+                self._main_over()
+
+    def _main_over(self) -> None:
+        """The recorded window and the unprofiled steps after it are over: the trace is finished with their
+        times; then the stacks window, if there is one (from this boundary on when steps passed since the
+        window: step_clock.OpenAnnotations)."""
+        self._finish_trace()
+        if self._stacks.main_done():
+            self._complete()
+        elif self.config.after:
+            self._stacks.step()
 
     def _complete(self) -> None:
         self.done = True
@@ -226,8 +240,18 @@ class ProfileSession:
             self.whole_run = True
 
     def _on_trace_ready(self, prof) -> None:
+        """The recorded window is over (or cut short): its trace is exported as JSON now, finished later."""
         self.window_done = self.steps >= self.config.window
-        self._export(prof)
+        self._raw = run_outputs.export_raw(prof, self.trace_path)
+
+    def _finish_trace(self) -> None:
+        """Gzip the exported trace to its place, with all the clock's times as `perfsleuth_final`; never raises."""
+        raw, self._raw = self._raw, None
+        if raw is None:
+            return
+        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata()})
+        self.trace_written = written is not None
+        self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
     def _export(self, prof) -> None:
@@ -252,6 +276,8 @@ class ProfileSession:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
+        self._after_left = 0
+        self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
         if not keep_hooks:
             self.hooks.remove()

@@ -61,7 +61,7 @@ class Report:
     def warnings(self) -> list:
         """Each warning once, in the order first said (the trace's, the steps', the measurement's)."""
         m = self.measurement
-        flag = [m["note"]] if m and m.get("distorted") else []
+        flag = [m["note"]] if m and (m.get("distorted") or m.get("busy")) and m.get("note") else []
         return list(dict.fromkeys(str(w) for w in [*self.trace.warnings, *self.steps.warnings, *flag]))
 
     @property

@@ -83,6 +83,7 @@ class Header(msgspec.Struct):
     roctracer_version: Any = None
     hip_runtime_version: Any = None
     perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (commands/run_facts.py)
+    perfsleuth_final: Any = None  # keys of `perfsleuth` as they stood when run finished the file (run_outputs.py)
 
 
 _HEADER = msgspec.json.Decoder(Header)
