@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..config import Config
 from ..errors import UsageError
 from ..trace.companion import companion_name
-from . import run_facts, run_outputs, run_ranks
+from . import code_sites, run_facts, run_outputs, run_ranks
 from .run_config import RunConfig
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
-from .step_clock import StacksSchedule, StepClock, phase_of
+from .step_clock import ACTIVE, StacksBudget, StacksSchedule, StepClock, phase_of
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
 
@@ -86,7 +87,8 @@ class ProfileSession:
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
         self._stacks = StacksSchedule(self.stacks_path, config.stacks_window, config.stack_shapes, lambda: self._meta(
-            role="stacks", main_trace=self.trace_path.name))
+            role="stacks", main_trace=self.trace_path.name), budget=self._stacks_budget)
+        self.hooks.on_closure = self._closure_returned
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -161,7 +163,25 @@ class ProfileSession:
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
-                "stacks_trace": self.stacks_path.name if self.stacks_path else None, **extra}
+                "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(), **extra}
+
+    def _stacks_budget(self, steps: int) -> StacksBudget:
+        """The stacks window's size, from the main window's trace and steps (step_clock.StacksBudget)."""
+        try:
+            main_bytes = self.trace_path.stat().st_size
+        except OSError:
+            main_bytes = 0
+        times = sorted(self.step_clock.values(ACTIVE))
+        return StacksBudget(steps, main_bytes, self.profiled_steps, times[len(times) // 2] if times else None,
+                            self.hooks.closure_calls_per_step, Config().companion_free_bytes)
+
+    def _closure_returned(self) -> None:
+        """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
+        if self._stacks.window is not None and self._stacks.closure_returned():
+            self._complete()
+            if self.raise_on_complete:
+                raise _WindowComplete()
 
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
@@ -280,6 +300,7 @@ class RunOutcome:
     warnings: list = field(default_factory=list)
     signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
     export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
+    stopped_at: Optional[str] = None  # where the script was when stopped after the window ("train.py:57 in closure")
 
 
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
@@ -292,8 +313,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
-        except _WindowComplete:
-            ended = "stopped"
+        except _WindowComplete as exc:
+            ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
         except SystemExit as exc:
@@ -341,7 +362,9 @@ def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -
         o.message = (f"no report: {what}. Steps come from optimizer.step(), DataLoader batches or a repeated "
                      f"model call; lower --wait/--warmup, or call prof.step() (perfsleuth docs run)")
     elif ended == "stopped":
-        o.message = f"stopped the script after step {o.steps} (profiled {o.profiled_steps}); --full runs it to the end"
+        at = f" at {o.stopped_at}" if o.stopped_at else ""
+        o.message = (f"stopped the script after step {o.steps} (profiled {o.profiled_steps}){at}; --full runs it "
+                     f"to the end")
     if o.whole_run:
         o.warnings.append(WHOLE_RUN_WARNING)
         if o.exit_code in (0, None):

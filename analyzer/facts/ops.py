@@ -17,7 +17,7 @@ from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP
 from ..trace.names import name_mask
 from .common import Context, span, thread_key
-from .locations import sites
+from .locations import optimizer_sites, sites
 
 SMALL_OP_NS = 100_000  # an outermost op under 100 µs is "small": its fixed cost is a large part of it
 SMALL_GAP_NS = 100_000  # Python between two small ops shorter than this belongs to the loop that runs them
@@ -89,4 +89,4 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     small_ops = top[small]
     weights = small_ops["dur"].to_numpy(np.float64)
     return values, {"small_op_sites": sites(ctx.trace, small_ops, ctx.n_steps, weights=weights),
-                    "optimizer_sites": sites(ctx.trace, opt, ctx.n_steps)}
+                    "optimizer_sites": optimizer_sites(ctx.trace, opt, ctx.n_steps)}
