@@ -124,10 +124,16 @@ def remember_call(entry: dict, frame: Any) -> None:
         entry["zero_grad"].append(call)
 
 
+def script_dir() -> str:
+    """The script's folder: first on sys.path when it starts (`python train.py`, `perfsleuth run`), the working
+    directory for `-m` and interactive sessions."""
+    return os.path.abspath((sys.path[0] if sys.path else "") or os.getcwd())
+
+
 def code_facts(user_dir: Optional[str] = None) -> dict:
-    """`code` of the run metadata: the script's folder (sys.path[0] by default) and the top-level modules loaded
-    from library folders, but not from that folder."""
-    user = os.path.abspath(user_dir if user_dir is not None else (sys.path[0] if sys.path else "") or os.getcwd())
+    """`code` of the run metadata: the script's folder (`script_dir()` by default) and the top-level modules
+    loaded from library folders, but not from that folder."""
+    user = os.path.abspath(user_dir) if user_dir is not None else script_dir()
     roots = set()
     for name, mod in list(sys.modules.items()):
         if "." in name or name in sys.stdlib_module_names:

@@ -96,6 +96,7 @@ class ProfileSession:
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
+        self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
 
     @property
@@ -132,6 +133,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
+        self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
@@ -164,7 +166,7 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
-                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(), **extra}
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir), **extra}
 
     def _stacks_budget(self, steps: int) -> StacksBudget:
         """The stacks window's size, from the main window's trace and steps (step_clock.StacksBudget)."""
