@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -90,8 +91,8 @@ def _join_lines(report: Report, rules: list, facts, companion) -> None:
     by_slug = {r.slug: r for r in rules}
     sites = [t for t in TABLES if t.endswith("_sites")]
 
-    def cites(rule) -> set:
-        return {t for t in sites if t == rule.locations or t in rule.message or t in rule.fix}
+    def cites(rule) -> set:  # the table its locations come from, and the tables its templates name
+        return {t for t in sites if t == rule.locations or re.search(rf"\b{t}\b", rule.message + rule.fix)}
 
     need = [f for f in report.findings if f.get("rule") in by_slug
             and any(not facts.tables.get(t) for t in cites(by_slug[f["rule"]]))]

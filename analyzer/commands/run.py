@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..config import Config
 from ..errors import UsageError
 from ..trace.companion import companion_name
 from . import code_sites, run_facts, run_outputs, run_ranks
 from .run_config import RunConfig
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
-from .step_clock import ACTIVE, StacksBudget, StacksSchedule, StepClock, phase_of
+from .step_clock import StacksBudget, StacksSchedule, StepClock, phase_of
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
 
@@ -87,7 +86,8 @@ class ProfileSession:
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
         self._stacks = StacksSchedule(self.stacks_path, config.stacks_window, config.stack_shapes, lambda: self._meta(
-            role="stacks", main_trace=self.trace_path.name), budget=self._stacks_budget)
+            role="stacks", main_trace=self.trace_path.name), budget=lambda steps: StacksBudget.of(
+            steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
         self.hooks.on_closure = self._closure_returned
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
@@ -167,16 +167,6 @@ class ProfileSession:
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir), **extra}
-
-    def _stacks_budget(self, steps: int) -> StacksBudget:
-        """The stacks window's size, from the main window's trace and steps (step_clock.StacksBudget)."""
-        try:
-            main_bytes = self.trace_path.stat().st_size
-        except OSError:
-            main_bytes = 0
-        times = sorted(self.step_clock.values(ACTIVE))
-        return StacksBudget(steps, main_bytes, self.profiled_steps, times[len(times) // 2] if times else None,
-                            self.hooks.closure_calls_per_step, Config().companion_free_bytes)
 
     def _closure_returned(self) -> None:
         """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""

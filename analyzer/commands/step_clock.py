@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..config import Config
 from .run_outputs import write_trace
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,18 @@ class StacksBudget:
             self.steps = 1
         self.cut = "closure" if fits < 1 and (closure_calls or 0) > 1 else None
         self.scale = float(closure_calls) if self.cut else 1.0
+
+    @classmethod
+    def of(cls, steps: int, main_trace: Path, clock: "StepClock", main_steps: int,
+           closure_calls: Optional[int]) -> "StacksBudget":
+        """From the main window as it was written: its trace file, its steps and their times."""
+        try:
+            main_bytes = Path(main_trace).stat().st_size
+        except OSError:
+            main_bytes = 0
+        times = sorted(clock.values(ACTIVE))
+        return cls(steps, main_bytes, main_steps, times[len(times) // 2] if times else None, closure_calls,
+                   Config().companion_free_bytes)
 
     def metadata(self) -> dict:
         """The companion's `perfsleuth.stacks_window`."""
