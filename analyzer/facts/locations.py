@@ -82,7 +82,8 @@ def is_user_frame(name: str, library: frozenset = frozenset()) -> bool:
     if any(p.startswith("python3") for p in parts[:-1]):
         return False  # /usr/lib/python3.11/threading.py
     top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
-    return top not in sys.stdlib_module_names and top not in library
+    # `perfsleuth(8): <module>`: the console script, which sits in the folder `perfsleuth run` puts first on sys.path
+    return top not in sys.stdlib_module_names and top not in library and top not in _LIBRARY_ROOTS
 
 
 def library_roots(trace: Trace) -> frozenset:
