@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -62,14 +63,16 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
-    from .facts.stacks import join_companion
+    from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown)
-    join_companion(facts, report.trace)  # source lines and dtypes from perfsleuth run's stacks window
+    companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
+    companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]))
     report.findings = evaluate(rules, facts, forecasts)
+    _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast
@@ -107,6 +110,29 @@ def recheck(report: Report, config: Optional[Config] = None) -> Report:
     report.findings = order(report.findings)
     _check_verdict(report, config, report.time_share, _on_gpu(report.trace, report.breakdown))
     return report
+
+
+def _join_lines(report: Report, rules: list, facts, companion) -> None:
+    """Source lines from the stacks companion, loaded only when a finding cites a location table that is
+    empty (facts/stacks.py): those findings' message, fix and locations are rendered again with them."""
+    from .engine.catalog import TABLES
+    from .engine.evaluate import evaluate_rule
+
+    by_slug = {r.slug: r for r in rules}
+    sites = [t for t in TABLES if t.endswith("_sites")]
+
+    def cites(rule) -> set:  # the table its locations come from, and the tables its templates name
+        return {t for t in sites if t == rule.locations or re.search(rf"\b{t}\b", rule.message + rule.fix)}
+
+    need = [f for f in report.findings if f.get("rule") in by_slug
+            and any(not facts.tables.get(t) for t in cites(by_slug[f["rule"]]))]
+    if need and companion.join_lines(facts):
+        for f in need:
+            again = evaluate_rule(by_slug[f["rule"]], facts)
+            if again is not None:
+                f.update({k: again[k] for k in ("message", "fix", "locations")})
+    if companion.note:
+        report.trace.warnings.append(companion.note)
 
 
 def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,

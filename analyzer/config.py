@@ -41,6 +41,10 @@ class Config:
     # Cores of the machine a trace was recorded on, for forecasts about DataLoader workers and threads
     # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.
     cpus: Optional[float] = None
+    # A run's stacks companion (source lines, trace/companion.py) is loaded only for findings that cite source
+    # lines, and only when it is no larger on disk than the main trace or than this (a small run's companion,
+    # with Python stacks, is often many times its main trace and still loads in well under a second).
+    companion_free_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,23 @@ def test_profiler_and_perfsleuth_frames_are_not_user_code():
     assert not is_user_frame("site-packages/perfsleuth/commands/run.py(134): step")
     assert not is_user_frame("torch/autograd/profiler.py(358): _start_trace")
     assert is_user_frame("data.py(20): __getitem__")
+    assert not is_user_frame("perfsleuth(8): <module>")  # the console script (bin/ is first on sys.path)
+
+
+def test_library_frames_are_not_the_users_even_when_written_relative():
+    """The profiler writes a library's frames relative to its site-packages folder: a frame whose top folder
+    or module is one the run saw loaded from a library folder is not the user's, nor one in site-packages."""
+    from perfsleuth.facts.locations import library_roots
+    from perfsleuth.trace.model import Trace
+
+    lightning = "lightning/pytorch/plugins/precision/precision.py(113): optimizer_step"
+    roots = frozenset({"lightning", "six"})
+    assert is_user_frame(lightning) and not is_user_frame(lightning, roots)
+    assert not is_user_frame("six.py(10): f", roots) and is_user_frame("train.py(34): <module>", roots)
+    assert not is_user_frame("/venv/lib/python3.11/site-packages/lightning/x.py(3): g")
+    assert not is_user_frame("/usr/lib/python3/dist-packages/yaml/x.py(3): g")
+    trace = Trace(path="t.json", events=None, run_metadata={"code": {"user_dir": "/p", "library_roots": ["lightning", 3]}})
+    assert library_roots(trace) == frozenset({"lightning"})
 
 
 def test_html_top_finding_is_the_largest_saving_on_a_real_trace(shared_traces):

@@ -64,7 +64,9 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
     # 5 steps make the window, 4 run unprofiled after it, then the stacks window's 2
-    assert "perfsleuth: stopped the script after step 11 (profiled 3); --full runs it to the end" in proc.stderr
+    toy = (SCRIPTS / "toy.py").read_text().splitlines()
+    at = f"toy.py:{next(i for i, line in enumerate(toy, 1) if line.strip() == 'opt.step()')} in train"
+    assert f"perfsleuth: stopped the script after step 11 (profiled 3) at {at}; --full runs it to the end" in proc.stderr
     with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
         assert json.load(f)["traceEvents"]
 

@@ -35,6 +35,11 @@ def python(*args, cwd, env=None):
     return proc.returncode, proc.stdout, err
 
 
+def line_of(path: Path, text: str) -> int:
+    """The first line of `path` that starts with `text` (after its indentation)."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip().startswith(text))
+
+
 def report_in(folder: Path) -> dict:
     return json.loads((folder / "report.json").read_text())
 
@@ -76,7 +81,8 @@ def test_run_stops_after_the_window_and_says_so_and_full_runs_it_whole(tmp_path)
                          "--checkpoint", ckpt)
     assert code == 0, err
     assert "trained" not in out and not ckpt.exists()
-    assert err == "perfsleuth: stopped the script after step 9 (profiled 3); --full runs it to the end\n"
+    at = f"epochs.py:{line_of(SCRIPTS / 'epochs.py', 'opt.step()')} in <module>"  # where the script was
+    assert err == f"perfsleuth: stopped the script after step 9 (profiled 3) at {at}; --full runs it to the end\n"
     code, out, err = cli(*SMALL, "--no-stack", "--full", "-o", tmp_path / "full", SCRIPTS / "epochs.py",
                          "--epochs", "6", "--checkpoint", ckpt)
     assert code == 0, err
@@ -89,7 +95,8 @@ def test_inference_loop_over_tensors_gets_steps_from_the_model_call(tmp_path):
     code, out, err = cli(*SMALL, "-o", tmp_path / "o", SCRIPTS / "infer_tensors.py", "--steps", "12")
     assert code == 0, err
     # 5 boundaries make the window; 4 unprofiled steps follow, then the stacks window's 2
-    assert err == "perfsleuth: stopped the script after step 11 (profiled 3); --full runs it to the end\n"
+    at = f"infer_tensors.py:{line_of(SCRIPTS / 'infer_tensors.py', 'scores = model(x)')} in <module>"
+    assert err == f"perfsleuth: stopped the script after step 11 (profiled 3) at {at}; --full runs it to the end\n"
     rep = report_in(tmp_path / "o")
     assert rep["steps_source"] == "ProfilerStep"
     assert [s["name"] for s in rep["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]

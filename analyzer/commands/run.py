@@ -17,31 +17,28 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from ..trace.companion import companion_name
-from . import run_facts, run_outputs, run_ranks
+from . import code_sites, run_facts, run_outputs
 from .run_config import RunConfig
+from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
+                          RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
-from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksSchedule, StepClock
+from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
 
 
 class _WindowComplete(BaseException):
     """Raised from a step hook when the active window is recorded (see the module docstring)."""
 
 
-WHOLE_RUN_WARNING = ("no step boundary was seen (no optimizer.step(), DataLoader batch, repeated model call or "
-                     "prof.step()): everything profiled is analysed as one window, recorded without Python stacks "
-                     "or input shapes")
 
 
 # --- the profiling session: the machinery under `perfsleuth run` and `perfsleuth.profile()` -------
@@ -76,7 +73,9 @@ class ProfileSession:
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
         self._stacks = StacksSchedule(self.stacks_path, config.stacks_window, config.stack_shapes, lambda: self._meta(
-            role="stacks", main_trace=self.trace_path.name))
+            role="stacks", main_trace=self.trace_path.name), budget=lambda steps: StacksBudget.of(
+            steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
+        self.hooks.on_closure = self._closure_returned
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -84,6 +83,7 @@ class ProfileSession:
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
+        self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
 
     @property
@@ -120,6 +120,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
+        self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
@@ -152,7 +153,15 @@ class ProfileSession:
                              "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
-                "stacks_trace": self.stacks_path.name if self.stacks_path else None, **extra}
+                "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir), **extra}
+
+    def _closure_returned(self) -> None:
+        """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
+        if self._stacks.window is not None and self._stacks.closure_returned():
+            self._complete()
+            if self.raise_on_complete:
+                raise _WindowComplete()
 
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
@@ -289,25 +298,6 @@ class ProfileSession:
 
 
 # --- running a script --------------------------------------------------------------------------
-@dataclass
-class RunOutcome:
-    """What happened: the report (None when there is none, or on ranks other than 0) and why."""
-
-    out_dir: Path
-    trace_path: Path
-    exit_code: Any = 0  # an int, or a SystemExit code passed through as is
-    report: Any = None
-    message: Optional[str] = None  # one plain line about what happened, for stderr
-    user_traceback: Optional[str] = None  # the script's own traceback, our frames removed
-    steps: int = 0
-    profiled_steps: int = 0
-    rank: Optional[int] = None
-    whole_run: bool = False  # no step boundary: the trace is the whole run, one window
-    warnings: list = field(default_factory=list)
-    signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
-    export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
-
-
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
     rank, _ = rank_info()
@@ -318,8 +308,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
-        except _WindowComplete:
-            ended = "stopped"
+        except _WindowComplete as exc:
+            ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
         except SystemExit as exc:
@@ -338,60 +328,5 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
-    _conclude(outcome, ended, session.window_done, config)
+    conclude(outcome, ended, session.window_done, config)
     return outcome
-
-
-def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -> None:
-    """Exit code, the one-line message, and the report when there is something to analyze."""
-    have = (o.profiled_steps > 0 or o.whole_run) and o.trace_path.is_file()
-    where = f"; partial trace kept: {o.trace_path}" if o.trace_path.is_file() else ""
-    seen = f"{o.steps} step(s) seen, profiling starts at step {config.wait + config.warmup + 1}"
-    if ended == "raised":
-        o.exit_code = EXIT_FAILED
-        when = "after the profiled window" if window_done else (
-            f"during the profiled window ({o.profiled_steps} of {config.active} steps recorded)" if have
-            else f"before any profiled step completed ({seen}){where}")
-        o.message = f"{o.message} {when}"
-    elif ended == "interrupted":  # the exit code is 128 + the signal (run_script)
-        how = f"interrupted ({o.signal})" if o.signal and o.signal != "SIGINT" else "interrupted"
-        o.message = (f"{how}: the report covers the {o.profiled_steps} profiled step(s) collected" if have
-                     else f"{how} before any profiled step completed ({seen}){where}")
-    elif ended == "exited" and not have and o.steps:
-        o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
-    elif ended == "finished" and not have:
-        o.exit_code = EXIT_FAILED
-        light = config.fallback_window and config.wait > 0  # then a run without steps had its light recording
-        what = (f"the script ended before any profiled step completed ({seen})" if o.steps
-                else "the script ran no torch operation to profile" if light else "the script saw no step boundary")
-        o.message = (f"no report: {what}. Steps come from optimizer.step(), DataLoader batches or a repeated "
-                     f"model call; lower --wait/--warmup, or call prof.step() (perfsleuth docs run)")
-    elif ended == "stopped":
-        o.message = f"stopped the script after step {o.steps} (profiled {o.profiled_steps}); --full runs it to the end"
-    if o.whole_run:
-        o.warnings.append(WHOLE_RUN_WARNING)
-        if o.exit_code in (0, None):
-            o.message = "no step boundary in the script: the report covers the whole run as one window"
-    elif not window_done:
-        o.warnings.append(f"the run ended inside the active window ({o.profiled_steps} of {config.active} steps): "
-                          f"the last step is partial")
-    if o.rank not in (None, 0) and o.exit_code in (0, None):
-        o.message = None  # rank 0 speaks for a healthy run
-    if o.export_error:  # perfsleuth's failure, said as such; never the script's
-        o.message = o.export_error + (f"; {o.message}" if o.message else "")
-        if o.exit_code in (0, None):
-            o.exit_code = EXIT_OUTPUT
-    if have and o.rank in (None, 0):
-        own = analyze(o.trace_path.absolute(), o.warnings)
-        o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
-        o.message = "; ".join(m for m in (o.message, note) if m) or None
-
-
-def analyze(trace_path: Path, warnings: Sequence[str] = ()):
-    from ..api import analyze_path
-
-    report = analyze_path(trace_path, jobs=1)  # no fork from a process running torch
-    if WHOLE_RUN_WARNING in warnings:  # says the same as the analysis's whole-trace warning, and why
-        report.steps.warnings[:] = [w for w in report.steps.warnings if "analysed as one window" not in w]
-    report.steps.warnings.extend(warnings)
-    return report

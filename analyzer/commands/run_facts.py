@@ -18,6 +18,12 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
                                 "stack_shapes"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
+                   "optimizers": [{"class", "file", "line", "function", "foreach", "fused", "count",
+                                   "zero_grad": [{"file", "line", "function"}]}],  # code_sites.py: where the
+                                                                                   # user's code built them
+                   "code": {"user_dir", "library_roots": [...]},               # code_sites.py: not the user's
+                   "stacks_window": {"steps", "cut", "scale", "limit_bytes", "estimated_step_bytes"},
+                                                                               # only in the companion (budget)
                    "partial_step": "ProfilerStep#N",                           # only when the run ended inside it
                    "role": "stacks", "main_trace": "..."}                      # only in the stacks companion
 

@@ -20,7 +20,8 @@ the `after` steps are timed too, with the whole clock under the top-level `perfs
 `StacksWindow` is the second, short profiler session after the main window: Python stacks on, a few
 steps, written beside the main trace as its companion (`trace/companion.py`); its only use is source
 lines for the findings. It starts one step or more after the main window and its `after` steps end
-(`OpenAnnotations`).
+(`OpenAnnotations`), and `StacksBudget` sizes it from the main window so that analysing it never costs
+more than the main trace.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..config import Config
 from .run_outputs import write_trace
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,56 @@ class OpenAnnotations:
         return not self.open
 
 
+# Bytes on disk of one step recorded with Python stacks and shapes, per byte of the same step recorded
+# without them (the main window), as assumed when sizing the stacks window. Measured on the CPU fixtures
+# (perfsleuth run, default schedule): 1.3x tiny_ops, 1.5x module_loop, 1.9x many_params; 138x
+# python_dataset, whose main trace (35 KB) is far below the budget's floor, where this does not matter.
+STACK_COST = 4.0
+LONG_STEP_US = 1_000_000.0  # a main-window step this long (median): one stacks step, not more
+
+
+class StacksBudget:
+    """How much the stacks window records, decided from the main window when it starts. The companion is
+    loaded by `analyze` only when it is no larger on disk than max(main trace, `Config.companion_free_bytes`)
+    (facts/stacks.py); the window aims at half that, each of its steps estimated at `STACK_COST` times a main
+    step (the main trace's bytes over its recorded steps):
+
+    - `steps`: the asked-for steps (2) when they fit; else 1; 1 as well when the main steps are long
+      (median >= `LONG_STEP_US`: a second one would cost the run another long step);
+    - `cut`: when even one step does not fit and the steps are `optimizer.step(closure)` steps that call the
+      closure more than once (LBFGS: up to `max_iter` forward and backward passes a step), the window ends
+      when the first closure call returns (`closure`): one forward and backward holds every line a finding
+      cites. Its per-step numbers are scaled back to whole steps (`scale`: the closure calls of a main step)."""
+
+    def __init__(self, steps: int, main_bytes: int, main_steps: int, step_us: Optional[float],
+                 closure_calls: Optional[int], free_bytes: int):
+        self.limit = max(int(main_bytes), int(free_bytes))  # what analysis loads (facts/stacks.py)
+        self.per_step = STACK_COST * main_bytes / max(main_steps, 1)
+        fits = int(self.limit / 2 // self.per_step) if self.per_step > 0 else steps
+        self.steps = max(1, min(steps, fits))
+        if step_us is not None and step_us >= LONG_STEP_US:
+            self.steps = 1
+        self.cut = "closure" if fits < 1 and (closure_calls or 0) > 1 else None
+        self.scale = float(closure_calls) if self.cut else 1.0
+
+    @classmethod
+    def of(cls, steps: int, main_trace: Path, clock: "StepClock", main_steps: int,
+           closure_calls: Optional[int]) -> "StacksBudget":
+        """From the main window as it was written: its trace file, its steps and their times."""
+        try:
+            main_bytes = Path(main_trace).stat().st_size
+        except OSError:
+            main_bytes = 0
+        times = sorted(clock.values(ACTIVE))
+        return cls(steps, main_bytes, main_steps, times[len(times) // 2] if times else None, closure_calls,
+                   Config().companion_free_bytes)
+
+    def metadata(self) -> dict:
+        """The companion's `perfsleuth.stacks_window`."""
+        return {"steps": self.steps, "cut": self.cut, "scale": self.scale, "limit_bytes": self.limit,
+                "estimated_step_bytes": round(self.per_step)}
+
+
 class StacksWindow:
     """A short profiler session with Python stacks, `steps` steps long, written to `path` when done."""
 
@@ -169,6 +221,7 @@ class StacksWindow:
         self.seen = 0
         self.written = False
         self._prof: Any = None
+        self.cut: Optional[str] = None  # "closure": ends after the first closure call (StacksBudget)
 
     def start(self) -> "StacksWindow":
         import torch
@@ -189,6 +242,14 @@ class StacksWindow:
         if self.seen >= self.steps:
             self.finish()
         return self._prof is None
+
+    def closure_returned(self) -> bool:
+        """A closure call of `optimizer.step(closure)` returned; True once the window is over (cut there)."""
+        if self._prof is None or self.cut != "closure":
+            return False
+        self.seen = max(self.seen, 1)  # the window holds part of a step: still written
+        self.finish()
+        return True
 
     def finish(self) -> None:
         """Stop and write what was recorded (also when the run ends inside the window); idempotent."""
@@ -214,8 +275,11 @@ class StacksSchedule:
     after its steps. `meta()` gives the window's metadata when it is written. Without a `path` there is no
     stacks window: nothing is watched, and the main window's end is the end."""
 
-    def __init__(self, path: Optional[Path], steps: int, shapes: bool, meta: Callable[[], dict]):
+    def __init__(self, path: Optional[Path], steps: int, shapes: bool, meta: Callable[[], dict],
+                 budget: Optional[Callable[[int], StacksBudget]] = None):
         self.path, self.steps, self.shapes, self.meta = path, steps, shapes, meta
+        self.budget_of = budget  # steps asked for -> the budget, from the main window (run.py)
+        self.budget: Optional[StacksBudget] = None
         self.annotations = OpenAnnotations()
         self.window: Optional[StacksWindow] = None
         self.due = False
@@ -242,12 +306,29 @@ class StacksSchedule:
         if self.due:
             if self.annotations.clear:
                 self.due = False
-                self.window = StacksWindow(self.path, self.steps, self.shapes, self.meta).start()
+                self.budget = self.budget_of(self.steps) if self.budget_of is not None else None
+                steps = self.budget.steps if self.budget is not None else self.steps
+                self.window = StacksWindow(self.path, steps, self.shapes, self._meta)
+                self.window.cut = self.budget.cut if self.budget is not None else None
+                self.window.start()
             return False
         done = self.window.step()
         if done:
             self.window = None
         return done
+
+    def _meta(self) -> dict:
+        meta = self.meta()
+        if self.budget is not None:
+            meta["stacks_window"] = self.budget.metadata()
+        return meta
+
+    def closure_returned(self) -> bool:
+        """A closure call returned inside `optimizer.step(closure)`; True when that ended the stacks window."""
+        if self.window is None or not self.window.closure_returned():
+            return False
+        self.window = None
+        return True
 
     def finish(self) -> None:
         """The run ended: write what the window recorded; stop watching."""

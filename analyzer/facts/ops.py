@@ -18,7 +18,7 @@ from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
 from .common import Context, span, thread_key
-from .locations import sites
+from .locations import optimizer_sites, sites
 
 PER_PARAMETER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 
@@ -104,7 +104,7 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     small_ops = top[small]
     weights = small_ops["dur"].to_numpy(np.float64)
     return values, {"small_op_sites": sites(ctx.trace, small_ops, ctx.n_steps, weights=weights),
-                    "optimizer_sites": sites(ctx.trace, opt, ctx.n_steps)}
+                    "optimizer_sites": optimizer_sites(ctx.trace, opt, ctx.n_steps)}
 
 
 def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, ann: pd.DataFrame) -> dict:

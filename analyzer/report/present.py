@@ -203,7 +203,8 @@ def _paragraph(lines: list[str]) -> dict:
 
 
 LINE_KINDS = {"function": "first line of the function",
-              "running": "the line it was on when tracing started, not the call"}
+              "running": "the line it was on when tracing started, not the call",
+              "construction": "where the optimizer is constructed", "call": "the call"}
 
 
 def location_text(loc: Any) -> str:
