@@ -249,7 +249,22 @@ class Verifier:
                 f"(log lines, files it writes) happened again each time; its output is in {self.log_path}")
         return {"budget_s": round(budget, 1), "spent_s": round(spent, 1), "pairs": self.config.pairs,
                 "steps_per_window": self.steps, "folder": str(self.folder), "log": str(self.log_path),
-                "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost}
+                "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost,
+                "warning": busy_warning(experiments)}
+
+
+def busy_warning(experiments: list) -> Optional[str]:
+    """A line when the load average beside the windows exceeded the cores: the pairs then measure other
+    processes too (pyperf and hyperfine say as much about their own runs)."""
+    loads = [x for e in experiments for w in e["windows"] for x in (w.get("load") or []) if isinstance(x, (int, float))]
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if not loads or max(loads) <= cores:
+        return None
+    return (f"the machine was busy during the experiments (load average up to {max(loads):.1f} on {cores} cores): "
+            "other processes' work is in the windows and moves the pairs apart; rerun on a quiet machine")
 
 
 def plan_for(report, config: VerifyConfig) -> tuple:
@@ -287,6 +302,8 @@ def verify_report(report, target, folder: Path, config: VerifyConfig, say: Calla
     report.findings[:] = apply_verified(report.findings, verified_by_rule(extra, report.findings))
     report.extra["verify"] = extra
     say(f"verify: {extra['cost']}")
+    if extra["warning"]:
+        say(f"verify: {extra['warning']}")
     return v.exit_code
 
 
