@@ -29,6 +29,7 @@ from .verify_fixes import FRESH, TOGGLE, Context
 from .verify_server import Results, Server, ServerDied
 
 SERVER_START_S = 3.0  # the child's own start-up (importing torch) before it is measured
+BUSY_SHARE = 0.25  # other processes busy on this share of the cores during the windows: said (verify.warning)
 
 
 class _BudgetSpent(Exception):
@@ -203,6 +204,8 @@ class Verifier:
     def _ended(self, entry: dict, end: dict) -> None:
         """The script ended before its windows: failed, unless pairs were measured in one process."""
         message = end.get("message") or f"the script ended ({end['end']})"
+        if end["end"] in ("finished", "exited") and "before its windows" in message:
+            message += "; fewer steps per window: --verify-steps"
         if entry["how"] == TOGGLE and self._pairs(entry) >= 2 and end["end"] in ("finished", "exited"):
             entry["reason"] = f"{message}: {self._pairs(entry)} of {self.config.pairs} pairs"
             return
@@ -237,7 +240,7 @@ class Verifier:
         for e in done:
             e["windows"] = [{"window": w["window"], "variant": w["variant"], "steps": len(w.get("step_us") or []),
                              "mean_us": round(verify_stats.window_mean(w) or 0.0, 3), "warmup_us": w.get("warmup_us"),
-                             "load": w.get("load")} for w in e["windows"]]
+                             "load": w.get("load"), "others_cores": w.get("others_cores")} for w in e["windows"]]
             experiments.append(e)
         skipped = [{"fix": x["fix"], "variant": None, "rules": [x["rule"]], "how": None, "status": "not tried",
                     "reason": x["reason"], "verified": None} for x in not_tried]
@@ -254,17 +257,22 @@ class Verifier:
 
 
 def busy_warning(experiments: list) -> Optional[str]:
-    """A line when the load average beside the windows exceeded the cores: the pairs then measure other
-    processes too (pyperf and hyperfine say as much about their own runs)."""
-    loads = [x for e in experiments for w in e["windows"] for x in (w.get("load") or []) if isinstance(x, (int, float))]
+    """A line when other processes kept a quarter of the cores or more busy, on average, during the windows
+    (the CPU time /proc/stat counts beyond the experiment's own processes): the pairs then measure them too,
+    as pyperf and hyperfine say of their own runs."""
+    windows = [w for e in experiments for w in e["windows"]]
+    others = [w["others_cores"] for w in windows if isinstance(w.get("others_cores"), (int, float))]
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    if not loads or max(loads) <= cores:
+    if not others or sum(others) / len(others) < BUSY_SHARE * cores:
         return None
-    return (f"the machine was busy during the experiments (load average up to {max(loads):.1f} on {cores} cores): "
-            "other processes' work is in the windows and moves the pairs apart; rerun on a quiet machine")
+    loads = [x for w in windows for x in (w.get("load") or []) if isinstance(x, (int, float))]
+    load = f", load average up to {max(loads):.1f}" if loads else ""
+    return (f"the machine was busy during the experiments: other processes kept {sum(others) / len(others):.1f} of "
+            f"{cores} cores busy on average{load}; their work is in the windows and moves the pairs apart: rerun "
+            "on a quiet machine")
 
 
 def plan_for(report, config: VerifyConfig) -> tuple:
@@ -297,7 +305,11 @@ def verify_report(report, target, folder: Path, config: VerifyConfig, say: Calla
             "cost": "nothing to try: no finding has a fix perfsleuth can apply at run time"}
         say("verify: nothing to try: no finding has a fix perfsleuth can apply without a code change")
         return None
-    v = Verifier(target, folder, config, step_us_of(report), say)
+    try:
+        v = Verifier(target, folder, config, step_us_of(report), say)
+    except OSError as exc:  # the output folder went away, or cannot be written: perfsleuth's problem, said
+        say(f"verify: not run: cannot make its folder in {folder} ({exc.strerror or exc})")
+        return None
     extra = v.run(experiments, not_tried)
     report.findings[:] = apply_verified(report.findings, verified_by_rule(extra, report.findings))
     report.extra["verify"] = extra

@@ -49,6 +49,36 @@ def loadavg() -> Optional[float]:
             return None
 
 
+def cpu_seconds() -> Optional[tuple]:
+    """(CPU seconds the whole machine has been busy, those of this process group: the experiment's process,
+    its DataLoader workers, the verify child) from /proc; None where there is no /proc."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        tick = os.sysconf("SC_CLK_TCK")
+        machine = (sum(fields[:8]) - fields[3] - fields[4]) / tick  # all but idle and iowait
+        group, ours = os.getpgrp(), 0
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        rest = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(rest[2]) == group:
+                    ours += sum(int(x) for x in rest[11:15])  # utime, stime, cutime, cstime
+        return machine, ours / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others_cores(before: Optional[tuple], after: Optional[tuple], wall_s: float) -> Optional[float]:
+    """Cores other processes kept busy between two `cpu_seconds` readings."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s, 3)
+
+
 class Windows:
     """Counts step boundaries, times each window's steps, switches the fix, writes each window when done."""
 
@@ -92,7 +122,7 @@ class Windows:
             self.done, self.phase = True, None
             return
         if r == 0:
-            self.load[k] = loadavg()
+            self.load[k] = (loadavg(), cpu_seconds(), time.perf_counter())
             if self.toggle:
                 self.patch.set(self.kinds[k] == "B")
         self.phase = (k, "warmup" if r < self.warmup else "timed")
@@ -101,9 +131,11 @@ class Windows:
         timed = [us for _, p, us in self.clock.intervals if p == (k, "timed")]
         warm = sum(us for _, p, us in self.clock.intervals if p == (k, "warmup"))
         lead = sum(us for _, p, us in self.clock.intervals if p == "lead") if k == 0 else 0.0
+        load, cpu, began = self.load.get(k, (None, None, time.perf_counter()))
         row = {"window": self.first + k, "variant": self.kinds[k], "step_us": timed,
                "warmup_us": round(warm + (lead + (self.startup_us or 0.0) if k == 0 and not self.toggle else 0.0), 3),
-               "startup_us": self.startup_us if k == 0 else None, "load": [self.load.get(k), loadavg()],
+               "startup_us": self.startup_us if k == 0 else None, "load": [load, loadavg()],
+               "others_cores": others_cores(cpu, cpu_seconds(), time.perf_counter() - began),
                "applied": self.patch.applied() if self.kinds[k] == "B" else None}
         self.out.write(json.dumps(row) + "\n")
         self.out.flush()

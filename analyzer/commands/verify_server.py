@@ -26,9 +26,12 @@ class ServerDied(Exception):
 class Server:
     def __init__(self, log: IO, env: Optional[dict] = None):
         full = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
-        self.proc = subprocess.Popen([sys.executable, "-m", "perfsleuth.commands.verify_child"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=full,
-                                     cwd=os.getcwd(), process_group=0, close_fds=True)
+        try:  # -P: the working directory is not put on sys.path (the script's own folder is, by target.py)
+            self.proc = subprocess.Popen([sys.executable, "-P", "-m", "perfsleuth.commands.verify_child"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=full,
+                                         cwd=os.getcwd(), process_group=0, close_fds=True)
+        except OSError as exc:
+            raise ServerDied(f"the verify process could not start ({exc})") from None
         self._buffer = b""
 
     def submit(self, job: dict) -> None:

@@ -76,6 +76,7 @@ def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Opt
         "forecast_ratio": round(forecast / speedup, 3) if forecast and speedup else None,
         "outcome": kind, "note": note,
         "load": [[a.get("load", [None])[0], b.get("load", [None, None])[-1]] for a, b in done],
+        "others_cores": [[a.get("others_cores"), b.get("others_cores")] for a, b in done],
         "warmup_us": {"baseline": _median([w.get("warmup_us") for w in bases]),
                       "variant": _median([w.get("warmup_us") for w in variants]),
                       "first_variant": first.get("warmup_us")},
