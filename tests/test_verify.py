@@ -184,3 +184,14 @@ def test_the_budget_stops_further_experiments_and_says_so(tmp_path, monkeypatch)
     assert extra["budget_s"] == 6.0
     assert any("not tried: the budget" in line for line in lines)
     assert os.path.isfile(extra["log"])
+
+
+def test_a_script_too_short_for_its_windows_says_so(tmp_path, monkeypatch):
+    """Toggled in one process, 6 windows of 2 + 10 steps after 3 of start-up need 75 steps; the script has 40."""
+    exps, not_tried = plan([{"rule": "fused-optimizer"}], Context())
+    v, lines = verifier(tmp_path, monkeypatch, ["--steps", "40"], steps=10)
+    [e] = v.run(exps, not_tried)["experiments"]
+    assert e["status"] == "failed" and e["verified"] is None
+    assert e["reason"] == ("the script ended after step 41 (as `run` counts them), before its windows were timed "
+                           "(3 of 6); fewer steps per window: --verify-steps")  # 40 optimizer steps after the first batch
+    assert [w["variant"] for w in e["windows"]] == ["A", "B", "A"]  # what was timed is kept

@@ -87,7 +87,8 @@ class Verifier:
         step_s, n = (self.step_us or 0.0) / 1e6, self.config.pairs
         per = self.warmup_for(exp) + self.steps
         if exp["how"] == TOGGLE:
-            return self._startup() + (self.config.lead + 2 * n * per) * step_s
+            compiling = self.config.compile_guess_s if exp["kind"] == "compile" else 0.0
+            return self._startup() + compiling + (self.config.lead + 2 * n * per) * step_s
         return 2 * n * (self._startup() + (self.config.lead + per) * step_s)
 
     # --- running --------------------------------------------------------------------------------------

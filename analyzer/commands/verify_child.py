@@ -173,8 +173,8 @@ def run_job(job: dict) -> int:
                 windows.hooks.remove()
                 windows.hooks.shutdown_workers()
         if ended in ("finished", "exited") and windows.written < len(job["windows"]):
-            message = (f"{message or 'the script ended'} after {windows.boundaries} step(s), before its windows "
-                       f"were timed ({windows.written} of {len(job['windows'])})")
+            message = (f"{message or 'the script ended'} after step {windows.boundaries} (as `run` counts them), "
+                       f"before its windows were timed ({windows.written} of {len(job['windows'])})")
         out.write(json.dumps({"end": ended, "message": message, "steps": windows.boundaries,
                               "applied": patch.applied(), "startup_us": windows.startup_us}) + "\n")
     sys.stdout.flush()

@@ -26,6 +26,7 @@ class VerifyConfig:
     max_budget_s: float = 600.0
     budget_margin: float = 1.5  # the default budget is the plan's estimated cost times this
     startup_guess_s: float = 3.0  # a process's start-up (imports, the script's set-up) before one is measured
+    compile_guess_s: float = 60.0  # what torch.compile of the top module may take, in the estimate of its cost
     compile: bool = False  # --verify-compile: also try torch.compile of the top module
 
     def __post_init__(self):

@@ -47,7 +47,7 @@ FIXES = (
     Fix("autocast", ("amp",), "autocast", TOGGLE, "autocast around the top module's forward", "nothing",
         gpu_only=True),
     Fix("compile", ("tiny-ops", "cuda-graphs"), "compile", TOGGLE, "torch.compile(top module)", "nothing",
-        flag="--verify-compile"),
+        tier=2, flag="--verify-compile"),
 )
 
 
