@@ -126,7 +126,7 @@ def test_plan_on_a_cpu_run():
     assert ("item-sync", CODE_CHANGE) in reasons
     assert ("pin-memory", CODE_CHANGE) in reasons  # pin_memory is never tried, nor named, on a CPU run
     assert ("cpu-threads", "set_num_threads: torch already runs one intra-op thread") in reasons
-    assert ("tiny-ops", "compile: tried only with --verify-compile") in reasons
+    assert ("tiny-ops", "needs a code change: not tried (--verify-compile tries torch.compile(top module))") in reasons
     assert not any("pin_memory" in r or "cudnn" in r or "autocast" in r for _, r in reasons)
 
 

@@ -162,7 +162,8 @@ def plan(findings: list, ctx: Context) -> tuple:
             continue
         for fix in fixes:
             if fix.flag == "--verify-compile" and not ctx.compile:
-                not_tried.append({"rule": rule, "fix": fix.key, "reason": f"{fix.key}: tried only with {fix.flag}"})
+                not_tried.append({"rule": rule, "fix": fix.key,
+                                  "reason": f"{CODE_CHANGE} ({fix.flag} tries {label(fix, {})})"})
                 continue
             ctx.finding = f
             got: Callable = VARIANTS[fix.variants]
