@@ -327,4 +327,7 @@ from . import cli_run  # noqa: E402,F401  registers `run` on the group (commands
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # `python -m perfsleuth.commands.cli`: `run` is registered (by cli_run) on the package's module, not on this copy
+    from perfsleuth.commands.cli import main as package_main
+
+    package_main()
