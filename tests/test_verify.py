@@ -84,11 +84,11 @@ def test_a_fix_that_does_not_help_is_demoted(tmp_path):
     f = the(rep, "num-workers")
     v = f["verified"]
     assert v["outcome"] in ("no gain", "slower", "noise"), v  # never "faster"
-    assert f["severity_from"] == "measured" and f["severity"] == rated(v)[0] != "high", (f["severity"], v)
+    assert f["severity_from"] == "measured" and f["severity"] == rated(v)[0], (f["severity"], v)
     if v["outcome"] != "noise":  # a measurement beyond noise: demoted, and said
         assert f["severity"] == "low" and v["note"].startswith("tried: "), v
-    else:  # the other processes of this shared machine moved the pairs apart: said, and never high
-        assert "noise" in v["note"], v
+    else:  # the other processes of this shared machine moved the pairs apart: said
+        assert "no difference beyond noise" in v["note"], v
     for e in experiments(rep, "num_workers"):
         assert e["verified"]["outcome"] != "faster", e
 

@@ -89,7 +89,7 @@ def test_rank_follows_the_saving_measured_else_forecast():
     (1.03, "faster", "low", ""),
     (1.05, "faster", "medium", ""),
     (1.25, "faster", "high", ""),
-    (1.6, "noise", "medium", ""),  # a spread that covers 1.0 is never high
+    (1.6, "noise", "high", "no difference beyond noise"),  # the median decides; the words say the range
     (1.01, "noise", "low", NO_GAIN_NOTE + " (no difference beyond noise)"),
 ])
 def test_demotion_and_notes(speedup, outcome_, severity, note):

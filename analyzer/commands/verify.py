@@ -15,6 +15,7 @@ Children write only into a new folder `verify[-N]` of the run's output folder: t
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from .verify_config import VerifyConfig
 from .verify_fixes import FRESH, TOGGLE, Context
 from .verify_server import Results, Server, ServerDied
 
+log = logging.getLogger(__name__)
 SERVER_START_S = 3.0  # the child's own start-up (importing torch) before it is measured
 BUSY_SHARE = 0.25  # other processes busy on this share of the cores during the windows: said (verify.warning)
 
@@ -314,10 +316,22 @@ def verify_report(report, target, folder: Path, config: VerifyConfig, say: Calla
     extra = v.run(experiments, not_tried)
     report.findings[:] = apply_verified(report.findings, verified_by_rule(extra, report.findings))
     report.extra["verify"] = extra
+    _recheck(report)
     say(f"verify: {extra['cost']}")
     if extra["warning"]:
         say(f"verify: {extra['warning']}")
     return v.exit_code
+
+
+def _recheck(report) -> None:
+    """The verdict checked again against the measured numbers (api.recheck); the findings keep their
+    measurements and order if that cannot be done."""
+    from ..api import recheck
+
+    try:
+        recheck(report)
+    except Exception as exc:  # never costs the measurements
+        log.warning("the verdict could not be checked again after --verify: %s: %s", type(exc).__name__, exc)
 
 
 def under_torchrun() -> bool:
