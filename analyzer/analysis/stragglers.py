@@ -80,6 +80,7 @@ def analyze_ranks(summaries: list, config: Config) -> CrossRank:
     missing = _missing(ordered)
     withheld = [w for w in (_missing_warning(missing, len(ordered), s, pr), _clock_warning(m, s, config)) if w]
     found = [] if withheld else _stragglers(ordered, labels, m, s, pr, median, step, arrivals, config)
+    present = _among_present(ordered, labels, m, config) if missing and len(withheld) == 1 else None
     if withheld:
         verdict, reason = None, "withheld: " + "; ".join(short for short, _ in withheld)
     else:
@@ -91,7 +92,7 @@ def analyze_ranks(summaries: list, config: Config) -> CrossRank:
            "critical_rank": labels[critical], "exposed_communication_us_per_step": _us(exposed),
            "absent_wait_us_per_step": _us(s.absent.sum() / pr["job_steps"]) if matched else 0.0,
            "arrivals": _arrivals(labels, arrivals, pr, found, step, config, bool(withheld)) if matched else None,
-           "verdict": verdict, "verdict_reason": reason,
+           "among_present": present, "verdict": verdict, "verdict_reason": reason,
            "rank_verdicts": dict(Counter(x.verdict for x in ordered).most_common())}
     return CrossRank(rows, collectives, found, job, warnings + [full for _, full in withheld])
 
@@ -186,6 +187,33 @@ def _row(x, label: int, pos: int, m: cr.Matched, pr: dict, median: dict, arrival
             "collective_source": x.collective_source}
 
 
+def _excess(ordered: list, pos: int) -> tuple:
+    """(the median of the other ranks per category, the rank's excess over it outside communication,
+    the category of the largest excess, the sum of the positive excesses)."""
+    x = ordered[pos]
+    others = [o for i, o in enumerate(ordered) if i != pos]
+    typical = {c: float(np.median([o.category_ns[c] for o in others])) for c in CATEGORIES}
+    excess = {c: x.category_ns[c] - typical[c] for c in CATEGORIES if c != "communication"}
+    cause = max(excess, key=lambda c: (excess[c], -CATEGORIES.index(c)))
+    return typical, excess, cause, sum(v for v in excess.values() if v > 0)
+
+
+def _among_present(ordered: list, labels: list, m: cr.Matched, config: Config) -> dict | None:
+    """With ranks missing, the present rank that arrives last consistently among the present ones (the
+    job verdict stays withheld: an absent rank may arrive later still)."""
+    if not len(m.keys):
+        return None
+    every = np.ones(len(m.keys), dtype=bool)
+    arrivals = consistency(m, cr.split(m), every, config)
+    late = [i for i, a in enumerate(arrivals) if a["consistent"]]
+    if not late:
+        return None
+    pos = late[0]
+    _, excess, cause, _ = _excess(ordered, pos)
+    return {"rank": labels[pos], "last": arrivals[pos]["last"], "of": arrivals[pos]["of"],
+            "cause": cause if excess[cause] > 0 else "unknown", "excess_us_per_step": _us(max(0.0, excess[cause]))}
+
+
 def _stragglers(ordered, labels, m, s, pr, median, step, arrivals: list, config: Config) -> list:
     out = []
     n = len(ordered)
@@ -196,12 +224,7 @@ def _stragglers(ordered, labels, m, s, pr, median, step, arrivals: list, config:
             break
         if not arrivals[pos]["consistent"]:
             continue  # last by the chance order of arrival: jitter (analysis/arrivals.py)
-        x = ordered[pos]
-        others = [o for i, o in enumerate(ordered) if i != pos]
-        typical = {c: float(np.median([o.category_ns[c] for o in others])) for c in CATEGORIES}
-        excess = {c: x.category_ns[c] - typical[c] for c in CATEGORIES if c != "communication"}
-        cause = max(excess, key=lambda c: (excess[c], -CATEGORIES.index(c)))
-        total = sum(v for v in excess.values() if v > 0)
+        typical, excess, cause, total = _excess(ordered, pos)
         if total < config.straggler_share * step:
             continue  # late by chance (the order of arrival varies), not by its own work
         saving = min(wait, total)

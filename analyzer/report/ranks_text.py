@@ -67,6 +67,17 @@ def arrivals_sentence(job: dict) -> str:
             f"communication; {lost} per step lost to waits")
 
 
+def present_sentence(job: dict) -> str:
+    """With ranks missing: the present rank that arrives last consistently among the present ones."""
+    p = job.get("among_present") if isinstance(job.get("among_present"), dict) else None
+    if not p:
+        return ""
+    cause = _CAUSE_TEXT.get(str(p.get("cause")), str(p.get("cause")))
+    return (f"among the ranks present, rank {p.get('rank')} arrives last in {p.get('last')} of {p.get('of')} "
+            f"matched instances and spends {fmt_us(p.get('excess_us_per_step'))} more per step in {cause} than the "
+            "median of the others; an absent rank may arrive later still")
+
+
 def p2p_sentence(c: dict) -> str:
     p = c.get("point_to_point") if isinstance(c.get("point_to_point"), dict) else {}
     if not p.get("operations"):
@@ -125,15 +136,20 @@ def exposed_sentence(job: dict) -> str:
 def render_ranks_terminal(data: dict) -> str:
     """The cross-rank summary in brief, for the terminal after the per-rank summaries: each job's,
     then the set's warnings (why traces were split into jobs or left out)."""
-    out = [_terminal_job(job) for job in job_sections(data)]
+    jobs = job_sections(data)
+    out = [_terminal_job(job, _job_label(i, len(jobs))) for i, job in enumerate(jobs)]
     out += [f"warning: {_clean(w)}" for w in set_warnings(data)]
     return "\n\n".join(out)
 
 
-def _terminal_job(data: dict) -> str:
+def _job_label(i: int, n: int) -> str:
+    return f"job {i + 1} of {n}: " if n > 1 else ""
+
+
+def _terminal_job(data: dict, label: str = "") -> str:
     job, ranks = data["job"], data["ranks"]
     head = f"{'rank':>5} {'step':>9}" + "".join(f" {SHORT[c]:>9}" for c in CATEGORIES) + f" {'waits':>9} {'caused':>9}"
-    lines = [f"across {ranks_heading(job)} — step {fmt_us(job.get('step_time_us'))} "
+    lines = [f"{label}across {ranks_heading(job)} — step {fmt_us(job.get('step_time_us'))} "
              "(per step: each rank's time in each category; waits = its wait in collectives; "
              "caused = the wait it caused each other rank)", head]
     for r in ranks[:MAX_RANK_ROWS]:
@@ -151,8 +167,9 @@ def _terminal_job(data: dict) -> str:
               f"job verdict: {verdict_word(job).upper()}", f"  {_clean(job.get('verdict_reason'))}"]
     for s in data.get("stragglers") or []:
         lines += [f"  straggler: {_clean(straggler_sentence(s))}", f"    {_clean(forecast_sentence(s))}"]
-    if arrivals_sentence(job):
-        lines.append(f"  {_clean(arrivals_sentence(job))}")
+    for extra in (arrivals_sentence(job), present_sentence(job)):
+        if extra:
+            lines.append(f"  {_clean(extra)}")
     for w in job.get("warnings") or []:
         lines.append(f"warning: {_clean(w)}")
     return "\n".join(lines)
@@ -161,20 +178,22 @@ def _terminal_job(data: dict) -> str:
 def render_ranks_markdown(data: dict) -> str:
     """The cross-rank section of each job: the job verdict, the stragglers (or why none) and the
     ranks x categories table; then the set's warnings."""
-    out = [_markdown_job(job) for job in job_sections(data)]
+    jobs = job_sections(data)
+    out = [_markdown_job(job, _job_label(i, len(jobs)).capitalize()) for i, job in enumerate(jobs)]
     out += [f"- **Warning:** {md_text(w, 1200)}" for w in set_warnings(data)]
     return "\n\n".join(out)
 
 
-def _markdown_job(data: dict) -> str:
+def _markdown_job(data: dict, label: str = "") -> str:
     job, ranks = data["job"], data["ranks"]
-    out = [f"### Across {ranks_heading(job)}: **{md_text(verdict_word(job), 40)}**", "",
+    out = [f"### {label}{'a' if label else 'A'}cross {ranks_heading(job)}: **{md_text(verdict_word(job), 40)}**", "",
            md_text(job.get("verdict_reason"), 800), ""]
     for s in data.get("stragglers") or []:
         out += [f"- **Straggler:** {md_text(straggler_sentence(s), 600)}.",
                 f"  _{md_text(forecast_sentence(s), 1200)}._"]
-    if arrivals_sentence(job):
-        out.append(f"- {md_text(arrivals_sentence(job), 600)}.")
+    for extra in (arrivals_sentence(job), present_sentence(job)):
+        if extra:
+            out.append(f"- {md_text(extra, 600)}.")
     c = data.get("collectives") or {}
     out += ["", f"- {md_text(exposed_sentence(job), 300)}.", f"- {md_text(clock_sentence(c), 400)}."]
     if p2p_sentence(c):
