@@ -241,7 +241,8 @@ def test_fail_on_the_job_verdict_of_a_directory_of_ranks():
         "verdict dataloader-bound in r1 (--fail-on dataloader-bound)"]
     assert check_report({**data, "job": {"verdict": "kernel-bound"}}, parse_fail_on(["straggler-bound"])) == []
     # A folder of several jobs: each job's verdict is checked; a withheld one (None) trips nothing.
-    several = {"reports": data["reports"], "jobs": [{"job": {"verdict": None}}, {"job": {"verdict": "straggler-bound"}}]}
+    several = {"reports": data["reports"],
+               "jobs": [{"job": {"verdict": None}}, {"job": {"verdict": "straggler-bound"}}]}
     assert check_report(several, parse_fail_on(["straggler-bound"])) == [
         "job verdict straggler-bound (--fail-on straggler-bound)"]
 

@@ -55,8 +55,8 @@ def test_traces_of_different_world_sizes_are_two_jobs(tmp_path):
     data = _analyze(tmp_path)
     assert not {"ranks", "job", "jobs"} & set(data)
     assert data["warnings"] == [
-        "2 jobs in one folder, not one: they differ in world size (2, 4); job 1: rank 0 of 2 (a.json); job 2: rank 1 of "
-        "4 (b.json). Each job of two or more traces gets its own cross-rank report"]
+        "2 jobs in one folder, not one: they differ in world size (2, 4); job 1: rank 0 of 2 (a.json); job 2: "
+        "rank 1 of 4 (b.json). Each job of two or more traces gets its own cross-rank report"]
     text = render_ranks_terminal(data)
     assert "warning: 2 jobs in one folder, not one" in text and "job verdict" not in text
 
@@ -110,8 +110,8 @@ def test_ends_that_alignment_cannot_reconcile_give_no_job_verdict(tmp_path):
     data = _analyze(tmp_path)
     assert data["collectives"]["instances"] == 2 and data["collectives"]["clock"]["residual_us"] == 250.0
     assert data["job"]["verdict"] is None and data["stragglers"] == []
-    assert data["job"]["verdict_reason"] == ("withheld: the matched ends still differ by 250 µs after clock alignment: "
-                                             "not one job, or matched wrongly")
+    assert data["job"]["verdict_reason"] == ("withheld: the matched ends still differ by 250 µs after clock "
+                                             "alignment: not one job, or matched wrongly")
 
 
 # --- missing ranks -------------------------------------------------------------------------------

@@ -27,15 +27,29 @@ from .crossrank import Matched, Split
 
 def lateness(m: Matched, usable: np.ndarray) -> np.ndarray:
     """Per instance and rank: the others' median duration minus the rank's own (NaN where the rank
-    is not in it, the instance has fewer than two ranks, or is not `usable`)."""
+    is not in it, the instance has fewer than two ranks, or is not `usable`). Each row is sorted once;
+    the others' median skips the rank's own place in it."""
     dur = np.where(usable[:, None], m.duration, np.nan)
+    rows, n = dur.shape
     out = np.full(dur.shape, np.nan)
-    for pos in range(dur.shape[1]):
-        others = np.delete(dur, pos, axis=1)
-        seen = np.isfinite(others).any(axis=1) & np.isfinite(dur[:, pos])
-        if seen.any():
-            out[seen, pos] = np.nanmedian(others[seen], axis=1) - dur[seen, pos]
+    if not rows or n < 2:
+        return out
+    order = np.argsort(dur, axis=1, kind="stable")  # NaN last
+    ranked = np.take_along_axis(dur, order, axis=1)
+    place = np.empty_like(order)
+    np.put_along_axis(place, order, np.arange(n)[None, :].repeat(rows, axis=0), axis=1)
+    others = np.isfinite(dur).sum(axis=1, keepdims=True) - 1  # how many other ranks ran it
+    lo, hi = (others - 1) // 2, others // 2  # the middle of the others' sorted durations
+    median = (_pick(ranked, place, lo) + _pick(ranked, place, hi)) / 2.0
+    ok = np.isfinite(dur) & (others >= 1)
+    out[ok] = (median - dur)[ok]
     return out
+
+
+def _pick(ranked: np.ndarray, place: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per row and rank: the j-th smallest duration of the other ranks (the rank's own place skipped)."""
+    j = np.broadcast_to(j, place.shape)
+    return np.take_along_axis(ranked, np.clip(j + (j >= place), 0, place.shape[1] - 1), axis=1)
 
 
 def consistency(m: Matched, s: Split, complete: np.ndarray, config: Config) -> list:

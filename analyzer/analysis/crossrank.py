@@ -111,8 +111,9 @@ def match(summaries: list, tolerance: float = 0.1) -> Matched:
     for pos, row in ((pairs.a, pairs.row_a), (pairs.b, pairs.row_b)):
         p_start[rows, pos] = ops["start"].to_numpy(np.float64)[row]
         p_end[rows, pos] = ops["end"].to_numpy(np.float64)[row]
-    p_keys = pd.DataFrame({"pg": ops["pg"].astype(str).to_numpy()[pairs.row_a], "name": ops["name"].to_numpy()[pairs.row_a],
-                           "step": ops["step_name"].to_numpy()[pairs.row_a], "p2p": True})
+    first = ops.iloc[pairs.row_a]
+    p_keys = pd.DataFrame({"pg": first["pg"].astype(str).to_numpy(), "name": first["name"].to_numpy(),
+                           "step": first["step_name"].to_numpy(), "p2p": True})
     keys = pd.concat([keys.assign(p2p=False), p_keys], ignore_index=True)
     start, end = np.vstack([start, p_start]), np.vstack([end, p_end])
     left = ops.iloc[pairs.unmatched]
@@ -156,7 +157,9 @@ def _collectives(df: pd.DataFrame, summaries: list, base: int) -> tuple:
     first = df.drop_duplicates(key).set_index(key)
 
     def column(name: str) -> np.ndarray:
-        return wide.index.get_level_values(name).to_numpy() if name in key else first[name].reindex(wide.index).to_numpy()
+        if name in key:
+            return wide.index.get_level_values(name).to_numpy()
+        return first[name].reindex(wide.index).to_numpy()
 
     names, steps = column("name"), column("step_name")
     keys = pd.DataFrame({"pg": wide.index.get_level_values("pg").astype(str), "name": names, "step": steps})

@@ -9,7 +9,8 @@ from ..config import CATEGORIES
 from .escape import shorten
 from .present import CATEGORY_LABELS, number
 from .ranks_text import (MAX_RANK_ROWS, arrivals_sentence, clock_sentence, exposed_sentence, forecast_sentence,
-                         job_sections, p2p_sentence, present_sentence, ranks_heading, set_warnings, straggler_sentence, verdict_word)
+                         job_sections, p2p_sentence, present_sentence, ranks_heading, set_warnings,
+                         straggler_sentence, verdict_word)
 
 
 def ranks_view(data: dict) -> dict | None:
@@ -53,7 +54,8 @@ def _job_view(data: dict) -> dict:
         "more": max(0, len(data["ranks"]) - MAX_RANK_ROWS),
         "stragglers": [{"sentence": straggler_sentence(s), "forecast": forecast_sentence(s)}
                        for s in data.get("stragglers") or []],
-        "arrivals": "; ".join(x for x in (arrivals_sentence(job), present_sentence(job)) if x), "absent": number(job.get("absent_wait_us_per_step")) or 0.0,
+        "arrivals": "; ".join(x for x in (arrivals_sentence(job), present_sentence(job)) if x),
+        "absent": number(job.get("absent_wait_us_per_step")) or 0.0,
         "exposed": exposed_sentence(job), "clock": clock_sentence(collectives), "p2p": p2p_sentence(collectives),
         "warnings": [str(w) for w in job.get("warnings") or []],
     }
