@@ -192,17 +192,19 @@ def complete(m: Matched, summaries: list) -> np.ndarray:
     """Per instance: does every rank of its process group have a trace here? A pair of point-to-point
     operations always does; a collective's group is its process group's ranks (distributedInfo), else
     the whole world (the world size); without a world size, the ranks present."""
-    present = {x.rank for x in summaries if x.rank is not None}
+    out = np.ones(len(m.keys), dtype=bool)
+    if any(x.rank is None for x in summaries):
+        return out  # which ranks are here is not known: no instance is said to lack one
+    present = {x.rank for x in summaries}
     worlds = {x.world_size for x in summaries if x.world_size}
     groups: dict = {}
     for x in summaries:
         for name, ranks in x.process_groups.items():
             groups.setdefault(str(name), set(ranks))
     world = set(range(max(worlds))) if worlds else present
-    out = np.ones(len(m.keys), dtype=bool)
     for i, (pg, is_p2p) in enumerate(zip(m.keys["pg"].tolist(), m.keys["p2p"].tolist())):
         if not is_p2p:
-            out[i] = groups.get(str(pg), world) <= present or not present
+            out[i] = groups.get(str(pg), world) <= present
     return out
 
 
