@@ -103,14 +103,15 @@ def test_clocks_further_apart_than_a_host_offset_give_no_job_verdict(tmp_path):
 
 
 def test_ends_that_alignment_cannot_reconcile_give_no_job_verdict(tmp_path):
-    """Rank 1's all-reduces end 250 µs after rank 0's in one step and 250 µs before in the next: no
-    clock offset makes them coincide; the residual (250 µs) exceeds the transfer (200 µs)."""
-    _write(_rank(0, 2, [(200.0, 100.0, (300.0, 400.0))] * 2), tmp_path / "rank0.json")
-    _write(_rank(1, 2, [(200.0, 100.0, (750.0, 200.0)), (200.0, 50.0, (250.0, 200.0))]), tmp_path / "rank1.json")
+    """Rank 1's all-reduces end 350 µs after rank 0's in one step and 350 µs before in the next: no
+    clock offset makes them coincide; the residual (350 µs) exceeds the all-reduces (100 µs each): the
+    two ranks were never inside one of them together."""
+    _write(_rank(0, 2, [(200.0, 100.0, (500.0, 100.0))] * 2), tmp_path / "rank0.json")
+    _write(_rank(1, 2, [(200.0, 100.0, (850.0, 100.0)), (50.0, 50.0, (150.0, 100.0))]), tmp_path / "rank1.json")
     data = _analyze(tmp_path)
-    assert data["collectives"]["instances"] == 2 and data["collectives"]["clock"]["residual_us"] == 250.0
+    assert data["collectives"]["instances"] == 2 and data["collectives"]["clock"]["residual_us"] == 350.0
     assert data["job"]["verdict"] is None and data["stragglers"] == []
-    assert data["job"]["verdict_reason"] == ("withheld: the matched ends still differ by 250 µs after clock "
+    assert data["job"]["verdict_reason"] == ("withheld: the matched ends still differ by 350 µs after clock "
                                              "alignment: not one job, or matched wrongly")
 
 

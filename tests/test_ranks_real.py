@@ -99,6 +99,22 @@ def test_two_recorded_jobs_launched_together_are_not_one_job(tmp_path):
     assert "job 1 of 2: across 2 ranks" in stdout and "job 2 of 2: across 2 ranks" in stdout
 
 
+def test_recorded_gloo_send_recv_is_not_charged(tmp_path):
+    """fixtures/traces/ranks/gloo_p2p (p2p_ranks.py): 8 steps of send / recv between 2 ranks, then an
+    all-reduce. gloo's send completes before the peer's recv is posted, so the two never overlap and
+    no pair can be split into transfer and wait: all 32 operations are unmatched, charged to no rank.
+    Before issue 26 they were matched by name and order (a send with the other rank's send): 24
+    instances, waits 4.61 / 9.48 ms per step instead of the all-reduces' 1.72 / 7.81 ms."""
+    data, stdout = cli(RANKS / "gloo_p2p", tmp_path)
+    c = data["collectives"]
+    assert (c["instances"], c["collective_instances"], [k["name"] for k in c["by_kind"]]) == (8, 8, ["allreduce"])
+    p = c["point_to_point"]
+    assert (p["operations"], p["pairs"], p["unmatched"], p["peer_absent"]) == (32, 0, 32, 0)
+    assert [r["wait_us_per_step"] for r in data["ranks"]] == [1716.338, 7813.236]
+    assert sum(r["unmatched_p2p_us_per_step"] for r in data["ranks"]) == pytest.approx(p["unmatched_us_per_step"])
+    assert "32 point-to-point operations: none paired, 32 unmatched" in stdout
+
+
 def test_two_recorded_jobs_one_after_the_other(tmp_path):
     """The balanced and the straggler 2-rank jobs in one folder: two jobs, each with its own verdict."""
     folder = tmp_path / "both"

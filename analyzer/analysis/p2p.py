@@ -5,7 +5,9 @@ pairs unrelated operations (each rank talks to other peers in between). So (docs
 
 - **By peer.** Where the trace names the peer ("Dst Rank" / "Src Rank" of record_param_comms), a
   send from a to b pairs with a recv on b from a: the n-th of each, in process group and sequence
-  number where every one has a sequence number, else in order.
+  number where every one has a sequence number, else in order. A pair whose two operations do not
+  overlap in time on the aligned clocks (an eager send that completed before the recv was posted)
+  is no transfer both ranks took part in: it stays unmatched.
 - **By time.** Otherwise the two ends of one transfer finish together, so an operation pairs with
   one on another rank whose end, on the aligned clocks, lies within `tolerance` of the shorter
   duration, when that candidate is the only one for both operations. Two or more candidates are
@@ -52,7 +54,7 @@ def pair(rows: pd.DataFrame, ranks: list, offsets: np.ndarray, tolerance: float)
     named = peer >= 0
     absent = named & ~np.isin(peer, list(where))
     if (named & ~absent).any():
-        got, how = _by_peer(rows, named & ~absent, ranks)
+        got, how = _by_peer(rows, named & ~absent, ranks, offsets)
         found += got
         methods.append(how)
         for i, j in got:
@@ -77,7 +79,7 @@ def _direction(kind: str, me: int, other: int) -> tuple:
     return min(me, other), max(me, other)  # sendrecv: both ways at once
 
 
-def _by_peer(rows: pd.DataFrame, mask: np.ndarray, ranks: list) -> tuple[list, str]:
+def _by_peer(rows: pd.DataFrame, mask: np.ndarray, ranks: list, offsets: np.ndarray) -> tuple[list, str]:
     sub = rows[mask]
     me = np.array([ranks[p] for p in sub["pos"].to_numpy()], dtype=np.int64)
     keys = [(_direction(k, m, o), k == "sendrecv", g)
@@ -87,10 +89,15 @@ def _by_peer(rows: pd.DataFrame, mask: np.ndarray, ranks: list) -> tuple[list, s
                           "seq": sub["seq"].to_numpy(), "start": sub["start"].to_numpy()})
     frame = frame.sort_values(["pos", "start"], kind="stable")
     frame["n"] = frame["seq"] if by_seq else frame.groupby(["pos", "key"], sort=False).cumcount()
+    pos = rows["pos"].to_numpy()
+    start = rows["start"].to_numpy(np.float64) + offsets[pos]
+    end = rows["end"].to_numpy(np.float64) + offsets[pos]
     out = []
     for _, g in frame.groupby(["key", "n"], sort=False):
         if len(g) == 2 and g["pos"].nunique() == 2:
-            out.append((int(g["row"].iloc[0]), int(g["row"].iloc[1])))
+            i, j = int(g["row"].iloc[0]), int(g["row"].iloc[1])
+            if max(start[i], start[j]) < min(end[i], end[j]):  # both ranks inside the transfer at once
+                out.append((i, j))
     return out, BY_PEER_SEQ if by_seq else BY_PEER
 
 

@@ -21,8 +21,9 @@ is per step (of each rank's analysed steps) in µs; see docs/ranks.md for the de
   others wait for it), the communication time no compute overlaps, from its own attribution.
 - **No job verdict** when the world size names ranks that have no trace here (their waits cannot be
   told from waits for present ranks), or when the clocks disagree by more than
-  `Config.max_clock_offset_s`, or the ends of matched instances still disagree by more than the median
-  transfer after alignment (not one job, or matched wrongly): the report says which.
+  `Config.max_clock_offset_s`, or the ends of matched instances still disagree by more than the
+  instances last after alignment (their ranks were never inside them together: not one job, or
+  matched wrongly): the report says which.
 """
 
 from __future__ import annotations
@@ -137,13 +138,13 @@ def _clock_warning(m: cr.Matched, s: cr.Split, config: Config) -> tuple:
         return (f"the clocks are {_span(worst)} apart: not one job",
                 f"matching their collectives puts the traces' clocks {_span(worst)} apart, more than "
                 f"{config.max_clock_offset_s:g} s: they are not one job, and there is no job verdict")
-    transfer = float(np.median(s.transfer))
-    if m.residual_ns > transfer:
+    longest = float(np.median(np.nanmax(m.duration, axis=1)))
+    if m.residual_ns > longest:  # most instances' ranks were never inside them at the same time
         return (f"the matched ends still differ by {_span(m.residual_ns)} after clock alignment: not one job, or "
                 "matched wrongly",
                 f"after clock alignment the ends of a matched instance still differ by {_span(m.residual_ns)} "
-                f"(median), more than the median instance's transfer ({_span(transfer)}): the traces are not one "
-                "job, or their collectives do not match one to one; there is no job verdict")
+                f"(median), more than the instances last ({_span(longest)}, median of the longest duration): the "
+                "traces are not one job, or their collectives do not match one to one; there is no job verdict")
     return ()
 
 

@@ -82,8 +82,9 @@ def p2p_sentence(c: dict) -> str:
     p = c.get("point_to_point") if isinstance(c.get("point_to_point"), dict) else {}
     if not p.get("operations"):
         return ""
-    how = " and ".join(str(m) for m in p.get("matched_by") or []) or "nothing"
-    out = f"{p['operations']} point-to-point operations: {p.get('pairs', 0)} pairs matched by {how}"
+    how = " and ".join(str(m) for m in p.get("matched_by") or [])
+    out = f"{p['operations']} point-to-point operations: " + (f"{p['pairs']} pairs matched by {how}" if p.get("pairs")
+                                                              else "none paired")
     if p.get("unmatched"):
         why = [f"{p['peer_absent']} with a peer not in the folder" if p.get("peer_absent") else "",
                f"{p['ambiguous']} ambiguous in time" if p.get("ambiguous") else ""]
