@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
-from .analysis.crossrank import one_job
+from .analysis.jobs import group_jobs
 from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
 from .analysis.stragglers import analyze_ranks
@@ -263,8 +263,10 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
                   scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = ()) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
-    (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
-    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job.
+    (see analyze_path for `jobs` and `scheduler`), grouped into jobs by what the traces say
+    (analysis/jobs.py), and a cross-rank report over each job of two or more traces
+    (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
+    warnings.
     `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
     files = list(files)
     jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
@@ -282,7 +284,10 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
+    config = config or Config()
     summaries = [r.rank_summary for r in result.reports]
-    if one_job(summaries):
-        result.cross = analyze_ranks(summaries, config or Config())
+    grouping = group_jobs(summaries, config)
+    result.warnings += grouping.warnings
+    result.jobs = [analyze_ranks([summaries[i] for i in job], config) for job in grouping.jobs]
+    result.cross = result.jobs[0] if len(result.jobs) == 1 else None
     return result

@@ -73,7 +73,8 @@ class Trace:
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
     py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
     "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
-    name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent).
+    name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent);
+    peer -- of a send or recv, the other rank in that group ("Dst Rank" / "Src Rank"; -1 when absent).
     """
 
     path: str
