@@ -1,0 +1,344 @@
+"""Forecasts and `perfsleuth run --verify` on programs this project did not write, checked against an
+independent A/B (docs/accuracy.md, "On programs the models were not fitted to"; kept apart from the
+fitted fixtures of benchmarks/fix_verification.py).
+
+    python benchmarks/unseen.py --examples DIR [--programs NAME ...] [--pairs 3] [--write docs/accuracy.md]
+    python benchmarks/unseen.py --examples DIR --smoke            # 1 pair, few steps: does it run?
+    python benchmarks/unseen.py --render fixtures/accuracy/unseen/results.json [--stat mean] [--write FILE]
+
+Set-up (outside the project; the programs need torchvision, transformers, accelerate, lightning and
+matplotlib, which the project's own environment does not have). On x86_64 with Python 3.11, torch and
+torchvision come from this machine's disk (PyPI's torchvision does not import beside the torch 2.13.0
+CPU file):
+
+    python3 -m venv /work/venvs/unseen-bench                     # not --system-site-packages
+    /work/venvs/unseen-bench/bin/pip install --upgrade pip
+    /work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1
+    /work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib
+    /work/venvs/unseen-bench/bin/pip install -e .                # perfsleuth, from this checkout
+    git clone https://github.com/pytorch/examples /work/ext/examples     # outside the project
+    (or, from a snapshot without train.txt: git --git-dir=SNAPSHOT archive HEAD -- imagenet dcgan
+     word_language_model time_sequence_prediction regression mnist
+     ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C /work/ext/examples;
+     git --git-dir=SNAPSHOT rev-parse HEAD > /work/ext/examples/COMMIT)
+
+and run this file with that venv's python (`/work/venvs/unseen-bench/bin/python benchmarks/unseen.py`).
+
+Per program (benchmarks/unseen_catalog.py), in a fresh copy of its folder in a temp dir:
+1. `perfsleuth run --json` of the program (with `--verify --verify-pairs N` when the installed
+   perfsleuth has it; otherwise the row says "not available"): verdict, findings, forecasts, and
+   the `verified` measurement of each fix it tried.
+2. The fix to check: the top finding whose fix this program can take (one `--verify` measured, if
+   any), with the setting perfsleuth measured or forecast; if no such finding fired, the program's
+   default fix. `--fix NAME=RULE[:VALUE]` forces one.
+3. An independent A/B of that fix, not using perfsleuth: the fix applied through the program's own
+   flags or as an edit of a copy of its source (unseen_patch.py), each run timed by
+   unseen_programs/runner.py (runpy, an optimizer-step post-hook; warm-up steps skipped), runs
+   alternating A B A B ... (`--pairs`, each a fresh process); per pair the load average before and
+   after and the CPU that other processes used (from /proc/stat, less this benchmark's own), with the
+   busiest of them by name. Speed-up = median of the pair ratios; the range is the lowest and highest.
+Results: a JSON file (fixtures/accuracy/unseen/results.json) written after every program, and with
+--write the section between unseen_report.py's markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from unseen_catalog import BY_NAME, PROGRAMS, RUNNER, Variant, apply, program_args, value_for  # noqa: E402
+from unseen_report import ab_summary, render, write_section  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "fixtures" / "accuracy" / "unseen" / "results.json"
+TOP = 5  # findings kept per program in the JSON
+METHOD = (
+    "Public programs this project did not write, none of them fitted to: pytorch/examples trainers with "
+    "synthetic data (run from a checkout given by `--examples`, never copied into the project), a Hugging Face "
+    "`Trainer` fine-tune of a tiny random BERT, a Lightning module with a Python-heavy Dataset, and a user's "
+    "loop around the mnist example's model. The last three are small drivers of ours "
+    "(`benchmarks/unseen_programs/`) that only configure those public libraries. For each, `perfsleuth run` "
+    "(with `--verify` where available) gives the finding, its forecast and its `--verify` measurement; the "
+    "independent A/B applies the same fix without perfsleuth -- the program's own flag, or an edit of a copy "
+    "of its source (`torch.set_num_threads(1)` as its first statement, `foreach=True` in its optimizer) -- "
+    "and times fresh unprofiled runs alternating A B A B (an optimizer-step post-hook under `runpy`, "
+    "warm-up steps skipped); speed-up = median of the pair ratios, range = lowest and highest pair. "
+    "Set-up, outside the project: `python3 -m venv /work/venvs/unseen-bench; "
+    "/work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1; "
+    "/work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib; "
+    "/work/venvs/unseen-bench/bin/pip install -e .` (torch and torchvision from the machine's disk: PyPI's "
+    "torchvision does not import beside the torch 2.13.0 CPU file), a checkout of pytorch/examples, then "
+    "`/work/venvs/unseen-bench/bin/python benchmarks/unseen.py --examples DIR --write docs/accuracy.md`. "
+    "Load: the 1-minute load average around each pair, and the cores that other processes kept busy during it.")
+
+
+# --- the machine and what else ran ------------------------------------------------------------------
+def _busy_jiffies() -> int:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - (v[4] if len(v) > 4 else 0)
+
+
+def _procs() -> dict:
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    s = f.read()
+                comm, rest = s[s.index("(") + 1:s.rindex(")")], s[s.rindex(")") + 2:].split()
+                out[int(d)] = (comm, int(rest[11]) + int(rest[12]))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _own_cpu_s() -> float:
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def snapshot() -> dict:
+    return {"t": time.monotonic(), "busy": _busy_jiffies(), "own": _own_cpu_s(), "procs": _procs(),
+            "load": [round(x, 2) for x in os.getloadavg()]}
+
+
+def others(s0: dict, s1: dict) -> tuple:
+    """Cores other processes kept busy between two snapshots, and the busiest of them by name."""
+    hz, wall = os.sysconf("SC_CLK_TCK"), max(s1["t"] - s0["t"], 1e-6)
+    cores = ((s1["busy"] - s0["busy"]) / hz - (s1["own"] - s0["own"])) / wall
+    me = os.getpid()
+    by: dict = {}
+    for p, (c, j) in s1["procs"].items():  # a process started during the pair counts from 0
+        used = (j - s0["procs"].get(p, (c, 0))[1]) / hz / wall
+        if p != me and used > 0:
+            name = _cmdline(p, c)
+            by[name] = by.get(name, 0.0) + used
+    top = sorted(by.items(), key=lambda x: -x[1])
+    return round(max(cores, 0.0), 3), [[c, round(u, 3)] for c, u in top[:3] if u >= 0.02]
+
+
+def _cmdline(pid: int, comm: str) -> str:
+    """The process's program and first arguments, shortened (its name if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
+    except OSError:
+        return comm
+    text = " ".join(Path(w).name if i < 2 else w for i, w in enumerate(words[:3]))
+    return text[:60] or comm
+
+
+# --- perfsleuth ---------------------------------------------------------------------------------------
+def has_verify(perfsleuth: list) -> tuple:
+    h = subprocess.run([*perfsleuth, "run", "--help"], capture_output=True, text=True).stdout
+    return "--verify" in h, "--verify-budget" in h, "--verify-pairs" in h
+
+
+def _slim(f: dict) -> dict:
+    fc = f.get("forecast") or {}
+    keep = ("speedup", "low", "high", "saving_us", "kind", "model", "reason", "step_us")
+    return {"rule": f.get("rule"), "severity": f.get("severity"), "severity_from": f.get("severity_from"),
+            "forecast": {k: fc.get(k) for k in keep} | {"assumptions": {k: v for k, v in (fc.get("assumptions") or {}).items()
+                                                                       if k in ("workers", "threads", "optimizer", "cores")}},
+            "verified": f.get("verified"), "ceiling": f.get("ceiling") or f.get("bound")}
+
+
+def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tuple, pairs: int, budget: int) -> dict:
+    opts = []
+    if verify[0]:
+        opts = ["--verify", *(["--verify-pairs", str(pairs)] if verify[2] else []),
+                *(["--verify-budget", str(budget)] if verify[1] else [])]
+    cmd = [*ps, "run", "-o", str(out), "--force", *opts, *p.perfsleuth, str(script), *args]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=script.parent, capture_output=True, text=True, timeout=p.timeout_s + budget)
+        rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
+    except subprocess.TimeoutExpired:
+        rc, tail = "timeout", ""
+    doc = {"cmd": shlex.join(cmd), "rc": rc, "wall_s": round(time.monotonic() - t0, 1), "stderr_tail": tail}
+    rep = out / "report.json"
+    if rep.exists():
+        r = json.loads(rep.read_text())
+        doc["report"] = {"verdict": r.get("verdict"), "verdict_text": r.get("verdict_text"),
+                         "step_time_us": (r.get("summary") or {}).get("step_time_us"),
+                         "steps_source": r.get("steps_source"), "findings": [_slim(f) for f in r.get("findings", [])][:TOP],
+                         "warnings": [str(w)[:300] for w in (r.get("warnings") or [])][:5]}
+        doc["findings_all"] = r.get("findings", [])
+    return doc
+
+
+def choose(p, findings: list, forced: str = None) -> tuple:
+    """(rule, finding or None, value): the top finding this program can take a fix for, preferring one
+    that --verify measured."""
+    if forced:
+        rule, _, value = forced.partition(":")
+        f = next((f for f in findings if f.get("rule") == rule), None)
+        return rule, f, (int(value) if value.isdigit() else value) if value else value_for(rule, f)
+    usable = [f for f in findings if f.get("rule") in p.fixes]
+    f = next((f for f in usable if isinstance(f.get("verified"), dict)), usable[0] if usable else None)
+    rule = f["rule"] if f else p.default_fix
+    return rule, f, value_for(rule, f)
+
+
+# --- the independent A/B --------------------------------------------------------------------------------
+def timed_run(p, script: Path, args: list, out: Path, smoke: bool) -> dict:
+    w, s = p.smoke_steps if smoke else (p.warmup, p.steps)
+    cmd = [sys.executable, str(RUNNER), "--out", str(out), "--warmup", str(w), "--steps", str(s), "--on", p.on,
+           *(["--seed", str(p.seed)] if p.seed is not None else []), str(script), *args]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=script.parent, capture_output=True, text=True, timeout=p.timeout_s)
+        rc, tail = proc.returncode, (proc.stderr or "")[-800:]
+    except subprocess.TimeoutExpired:
+        rc, tail = "timeout", ""
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    doc = {k: ([round(x, 6) for x in v] if isinstance(v, list) else v) for k, v in doc.items()}
+    doc.update(rc=rc, wall_s=round(time.monotonic() - t0, 2))
+    if rc != 0 or not doc.get("complete"):
+        doc["error"] = tail or f"exit {rc}"
+    return doc
+
+
+def ab(p, a: tuple, b: tuple, pairs: int, smoke: bool, tmp: Path) -> list:
+    out = []
+    for i in range(pairs):
+        s0 = snapshot()
+        ra = timed_run(p, *a, tmp / f"a{i}.json", smoke)
+        rb = timed_run(p, *b, tmp / f"b{i}.json", smoke)
+        s1 = snapshot()
+        cores, top = others(s0, s1)
+        out.append({"a": ra, "b": rb, "errors": [r["error"] for r in (ra, rb) if "error" in r],
+                    "load": [s0["load"], s1["load"]], "others_cores": cores, "others_top": top})
+        print(f"  pair {i + 1}/{pairs}: A {ra.get('step_s', [])[:1]}.. B {rb.get('step_s', [])[:1]}.. "
+              f"load {s0['load'][0]} -> {s1['load'][0]}, others {cores} cores {top}"
+              + (f" ERRORS {out[-1]['errors']}" if out[-1]["errors"] else ""), file=sys.stderr)
+    return out
+
+
+def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> dict:
+    work = tmp / p.name
+    script = p.setup(examples, work / "A")
+    args = program_args(p, examples, opt.smoke)
+    row = {"program": p.name, "title": p.title, "command": shlex.join([f"E/{p.folder}/{p.script}" if p.folder else
+                                                                       f"benchmarks/unseen_programs/{p.script}", *args]
+                                                                      ).replace(str(examples), "E"),
+           "runner": f"{p.on} steps, {p.warmup} warm-up + {p.steps} timed per run" if not opt.smoke
+           else f"{p.on} steps, {p.smoke_steps[0]} warm-up + {p.smoke_steps[1]} timed (smoke)"}
+    print(f"{p.name}: perfsleuth run{' --verify' if verify[0] else ''} ...", file=sys.stderr)
+    run = perfsleuth_run(p, script, args, work / "perfsleuth-out", ps, verify, opt.pairs, opt.verify_budget)
+    findings = run.pop("findings_all", [])
+    row["perfsleuth_run"] = run
+    rule, f, value = choose(p, findings, opt.fix.get(p.name))
+    variant: Variant = p.fixes[rule](value, args)
+    vv = (f or {}).get("verified")
+    row.update(rule=rule, severity=(f or {}).get("severity"), value=value, variant=variant.label,
+               forecast=_slim(f)["forecast"] if f else None, verified=vv if isinstance(vv, dict) else None,
+               verify_status=("not available" if not verify[0] else "measured" if isinstance(vv, dict)
+                              else "not tried by --verify" if f else "no finding"),
+               verdict=(run.get("report") or {}).get("verdict"), findings=(run.get("report") or {}).get("findings"))
+    b_script = script
+    if variant.edits:
+        b_script = p.setup(examples, work / "B")
+        apply(variant, b_script.parent)
+    print(f"{p.name}: {rule} -> {variant.label}; A/B x{opt.pairs} ...", file=sys.stderr)
+    row["pairs"] = ab(p, (script, args), (b_script, variant.args), opt.pairs, opt.smoke, work)
+    ind = ab_summary(row["pairs"], opt.stat)
+    row["independent"] = ind
+    bad = [e for pr in row["pairs"] for e in pr["errors"]]
+    if run["rc"] not in (0,) or bad:
+        row["problem"] = "; ".join(([f"perfsleuth run exit {run['rc']}"] if run["rc"] != 0 else [])
+                                   + [e.strip().splitlines()[-1][:200] for e in bad[:2] if e.strip()])
+    print(f"{p.name}: independent {ind['speedup'] and round(ind['speedup'], 3)} {ind['pair_ratios']}", file=sys.stderr)
+    return row
+
+
+def _commit(path: Path) -> str:
+    if (path / "COMMIT").exists():
+        return (path / "COMMIT").read_text().strip()
+    r = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def machine(examples: Path) -> dict:
+    import torch
+
+    spec = importlib.util.find_spec("perfsleuth")
+    src = Path(spec.origin).resolve().parent.parent if spec and spec.origin else None
+    dirty = src and subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True,
+                                   text=True).stdout.strip()
+    vers = {n: md.version(n) for n in ("perfsleuth", "transformers", "accelerate", "lightning", "torchvision")}
+    return {"cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "versions": vers,
+            "perfsleuth_commit": (_commit(src) if src else "unknown") + (" (modified)" if dirty else ""),
+            "examples_commit": _commit(examples), "system": f"{platform.system()} {platform.release()}"}
+
+
+def machine_line(m: dict, verify: tuple) -> str:
+    v = m["versions"]
+    return (f"Machine: {m['cpus']} cores (affinity {m['affinity']}), Python {m['python']}, torch {m['torch']}, "
+            f"torchvision {v['torchvision']}, transformers {v['transformers']}, lightning {v['lightning']}; "
+            f"perfsleuth {v['perfsleuth']} at {m['perfsleuth_commit'][:12]}"
+            f"{'' if verify[0] else ' (no `--verify` in it)'}; pytorch/examples at {m['examples_commit'][:12]}.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--examples", type=Path, help="a checkout of pytorch/examples (outside the project)")
+    ap.add_argument("--programs", nargs="*", choices=sorted(BY_NAME), help="only these (default: all)")
+    ap.add_argument("--pairs", type=int, default=3, help="A/B pairs, and --verify-pairs (default 3)")
+    ap.add_argument("--smoke", action="store_true", help="1 pair and the smoke settings: proves it runs, measures nothing")
+    ap.add_argument("--fix", action="append", default=[], metavar="NAME=RULE[:VALUE]", help="force the fix to check")
+    ap.add_argument("--stat", choices=("median", "mean"), default="median", help="per run: median or mean step time")
+    ap.add_argument("--verify-budget", type=int, default=300, help="seconds per program for --verify (if it takes it)")
+    ap.add_argument("--no-verify", action="store_true", help="run perfsleuth without --verify even if it has it")
+    ap.add_argument("--json", type=Path, help=f"results file (default {RESULTS.relative_to(ROOT)}; smoke: the temp dir)")
+    ap.add_argument("--keep", type=Path, help="work here (kept) instead of a temp dir")
+    ap.add_argument("--render", type=Path, metavar="JSON", help="measure nothing: render this results file")
+    ap.add_argument("--write", type=Path, help="put the section between its markers in this Markdown file")
+    opt = ap.parse_args()
+    if opt.render:
+        doc = json.loads(opt.render.read_text())
+    else:
+        if not opt.examples or not (opt.examples / "imagenet" / "main.py").exists():
+            ap.error("--examples DIR: a checkout of pytorch/examples (DIR/imagenet/main.py) is needed")
+        opt.fix = dict(x.split("=", 1) for x in opt.fix)
+        if opt.smoke:
+            opt.pairs = 1
+        tmp = Path(opt.keep or tempfile.mkdtemp(prefix="unseen-"))
+        out = opt.json or (tmp / "smoke.json" if opt.smoke else RESULTS)
+        ps = [str(Path(sys.executable).parent / "perfsleuth")]
+        verify = (False, False, False) if opt.no_verify else has_verify(ps)
+        m = machine(opt.examples.resolve())
+        doc = {"recorded": time.strftime("%Y-%m-%d %H:%M"), "smoke": opt.smoke, "machine": m, "method": METHOD,
+               "machine_line": machine_line(m, verify), "pairs": opt.pairs, "verify_available": verify[0],
+               "command": "python benchmarks/unseen.py " + shlex.join(sys.argv[1:]).replace(str(opt.examples), "DIR"),
+               "rows": []}
+        for p in (BY_NAME[n] for n in opt.programs) if opt.programs else PROGRAMS:
+            t0 = time.monotonic()
+            row = run_program(p, opt.examples.resolve(), tmp, opt, ps, verify)
+            row["wall_s"] = round(time.monotonic() - t0, 1)
+            doc["rows"].append(row)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+            print(f"{p.name}: done in {row['wall_s']} s -> {out}", file=sys.stderr)
+    text = render(doc, opt.stat)
+    print(text)
+    if opt.write:
+        write_section(opt.write, text)
+
+
+if __name__ == "__main__":
+    main()
