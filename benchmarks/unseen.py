@@ -51,6 +51,7 @@ import os
 import platform
 import resource
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,30 +59,49 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unseen_catalog import BY_NAME, PROGRAMS, RUNNER, Variant, apply, program_args, value_for  # noqa: E402
+from unseen_catalog import (BY_NAME, DEFAULT_SETTING, PROGRAMS, RULE_SETTINGS, RUNNER, NotApplicable,  # noqa: E402
+                            apply, program_args, setting_for)
 from unseen_report import ab_summary, render, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "fixtures" / "accuracy" / "unseen" / "results.json"
 TOP = 5  # findings kept per program in the JSON
-METHOD = (
-    "Public programs this project did not write, none of them fitted to: pytorch/examples trainers with "
-    "synthetic data (run from a checkout given by `--examples`, never copied into the project), a Hugging Face "
-    "`Trainer` fine-tune of a tiny random BERT, a Lightning module with a Python-heavy Dataset, and a user's "
-    "loop around the mnist example's model. The last three are small drivers of ours "
-    "(`benchmarks/unseen_programs/`) that only configure those public libraries. For each, `perfsleuth run` "
-    "(with `--verify` where available) gives the finding, its forecast and its `--verify` measurement; the "
-    "independent A/B applies the same fix without perfsleuth -- the program's own flag, or an edit of a copy "
-    "of its source (`torch.set_num_threads(1)` as its first statement, `foreach=True` in its optimizer) -- "
-    "and times fresh unprofiled runs alternating A B A B (an optimizer-step post-hook under `runpy`, "
-    "warm-up steps skipped); speed-up = median of the pair ratios, range = lowest and highest pair. "
-    "Set-up, outside the project: `python3 -m venv /work/venvs/unseen-bench; "
-    "/work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1; "
-    "/work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib; "
-    "/work/venvs/unseen-bench/bin/pip install -e .` (torch and torchvision from the machine's disk: PyPI's "
-    "torchvision does not import beside the torch 2.13.0 CPU file), a checkout of pytorch/examples, then "
-    "`/work/venvs/unseen-bench/bin/python benchmarks/unseen.py --examples DIR --write docs/accuracy.md`. "
-    "Load: the 1-minute load average around each pair, and the cores that other processes kept busy during it.")
+METHOD = """\
+Programs this project did not write, none of them fitted to: pytorch/examples trainers with synthetic data,
+run from a checkout given by `--examples` (never copied into the project); a Hugging Face `Trainer`
+fine-tune of a tiny random BERT; a Lightning module with a Python-heavy Dataset; and a user's loop around
+the mnist example's model. The last three are small drivers of ours (`benchmarks/unseen_programs/`) that
+only configure those public libraries. Separate from the fitted fixtures above.
+
+For each program, `perfsleuth run --verify` gives the findings, their forecasts and the `--verify`
+measurement of each fix it could apply. The fix checked is the top finding whose fix the program can take
+(one that `--verify` measured first), at the setting perfsleuth measured or forecast; where none fired,
+the program's default fix (the row says "none fired"). The independent A/B applies that fix without
+perfsleuth: through the program's own flag (`--workers 2`), or as an edit of a copy of its source
+(`torch.set_num_threads(1)` as its first statement, `foreach=True` in its optimizer's constructor, a
+DataLoader keyword), and times fresh unprofiled runs alternating A B A B ... with a runner of its own
+(`runpy`, an optimizer-step post-hook; warm-up steps skipped). A run's step time is the mean of its timed
+steps (a throughput, as `--verify`'s windows measure it: with DataLoader workers, steps alternate between
+waiting for a batch and not, and their median can be either); speed-up = median of the pair ratios;
+range = the lowest and highest pair. Load: the 1-minute load average before and after each pair, and the
+cores that other processes kept busy during it (from /proc/stat, less the benchmark's own CPU time); the
+JSON names the busiest of them. Goal: `--verify` within 0.8–1.25x of the independent A/B on every program.
+
+Set-up, outside the project (torch and torchvision from the machine's disk: PyPI's torchvision does not
+import beside the torch 2.13.0 CPU file):
+
+```
+python3 -m venv /work/venvs/unseen-bench
+/work/venvs/unseen-bench/bin/pip install --upgrade pip
+/work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1
+/work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib
+/work/venvs/unseen-bench/bin/pip install -e .
+git clone https://github.com/pytorch/examples /work/ext/examples
+/work/venvs/unseen-bench/bin/python benchmarks/unseen.py --examples /work/ext/examples --write docs/accuracy.md
+```
+
+Results: `fixtures/accuracy/unseen/results.json` (every run's step times, the load, the commands);
+`--render` that file (`--stat mean` for throughput) redraws the table without measuring."""
 
 
 # --- the machine and what else ran ------------------------------------------------------------------
@@ -141,10 +161,27 @@ def _cmdline(pid: int, comm: str) -> str:
     return text[:60] or comm
 
 
+def bounded(cmd: list, cwd: Path, timeout: float, env: dict = None) -> tuple:
+    """(exit code or "timeout after N s", stderr): the command in its own session, and on timeout its
+    whole process group killed (DataLoader workers, --verify's children)."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = f"timeout after {timeout:.0f} s"
+        err.seek(0)
+        return rc, err.read()
+
+
 # --- perfsleuth ---------------------------------------------------------------------------------------
 def has_verify(perfsleuth: list) -> tuple:
+    """(--verify, --verify-budget, --verify-pairs, --verify-steps): which of them this perfsleuth takes."""
     h = subprocess.run([*perfsleuth, "run", "--help"], capture_output=True, text=True).stdout
-    return "--verify" in h, "--verify-budget" in h, "--verify-pairs" in h
+    return tuple(f"{o} " in h for o in ("--verify", "--verify-budget", "--verify-pairs", "--verify-steps"))
 
 
 def _slim(f: dict) -> dict:
@@ -156,54 +193,70 @@ def _slim(f: dict) -> dict:
             "verified": f.get("verified"), "ceiling": f.get("ceiling") or f.get("bound")}
 
 
-def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tuple, pairs: int, budget: int) -> dict:
-    opts = []
+def _slim_experiment(e: dict) -> dict:
+    v = e.get("verified") or {}
+    return {k: e.get(k) for k in ("fix", "variant", "rules", "how", "status", "reason")} | {
+        "verified": {k: v.get(k) for k in ("speedup", "low", "high", "pairs", "outcome", "steps_per_window")} if v else None}
+
+
+def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tuple, opt) -> dict:
+    opts, budget = [], opt.verify_budget
     if verify[0]:
-        opts = ["--verify", *(["--verify-pairs", str(pairs)] if verify[2] else []),
-                *(["--verify-budget", str(budget)] if verify[1] else [])]
+        opts = ["--verify", *(["--verify-pairs", str(opt.pairs)] if verify[2] else []),
+                *(["--verify-budget", str(budget)] if verify[1] and budget else []),
+                *(["--verify-steps", str(p.smoke_steps[1])] if verify[3] and opt.smoke else [])]
     cmd = [*ps, "run", "-o", str(out), "--force", *opts, *p.perfsleuth, str(script), *args]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=script.parent, capture_output=True, text=True, timeout=p.timeout_s + budget)
-        rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
-    except subprocess.TimeoutExpired:
-        rc, tail = "timeout", ""
-    doc = {"cmd": shlex.join(cmd), "rc": rc, "wall_s": round(time.monotonic() - t0, 1), "stderr_tail": tail}
+    rc, tail = bounded(cmd, script.parent, p.perfsleuth_timeout_s + ((budget or 600) + 120 if verify[0] else 0))
+    doc = {"cmd": shlex.join(cmd), "rc": rc, "wall_s": round(time.monotonic() - t0, 1), "stderr_tail": tail[-1500:]}
     rep = out / "report.json"
     if rep.exists():
         r = json.loads(rep.read_text())
         doc["report"] = {"verdict": r.get("verdict"), "verdict_text": r.get("verdict_text"),
                          "step_time_us": (r.get("summary") or {}).get("step_time_us"),
                          "steps_source": r.get("steps_source"), "findings": [_slim(f) for f in r.get("findings", [])][:TOP],
-                         "warnings": [str(w)[:300] for w in (r.get("warnings") or [])][:5]}
+                         "warnings": [str(w)[:300] for w in (r.get("warnings") or [])][:5],
+                         "verify": [_slim_experiment(e) for e in (r.get("verify") or {}).get("experiments", [])]}
         doc["findings_all"] = r.get("findings", [])
     return doc
 
 
-def choose(p, findings: list, forced: str = None) -> tuple:
-    """(rule, finding or None, value): the top finding this program can take a fix for, preferring one
-    that --verify measured."""
+def _forced(rule: str, text: str, finding) -> tuple:
+    """--fix NAME=RULE[:SETTING=VALUE | :VALUE]"""
+    if not text:
+        return setting_for(rule, finding)
+    name, _, value = text.rpartition("=")
+    name = name or RULE_SETTINGS[rule][0]
+    return name, int(value) if value.isdigit() else True
+
+
+def choose(p, findings: list, args: list, forced: str = None) -> tuple:
+    """(rule, finding or None, Variant, notes): the top finding whose fix this program can take, one
+    that --verify measured first; else the program's default fix."""
+    notes = []
     if forced:
-        rule, _, value = forced.partition(":")
+        rule, _, text = forced.partition(":")
         f = next((f for f in findings if f.get("rule") == rule), None)
-        return rule, f, (int(value) if value.isdigit() else value) if value else value_for(rule, f)
+        return rule, f, p.fixes[rule](_forced(rule, text, f), args), notes
     usable = [f for f in findings if f.get("rule") in p.fixes]
-    f = next((f for f in usable if isinstance(f.get("verified"), dict)), usable[0] if usable else None)
-    rule = f["rule"] if f else p.default_fix
-    return rule, f, value_for(rule, f)
+    usable.sort(key=lambda f: not isinstance(f.get("verified"), dict))  # stable: perfsleuth's order otherwise
+    for f in usable:
+        try:
+            return f["rule"], f, p.fixes[f["rule"]](setting_for(f["rule"], f), args), notes
+        except NotApplicable as e:
+            notes.append(f"{f['rule']}: {e}")
+    rule = p.default_fix
+    return rule, None, p.fixes[rule](DEFAULT_SETTING[rule], args), notes
 
 
 # --- the independent A/B --------------------------------------------------------------------------------
-def timed_run(p, script: Path, args: list, out: Path, smoke: bool) -> dict:
+def timed_run(p, script: Path, args: list, env: dict, out: Path, smoke: bool) -> dict:
     w, s = p.smoke_steps if smoke else (p.warmup, p.steps)
     cmd = [sys.executable, str(RUNNER), "--out", str(out), "--warmup", str(w), "--steps", str(s), "--on", p.on,
            *(["--seed", str(p.seed)] if p.seed is not None else []), str(script), *args]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=script.parent, capture_output=True, text=True, timeout=p.timeout_s)
-        rc, tail = proc.returncode, (proc.stderr or "")[-800:]
-    except subprocess.TimeoutExpired:
-        rc, tail = "timeout", ""
+    rc, tail = bounded(cmd, script.parent, p.timeout_s, env)
+    tail = tail[-800:]
     doc = json.loads(out.read_text()) if out.exists() else {}
     doc = {k: ([round(x, 6) for x in v] if isinstance(v, list) else v) for k, v in doc.items()}
     doc.update(rc=rc, wall_s=round(time.monotonic() - t0, 2))
@@ -230,7 +283,7 @@ def ab(p, a: tuple, b: tuple, pairs: int, smoke: bool, tmp: Path) -> list:
 
 def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> dict:
     work = tmp / p.name
-    script = p.setup(examples, work / "A")
+    script = p.setup(examples, work / "A", opt.smoke)
     args = program_args(p, examples, opt.smoke)
     row = {"program": p.name, "title": p.title, "command": shlex.join([f"E/{p.folder}/{p.script}" if p.folder else
                                                                        f"benchmarks/unseen_programs/{p.script}", *args]
@@ -238,23 +291,22 @@ def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> d
            "runner": f"{p.on} steps, {p.warmup} warm-up + {p.steps} timed per run" if not opt.smoke
            else f"{p.on} steps, {p.smoke_steps[0]} warm-up + {p.smoke_steps[1]} timed (smoke)"}
     print(f"{p.name}: perfsleuth run{' --verify' if verify[0] else ''} ...", file=sys.stderr)
-    run = perfsleuth_run(p, script, args, work / "perfsleuth-out", ps, verify, opt.pairs, opt.verify_budget)
+    run = perfsleuth_run(p, script, args, work / "perfsleuth-out", ps, verify, opt)
     findings = run.pop("findings_all", [])
     row["perfsleuth_run"] = run
-    rule, f, value = choose(p, findings, opt.fix.get(p.name))
-    variant: Variant = p.fixes[rule](value, args)
+    rule, f, variant, notes = choose(p, findings, args, opt.fix.get(p.name))
     vv = (f or {}).get("verified")
-    row.update(rule=rule, severity=(f or {}).get("severity"), value=value, variant=variant.label,
+    row.update(rule=rule, severity=(f or {}).get("severity"), variant=variant.label, env=variant.env, notes=notes,
                forecast=_slim(f)["forecast"] if f else None, verified=vv if isinstance(vv, dict) else None,
                verify_status=("not available" if not verify[0] else "measured" if isinstance(vv, dict)
                               else "not tried by --verify" if f else "no finding"),
                verdict=(run.get("report") or {}).get("verdict"), findings=(run.get("report") or {}).get("findings"))
     b_script = script
     if variant.edits:
-        b_script = p.setup(examples, work / "B")
+        b_script = p.setup(examples, work / "B", opt.smoke)
         apply(variant, b_script.parent)
     print(f"{p.name}: {rule} -> {variant.label}; A/B x{opt.pairs} ...", file=sys.stderr)
-    row["pairs"] = ab(p, (script, args), (b_script, variant.args), opt.pairs, opt.smoke, work)
+    row["pairs"] = ab(p, (script, args, {}), (b_script, variant.args, variant.env), opt.pairs, opt.smoke, work)
     ind = ab_summary(row["pairs"], opt.stat)
     row["independent"] = ind
     bad = [e for pr in row["pairs"] for e in pr["errors"]]
@@ -272,17 +324,22 @@ def _commit(path: Path) -> str:
     return r.stdout.strip() or "unknown"
 
 
-def machine(examples: Path) -> dict:
+def machine(examples: Path, ps: list, own: bool) -> dict:
+    """The machine, the versions, and the commits of perfsleuth (when it is this venv's own, installed
+    from a checkout) and of the examples."""
     import torch
 
-    spec = importlib.util.find_spec("perfsleuth")
+    spec = importlib.util.find_spec("perfsleuth") if own else None
     src = Path(spec.origin).resolve().parent.parent if spec and spec.origin else None
     dirty = src and subprocess.run(["git", "-C", str(src), "status", "--porcelain"], capture_output=True,
                                    text=True).stdout.strip()
-    vers = {n: md.version(n) for n in ("perfsleuth", "transformers", "accelerate", "lightning", "torchvision")}
+    vers = {n: md.version(n) for n in ("transformers", "accelerate", "lightning", "torchvision")}
+    vers["perfsleuth"] = subprocess.run([*ps, "--version"], capture_output=True, text=True).stdout.strip().split()[-1:]
+    vers["perfsleuth"] = (vers["perfsleuth"] or ["unknown"])[0]
     return {"cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "python": platform.python_version(),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "versions": vers,
             "perfsleuth_commit": (_commit(src) if src else "unknown") + (" (modified)" if dirty else ""),
+            "perfsleuth_cmd": shlex.join(ps),
             "examples_commit": _commit(examples), "system": f"{platform.system()} {platform.release()}"}
 
 
@@ -301,9 +358,13 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="A/B pairs, and --verify-pairs (default 3)")
     ap.add_argument("--smoke", action="store_true", help="1 pair and the smoke settings: proves it runs, measures nothing")
     ap.add_argument("--fix", action="append", default=[], metavar="NAME=RULE[:VALUE]", help="force the fix to check")
-    ap.add_argument("--stat", choices=("median", "mean"), default="median", help="per run: median or mean step time")
-    ap.add_argument("--verify-budget", type=int, default=300, help="seconds per program for --verify (if it takes it)")
+    ap.add_argument("--stat", choices=("mean", "median"), default="mean",
+                    help="per run: the mean step time of its timed steps (a throughput, as --verify's windows "
+                         "measure; default) or their median")
+    ap.add_argument("--verify-budget", type=int, help="--verify-budget per program (default: perfsleuth's own)")
     ap.add_argument("--no-verify", action="store_true", help="run perfsleuth without --verify even if it has it")
+    ap.add_argument("--perfsleuth", help="the perfsleuth command (default: this venv's perfsleuth), e.g. "
+                    "'env PYTHONPATH=DIR /work/venvs/unseen-bench/bin/python -m perfsleuth'")
     ap.add_argument("--json", type=Path, help=f"results file (default {RESULTS.relative_to(ROOT)}; smoke: the temp dir)")
     ap.add_argument("--keep", type=Path, help="work here (kept) instead of a temp dir")
     ap.add_argument("--render", type=Path, metavar="JSON", help="measure nothing: render this results file")
@@ -319,9 +380,9 @@ def main() -> None:
             opt.pairs = 1
         tmp = Path(opt.keep or tempfile.mkdtemp(prefix="unseen-"))
         out = opt.json or (tmp / "smoke.json" if opt.smoke else RESULTS)
-        ps = [str(Path(sys.executable).parent / "perfsleuth")]
-        verify = (False, False, False) if opt.no_verify else has_verify(ps)
-        m = machine(opt.examples.resolve())
+        ps = shlex.split(opt.perfsleuth) if opt.perfsleuth else [str(Path(sys.executable).parent / "perfsleuth")]
+        verify = (False,) * 4 if opt.no_verify else has_verify(ps)
+        m = machine(opt.examples.resolve(), ps, own=not opt.perfsleuth)
         doc = {"recorded": time.strftime("%Y-%m-%d %H:%M"), "smoke": opt.smoke, "machine": m, "method": METHOD,
                "machine_line": machine_line(m, verify), "pairs": opt.pairs, "verify_available": verify[0],
                "command": "python benchmarks/unseen.py " + shlex.join(sys.argv[1:]).replace(str(opt.examples), "DIR"),

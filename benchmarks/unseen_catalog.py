@@ -25,7 +25,6 @@ from unseen_patch import PatchError, prepend, set_call_kwarg
 DRIVERS = Path(__file__).resolve().parent / "unseen_programs"
 RUNNER = DRIVERS / "runner.py"
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "RMSprop", "NAdam", "RAdam", "Adamax")
-DEFAULT_VALUE = {"num-workers": 2, "dataloader-slow": 2, "cpu-threads": 1, "fused-optimizer": "foreach"}
 
 
 @dataclass
@@ -34,6 +33,7 @@ class Variant:
     label: str
     args: list
     edits: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -50,13 +50,14 @@ class Program:
     steps: int = 10
     smoke_steps: tuple = (1, 2)     # (warm-up, timed) steps with --smoke
     seed: Optional[int] = None
-    fixes: dict = field(default_factory=dict)   # rule -> function(value, args) -> Variant
+    fixes: dict = field(default_factory=dict)   # rule -> function(setting, args) -> Variant
     default_fix: str = "cpu-threads"            # tried when no finding perfsleuth made has a fix here
-    prepare: Optional[Callable] = None          # (examples, work dir) -> None, before any run
-    timeout_s: int = 600
+    prepare: Optional[Callable] = None          # (examples, work dir, smoke) -> None, before any run
+    timeout_s: int = 600            # one timed run
+    perfsleuth_timeout_s: int = 600  # `perfsleuth run` (plus --verify-budget with --verify)
     perfsleuth: list = field(default_factory=list)  # options of `perfsleuth run` (slow steps: a shorter window)
 
-    def setup(self, examples: Path, work: Path) -> Path:
+    def setup(self, examples: Path, work: Path, smoke: bool = False) -> Path:
         """A fresh copy of the program in `work`, prepared; returns the script's path."""
         if work.exists():
             shutil.rmtree(work)
@@ -67,45 +68,66 @@ class Program:
             work.mkdir(parents=True)
             shutil.copy(DRIVERS / self.driver, work / self.driver)
         if self.prepare:
-            self.prepare(examples, work)
+            self.prepare(examples, work, smoke)
         return work / self.script
 
 
 # --- how a fix is applied ---------------------------------------------------------------------------
+# A setting is (name, value): ("num_workers", 2), ("persistent_workers", True), ("prefetch_factor", 4),
+# ("threads", 1) for torch.set_num_threads, ("omp", 1) for OMP/MKL_NUM_THREADS at start, ("foreach", True),
+# ("fused", True). A program's fixer for a rule turns one into a Variant, or raises NotApplicable.
+class NotApplicable(ValueError):
+    pass
+
+
 def _set_flag(args: list, flag: str, value) -> list:
     out = list(args)
     if flag in out:
-        i = out.index(flag)
-        if value is None:
-            del out[i]
-        else:
-            out[i + 1] = str(value)
-    elif value is not None:
+        out[out.index(flag) + 1] = str(value)
+    else:
         out += [flag, str(value)]
     return out
 
 
-def flag(name: str, what: str) -> Callable:
-    """The program's own option: `name value`."""
-    return lambda value, args: Variant(f"{what}={value} (`{name} {value}`)", _set_flag(args, name, value))
+def loader(flag: Optional[str] = None, file: Optional[str] = None) -> Callable:
+    """num_workers through the program's own option; other DataLoader settings as keywords of its
+    DataLoader call(s) in a copy of `file`."""
+    def fix(setting, args):
+        name, value = setting
+        if name == "num_workers" and flag:
+            return Variant(f"num_workers={value} (`{flag} {value}`)", _set_flag(args, flag, value))
+        if name in ("num_workers", "persistent_workers", "prefetch_factor") and file:
+            return Variant(f"{name}={value} in the DataLoader call of a copy of {file}", list(args),
+                           [(file, lambda src: set_call_kwarg(src, ("DataLoader",), name, repr(value))[0])])
+        raise NotApplicable(f"{name}={value}: no way to set it in this program without perfsleuth")
+    return fix
 
 
-def switch() -> Callable:
-    """Our drivers' --foreach / --fused (the optimizer's constructor gets foreach=True / fused=True)."""
-    return lambda value, args: Variant(f"{value}=True (`--{value}`)", [*args, f"--{value}"])
-
-
-def threads_line(file: str) -> Callable:
-    def fix(value, args):
-        code = f"import torch; torch.set_num_threads({int(value)})"
-        return Variant(f"torch.set_num_threads({int(value)}) first in a copy of {file}", list(args),
+def threads(file: Optional[str] = None, flag: Optional[str] = None) -> Callable:
+    """torch.set_num_threads(N) as the first statement of a copy of `file` (or the driver's `flag N`);
+    OMP_NUM_THREADS/MKL_NUM_THREADS=N in the environment."""
+    def fix(setting, args):
+        name, n = setting
+        if name == "omp":
+            return Variant(f"OMP_NUM_THREADS=MKL_NUM_THREADS={n} in the environment", list(args),
+                           env={"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)})
+        if flag:
+            return Variant(f"torch.set_num_threads({n}) (`{flag} {n}`)", _set_flag(args, flag, n))
+        code = f"import torch; torch.set_num_threads({int(n)})"
+        return Variant(f"torch.set_num_threads({n}) first in a copy of {file}", list(args),
                        [(file, lambda src: prepend(src, code))])
     return fix
 
 
-def optimizer_kw(file: str) -> Callable:
-    def fix(value, args):
-        kw = "fused" if value == "fused" else "foreach"
+def optimizer(file: Optional[str] = None) -> Callable:
+    """foreach=True / fused=True in the optimizer's constructor in a copy of `file` (or the driver's
+    --foreach / --fused)."""
+    def fix(setting, args):
+        kw = setting[0]
+        if kw not in ("foreach", "fused"):
+            raise NotApplicable(f"{setting}: not an optimizer setting")
+        if not file:
+            return Variant(f"{kw}=True (`--{kw}`)", [*args, f"--{kw}"])
         return Variant(f"{kw}=True in the optimizer's constructor, in a copy of {file}", list(args),
                        [(file, lambda src: set_call_kwarg(src, OPTIMIZERS, kw, "True")[0])])
     return fix
@@ -117,24 +139,32 @@ def apply(variant: Variant, work: Path) -> None:
         path.write_text(edit(path.read_text()))
 
 
-def value_for(rule: str, finding: Optional[dict]) -> object:
+SETTINGS = (  # (pattern in perfsleuth's words, setting); the first that matches wins
+    (r"num_workers\s*=\s*(\d+)", "num_workers"), (r"persistent_workers\s*=\s*True", "persistent_workers"),
+    (r"prefetch_factor\s*=\s*(\d+)", "prefetch_factor"), (r"OMP_NUM_THREADS\s*=\s*(\d+)", "omp"),
+    (r"set_num_threads\((\d+)\)", "threads"), (r"intra-op threads \S+ -> (\d+)", "threads"),
+    (r"\bfused\s*=\s*True", "fused"), (r"\bforeach\s*=\s*True", "foreach"))
+RULE_SETTINGS = {"num-workers": ("num_workers",), "dataloader-slow": ("num_workers", "persistent_workers", "prefetch_factor"),
+                 "cpu-threads": ("threads", "omp"), "fused-optimizer": ("foreach", "fused")}
+DEFAULT_SETTING = {"num-workers": ("num_workers", 2), "dataloader-slow": ("num_workers", 2), "cpu-threads": ("threads", 1),
+                   "fused-optimizer": ("foreach", True)}
+
+
+def setting_for(rule: str, finding: Optional[dict]) -> tuple:
     """The setting perfsleuth measured (verified.variant), else the one its forecast assumed, else a default."""
     texts = []
     if finding:
         texts.append(str((finding.get("verified") or {}).get("variant") or ""))
         texts += [str(v) for v in ((finding.get("forecast") or {}).get("assumptions") or {}).values()]
     for t in texts:
-        if rule in ("num-workers", "dataloader-slow") and (m := re.search(r"num_workers\s*=\s*(\d+)", t)):
-            return int(m.group(1))
-        if rule == "cpu-threads" and (m := re.search(r"(?:threads?\s*=\s*|set_num_threads\(|threads \S+ -> )(\d+)", t)):
-            return int(m.group(1))
-        if rule == "fused-optimizer" and re.search(r"\bfused\b", t):
-            return "fused"
-    return DEFAULT_VALUE[rule]
+        for pattern, name in SETTINGS:
+            if name in RULE_SETTINGS.get(rule, ()) and (m := re.search(pattern, t)):
+                return name, int(m.group(1)) if m.groups() else True
+    return DEFAULT_SETTING[rule]
 
 
 # --- preparation of the examples that need it -----------------------------------------------------------
-def _wikitext(examples: Path, work: Path) -> None:
+def _wikitext(examples: Path, work: Path, smoke: bool) -> None:
     """word_language_model reads data/wikitext-2/{train,valid,test}.txt; a snapshot without train.txt
     (over 4 MiB) trains on valid.txt."""
     data = work / "data" / "wikitext-2"
@@ -143,12 +173,14 @@ def _wikitext(examples: Path, work: Path) -> None:
 
 
 def _sine(length: int, count: int) -> Callable:
-    """generate_sine_wave.py, shrunk (L, N) in a copy, run once; train.py's torch.load gets
-    weights_only=False (the data is a NumPy array; torch >= 2.6 refuses it otherwise)."""
-    def prepare(examples: Path, work: Path) -> None:
+    """generate_sine_wave.py, shrunk (L, N) in a copy (a third of that with --smoke), run once;
+    train.py's torch.load gets weights_only=False (the data is a NumPy array; torch >= 2.6 refuses it
+    otherwise)."""
+    def prepare(examples: Path, work: Path, smoke: bool) -> None:
         gen = work / "generate_sine_wave.py"
         src = gen.read_text()
-        for old, new in (("L = 1000", f"L = {length}"), ("N = 100", f"N = {count}")):
+        k = 3 if smoke else 1
+        for old, new in (("L = 1000", f"L = {length // k}"), ("N = 100", f"N = {count // k}")):
             if src.count(old) != 1:
                 raise PatchError(f"{gen.name}: expected one '{old}'")
             src = src.replace(old, new)
@@ -159,8 +191,10 @@ def _sine(length: int, count: int) -> Callable:
     return prepare
 
 
-def _loader_fixes(fixer: Callable) -> dict:
-    return {"num-workers": fixer, "dataloader-slow": fixer}
+def fixes(loader_: Optional[Callable] = None, threads_: Optional[Callable] = None,
+          optimizer_: Optional[Callable] = None) -> dict:
+    out = {"cpu-threads": threads_, "fused-optimizer": optimizer_, "num-workers": loader_, "dataloader-slow": loader_}
+    return {rule: fixer for rule, fixer in out.items() if fixer is not None}
 
 
 IMAGENET = ["-a", "resnet18", "--dummy", "--epochs", "1", "--print-freq", "5"]
@@ -168,47 +202,41 @@ PROGRAMS = [
     Program("imagenet-w0", "pytorch/examples imagenet: ResNet-18, `--dummy` data, no workers", "main.py",
             [*IMAGENET, "-b", "4", "--workers", "0"], [*IMAGENET, "-b", "2", "--workers", "0"], folder="imagenet",
             warmup=2, steps=5, default_fix="num-workers", perfsleuth=["--wait", "3", "--warmup", "1", "--active", "3"],
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": threads_line("main.py"),
-                   "fused-optimizer": optimizer_kw("main.py")}),
+            fixes=fixes(loader("--workers", "main.py"), threads("main.py"), optimizer("main.py"))),
     Program("imagenet-w2", "pytorch/examples imagenet: ResNet-18, `--dummy` data, 2 workers", "main.py",
             [*IMAGENET, "-b", "4", "--workers", "2"], [*IMAGENET, "-b", "2", "--workers", "2"], folder="imagenet",
             warmup=2, steps=5, default_fix="cpu-threads", perfsleuth=["--wait", "3", "--warmup", "1", "--active", "3"],
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": threads_line("main.py"),
-                   "fused-optimizer": optimizer_kw("main.py")}),
+            fixes=fixes(loader("--workers", "main.py"), threads("main.py"), optimizer("main.py"))),
     Program("dcgan", "pytorch/examples dcgan: `--dataset fake`, its default 2 workers", "main.py",
             ["--dataset", "fake", "--batchSize", "16", "--ngf", "16", "--ndf", "16", "--niter", "5", "--outf", "out"],
             ["--dataset", "fake", "--batchSize", "4", "--ngf", "8", "--ndf", "8", "--niter", "5", "--outf", "out"],
             folder="dcgan", warmup=3, steps=12, default_fix="cpu-threads",
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": threads_line("main.py"),
-                   "fused-optimizer": optimizer_kw("main.py")}),
+            fixes=fixes(loader("--workers", "main.py"), threads("main.py"), optimizer("main.py"))),
     Program("word_language_model", "pytorch/examples word_language_model: 1-layer LSTM, AdamW", "main.py",
             ["--emsize", "32", "--nhid", "32", "--nlayers", "1", "--epochs", "1", "--use-optimizer", "--lr", "0.001"],
             ["--emsize", "16", "--nhid", "16", "--nlayers", "1", "--epochs", "1", "--use-optimizer", "--lr", "0.001"],
             folder="word_language_model", prepare=_wikitext, warmup=5, steps=30, default_fix="fused-optimizer",
-            fixes={"cpu-threads": threads_line("main.py"), "fused-optimizer": optimizer_kw("main.py")}),
+            fixes=fixes(None, threads("main.py"), optimizer("main.py"))),
     Program("time_sequence_prediction", "pytorch/examples time_sequence_prediction: LSTMCells, LBFGS(closure)",
             "train.py", ["--steps", "40"], ["--steps", "40"], folder="time_sequence_prediction",
             prepare=_sine(300, 30), warmup=1, steps=4, smoke_steps=(0, 1), default_fix="cpu-threads",
             perfsleuth=["--wait", "2", "--warmup", "1", "--active", "3"],
-            fixes={"cpu-threads": threads_line("train.py")}),
+            fixes=fixes(None, threads("train.py"))),
     Program("regression", "pytorch/examples regression: one Linear, weights updated by hand", "main.py", [], [],
             folder="regression", on="forward", seed=0, warmup=20, steps=200, smoke_steps=(5, 20),
-            default_fix="cpu-threads", fixes={"cpu-threads": threads_line("main.py")}),
+            default_fix="cpu-threads", fixes=fixes(None, threads("main.py"))),
     Program("hf-bert", "Hugging Face Trainer: tiny random BERT (2 layers, hidden 64), synthetic Dataset",
             "hf_bert.py", ["--steps", "400", "--batch-size", "16"], ["--steps", "400", "--batch-size", "4", "--seq", "16"],
             driver="hf_bert.py", warmup=5, steps=30, default_fix="fused-optimizer",
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": flag("--threads", "threads"),
-                   "fused-optimizer": switch()}),
+            fixes=fixes(loader("--workers"), threads(flag="--threads"), optimizer())),
     Program("lightning", "Lightning module, Python-heavy Dataset (Trainer on CPU)", "lightning_dataset.py",
             ["--steps", "400", "--batch-size", "32"], ["--steps", "400", "--batch-size", "8", "--work", "2"],
             driver="lightning_dataset.py", warmup=5, steps=30, default_fix="num-workers",
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": flag("--threads", "threads"),
-                   "fused-optimizer": switch()}),
+            fixes=fixes(loader("--workers", "lightning_dataset.py"), threads(flag="--threads"), optimizer())),
     Program("mnist-loop", "a user's loop around pytorch/examples mnist's Net, synthetic tensors, Adadelta",
             "mnist_loop.py", ["--steps", "1000", "--batch-size", "64"], ["--steps", "1000", "--batch-size", "8"],
             driver="mnist_loop.py", warmup=5, steps=40, default_fix="num-workers",
-            fixes={**_loader_fixes(flag("--workers", "num_workers")), "cpu-threads": flag("--threads", "threads"),
-                   "fused-optimizer": switch()}),
+            fixes=fixes(loader("--workers", "mnist_loop.py"), threads(flag="--threads"), optimizer())),
 ]
 BY_NAME = {p.name: p for p in PROGRAMS}
 

@@ -15,14 +15,14 @@ END = "<!-- unseen:end -->"
 GOAL = (0.8, 1.25)  # --verify within this factor of the independent A/B
 
 
-def run_time(run: dict, stat: str = "median") -> float:
+def run_time(run: dict, stat: str = "mean") -> float:
     """One run's step time (s) over its timed steps: their median, or their mean (a throughput, right
     where steps alternate between waiting for a batch and not)."""
     steps = run["step_s"]
     return statistics.median(steps) if stat == "median" else statistics.fmean(steps)
 
 
-def ab_summary(pairs: list, stat: str = "median") -> dict:
+def ab_summary(pairs: list, stat: str = "mean") -> dict:
     """Speed-up of B over A: the median of the pair ratios A/B, with the lowest and highest pair."""
     ratios = [run_time(p["a"], stat) / run_time(p["b"], stat) for p in pairs
               if all(p.get(k) and p[k].get("step_s") and "error" not in p[k] for k in ("a", "b"))]
@@ -87,8 +87,11 @@ def row_cells(row: dict, stat: str) -> list:
             _load(row.get("pairs") or [])]
 
 
-def render(doc: dict, stat: str = "median") -> str:
+def render(doc: dict, stat: str = "mean") -> str:
     rows = doc["rows"]
+    if not rows:
+        return (f"## On programs the models were not fitted to\n\n{doc['method']}\n\n"
+                f"Not measured yet: {doc.get('why', 'no results')}.\n")
     head = ("| program | finding: fix applied | forecast (range) | `--verify` measured (range, pairs) | "
             "independent A/B (range, pairs) | verify / independent | forecast / independent | load (1 min); others |")
     out = ["## On programs the models were not fitted to", "", doc["method"], "",

@@ -25,10 +25,10 @@ def test_pair_speedup_is_the_median_pair_ratio_with_its_range():
     pairs = [{"a": _run([0.75, 0.5, 1.0]), "b": _run([0.25, 0.25, 0.5])},   # medians 0.75 / 0.25 = 3.0
              {"a": _run([0.5, 0.5, 0.5]), "b": _run([0.25, 0.5, 0.25])},     # 0.5 / 0.25 = 2.0
              {"a": _run([0.375, 0.375]), "b": _run([0.25, 0.25])}]           # 1.5
-    s = report.ab_summary(pairs)
+    s = report.ab_summary(pairs, "median")
     assert (s["speedup"], s["low"], s["high"], s["pairs"], s["noise"]) == (2.0, 1.5, 3.0, 3, False)
     assert s["pair_ratios"] == [3.0, 2.0, 1.5]
-    mean = report.ab_summary(pairs[:1], "mean")  # mean 0.75 / mean 1/3: a throughput, not the median
+    mean = report.ab_summary(pairs[:1])  # the default: mean 0.75 / mean 1/3, a throughput (as --verify's)
     assert mean["speedup"] == pytest.approx(2.25)
 
 
@@ -106,19 +106,37 @@ def test_prepend_goes_after_the_docstring_and_future_imports():
 
 def test_the_setting_comes_from_verify_then_the_forecast_then_a_default():
     fc = {"forecast": {"assumptions": {"workers": "num_workers=3 (was 0): min(8, cores)"}}}
-    assert catalog.value_for("num-workers", fc) == 3
-    assert catalog.value_for("num-workers", {**fc, "verified": {"variant": "num_workers=2"}}) == 2
-    assert catalog.value_for("cpu-threads", {"forecast": {"assumptions": {
-        "threads": "torch intra-op threads 2 -> 1"}}}) == 1
-    assert catalog.value_for("fused-optimizer", {"verified": {"variant": "fused=True"}}) == "fused"
-    assert catalog.value_for("fused-optimizer", None) == "foreach"
-    assert catalog.value_for("dataloader-slow", None) == 2
+    assert catalog.setting_for("num-workers", fc) == ("num_workers", 3)
+    assert catalog.setting_for("num-workers", {**fc, "verified": {"variant": "num_workers=2"}}) == ("num_workers", 2)
+    assert catalog.setting_for("dataloader-slow", {"verified": {"variant": "persistent_workers=True"}}) == (
+        "persistent_workers", True)
+    assert catalog.setting_for("cpu-threads", {"forecast": {"assumptions": {
+        "threads": "torch intra-op threads 2 -> 1"}}}) == ("threads", 1)
+    assert catalog.setting_for("cpu-threads", {"verified": {"variant": "OMP_NUM_THREADS=1 at start"}}) == ("omp", 1)
+    assert catalog.setting_for("fused-optimizer", {"verified": {"variant": "optimizer fused=True"}}) == ("fused", True)
+    assert catalog.setting_for("fused-optimizer", None) == ("foreach", True)
+    assert catalog.setting_for("dataloader-slow", None) == ("num_workers", 2)
+
+
+def test_a_fix_goes_through_the_programs_flag_or_an_edited_copy(tmp_path):
+    dcgan = catalog.BY_NAME["dcgan"]
+    v = dcgan.fixes["num-workers"](("num_workers", 0), ["--dataset", "fake", "--workers", "2"])
+    assert (v.args, v.edits) == (["--dataset", "fake", "--workers", "0"], [])
+    v = dcgan.fixes["dataloader-slow"](("prefetch_factor", 4), ["--dataset", "fake"])
+    (tmp_path / "main.py").write_text("import torch\ndl = torch.utils.data.DataLoader(ds, batch_size=4)\n")
+    catalog.apply(v, tmp_path)
+    assert (tmp_path / "main.py").read_text() == (
+        "import torch\ndl = torch.utils.data.DataLoader(ds, batch_size=4, prefetch_factor=4)\n")
+    v = catalog.BY_NAME["hf-bert"].fixes["cpu-threads"](("omp", 1), ["--steps", "9"])
+    assert (v.args, v.env) == (["--steps", "9"], {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    with pytest.raises(catalog.NotApplicable):
+        catalog.BY_NAME["hf-bert"].fixes["dataloader-slow"](("persistent_workers", True), [])
 
 
 def test_each_program_can_take_its_default_fix():
     assert len(catalog.PROGRAMS) >= 8
     for p in catalog.PROGRAMS:
-        v = p.fixes[p.default_fix](catalog.value_for(p.default_fix, None), p.args)
+        v = p.fixes[p.default_fix](catalog.DEFAULT_SETTING[p.default_fix], p.args)
         assert v.edits or v.args != p.args, p.name
 
 
