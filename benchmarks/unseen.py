@@ -44,6 +44,7 @@ Results: a JSON file (fixtures/accuracy/unseen/results.json) written after every
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata as md
 import importlib.util
 import json
@@ -59,8 +60,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unseen_catalog import (BY_NAME, DEFAULT_SETTING, PROGRAMS, RULE_SETTINGS, RUNNER, NotApplicable,  # noqa: E402
-                            apply, program_args, setting_for)
+from unseen_catalog import (  # noqa: E402
+    BY_NAME,
+    DEFAULT_SETTING,
+    PROGRAMS,
+    RULE_SETTINGS,
+    RUNNER,
+    NotApplicable,
+    apply,
+    program_args,
+    setting_for,
+)
 from unseen_report import ab_summary, render, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,15 +198,16 @@ def _slim(f: dict) -> dict:
     fc = f.get("forecast") or {}
     keep = ("speedup", "low", "high", "saving_us", "kind", "model", "reason", "step_us")
     return {"rule": f.get("rule"), "severity": f.get("severity"), "severity_from": f.get("severity_from"),
-            "forecast": {k: fc.get(k) for k in keep} | {"assumptions": {k: v for k, v in (fc.get("assumptions") or {}).items()
-                                                                       if k in ("workers", "threads", "optimizer", "cores")}},
+            "forecast": {k: fc.get(k) for k in keep} | {"assumptions": {
+                k: v for k, v in (fc.get("assumptions") or {}).items() if k in ("workers", "threads", "cores")}},
             "verified": f.get("verified"), "ceiling": f.get("ceiling") or f.get("bound")}
 
 
 def _slim_experiment(e: dict) -> dict:
     v = e.get("verified") or {}
     return {k: e.get(k) for k in ("fix", "variant", "rules", "how", "status", "reason")} | {
-        "verified": {k: v.get(k) for k in ("speedup", "low", "high", "pairs", "outcome", "steps_per_window")} if v else None}
+        "verified": {k: v.get(k) for k in ("speedup", "low", "high", "pairs", "outcome", "steps_per_window")}
+        if v else None}
 
 
 def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tuple, opt) -> dict:
@@ -214,9 +225,11 @@ def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tup
         r = json.loads(rep.read_text())
         doc["report"] = {"verdict": r.get("verdict"), "verdict_text": r.get("verdict_text"),
                          "step_time_us": (r.get("summary") or {}).get("step_time_us"),
-                         "steps_source": r.get("steps_source"), "findings": [_slim(f) for f in r.get("findings", [])][:TOP],
+                         "steps_source": r.get("steps_source"),
+                         "findings": [_slim(f) for f in r.get("findings", [])][:TOP],
                          "warnings": [str(w)[:300] for w in (r.get("warnings") or [])][:5],
-                         "verify": [_slim_experiment(e) for e in (r.get("verify") or {}).get("experiments", [])]}
+                         "verify": [_slim_experiment(e) for e in (r.get("verify") or {}).get("experiments", [])],
+                         "verify_warning": (r.get("verify") or {}).get("warning")}
         doc["findings_all"] = r.get("findings", [])
     return doc
 
@@ -253,7 +266,7 @@ def choose(p, findings: list, args: list, forced: str = None) -> tuple:
 def timed_run(p, script: Path, args: list, env: dict, out: Path, smoke: bool) -> dict:
     w, s = p.smoke_steps if smoke else (p.warmup, p.steps)
     cmd = [sys.executable, str(RUNNER), "--out", str(out), "--warmup", str(w), "--steps", str(s), "--on", p.on,
-           *(["--seed", str(p.seed)] if p.seed is not None else []), str(script), *args]
+           str(script), *args]
     t0 = time.monotonic()
     rc, tail = bounded(cmd, script.parent, p.timeout_s, env)
     tail = tail[-800:]
@@ -305,6 +318,10 @@ def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> d
     if variant.edits:
         b_script = p.setup(examples, work / "B", opt.smoke)
         apply(variant, b_script.parent)
+        row["edit"] = "".join(line for file, _ in variant.edits for line in difflib.unified_diff(
+            (script.parent / file).read_text().splitlines(True), (b_script.parent / file).read_text().splitlines(True),
+            f"A/{file}", f"B/{file}", n=0))
+    row["b_args"] = variant.args
     print(f"{p.name}: {rule} -> {variant.label}; A/B x{opt.pairs} ...", file=sys.stderr)
     row["pairs"] = ab(p, (script, args, {}), (b_script, variant.args, variant.env), opt.pairs, opt.smoke, work)
     ind = ab_summary(row["pairs"], opt.stat)
@@ -356,7 +373,8 @@ def main() -> None:
     ap.add_argument("--examples", type=Path, help="a checkout of pytorch/examples (outside the project)")
     ap.add_argument("--programs", nargs="*", choices=sorted(BY_NAME), help="only these (default: all)")
     ap.add_argument("--pairs", type=int, default=3, help="A/B pairs, and --verify-pairs (default 3)")
-    ap.add_argument("--smoke", action="store_true", help="1 pair and the smoke settings: proves it runs, measures nothing")
+    ap.add_argument("--smoke", action="store_true",
+                    help="1 pair and the smoke settings: proves it runs, measures nothing")
     ap.add_argument("--fix", action="append", default=[], metavar="NAME=RULE[:VALUE]", help="force the fix to check")
     ap.add_argument("--stat", choices=("mean", "median"), default="mean",
                     help="per run: the mean step time of its timed steps (a throughput, as --verify's windows "
@@ -365,7 +383,8 @@ def main() -> None:
     ap.add_argument("--no-verify", action="store_true", help="run perfsleuth without --verify even if it has it")
     ap.add_argument("--perfsleuth", help="the perfsleuth command (default: this venv's perfsleuth), e.g. "
                     "'env PYTHONPATH=DIR /work/venvs/unseen-bench/bin/python -m perfsleuth'")
-    ap.add_argument("--json", type=Path, help=f"results file (default {RESULTS.relative_to(ROOT)}; smoke: the temp dir)")
+    ap.add_argument("--json", type=Path,
+                    help=f"results file (default {RESULTS.relative_to(ROOT)}; smoke: the temp dir)")
     ap.add_argument("--keep", type=Path, help="work here (kept) instead of a temp dir")
     ap.add_argument("--render", type=Path, metavar="JSON", help="measure nothing: render this results file")
     ap.add_argument("--write", type=Path, help="put the section between its markers in this Markdown file")
@@ -375,7 +394,11 @@ def main() -> None:
     else:
         if not opt.examples or not (opt.examples / "imagenet" / "main.py").exists():
             ap.error("--examples DIR: a checkout of pytorch/examples (DIR/imagenet/main.py) is needed")
-        opt.fix = dict(x.split("=", 1) for x in opt.fix)
+        opt.fix = dict(x.split("=", 1) for x in opt.fix if "=" in x)
+        for name, fix in opt.fix.items():
+            if name not in BY_NAME or fix.partition(":")[0] not in BY_NAME[name].fixes:
+                ap.error(f"--fix {name}={fix}: the programs and their fixes are "
+                         + "; ".join(f"{p.name}: {', '.join(sorted(p.fixes))}" for p in PROGRAMS))
         if opt.smoke:
             opt.pairs = 1
         tmp = Path(opt.keep or tempfile.mkdtemp(prefix="unseen-"))

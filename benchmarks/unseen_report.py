@@ -80,10 +80,10 @@ def row_cells(row: dict, stat: str) -> list:
     fc = row.get("forecast") or {}
     v = row.get("verified") if isinstance(row.get("verified"), dict) else {}
     finding = f"`{row['rule']}` [{row['severity']}]" if row.get("severity") else f"none fired; tried `{row['rule']}`"
-    vi = ratio(v.get("speedup"), ind["speedup"])
+    vi, fi = ratio(v.get("speedup"), ind["speedup"]), ratio(fc.get("speedup"), ind["speedup"])
     return [f"`{row['program']}`", f"{finding}: {row['variant']}", _forecast(fc), _verify(row),
             _range(ind, pairs=True), "—" if vi is None else f"{vi:.2f}" + ("" if within_goal(vi) else " (**off**)"),
-            "—" if ratio(fc.get("speedup"), ind["speedup"]) is None else f"{ratio(fc.get('speedup'), ind['speedup']):.2f}",
+            "—" if fi is None else f"{fi:.2f}",
             _load(row.get("pairs") or [])]
 
 
@@ -95,7 +95,8 @@ def render(doc: dict, stat: str = "mean") -> str:
     head = ("| program | finding: fix applied | forecast (range) | `--verify` measured (range, pairs) | "
             "independent A/B (range, pairs) | verify / independent | forecast / independent | load (1 min); others |")
     out = ["## On programs the models were not fitted to", "", doc["method"], "",
-           f"Generated {doc['recorded']} by `{doc['command']}`{' (**smoke run: not measurements**)' if doc.get('smoke') else ''}; "
+           f"Generated {doc['recorded']} by `{doc['command']}`"
+           f"{' (**smoke run: not measurements**)' if doc.get('smoke') else ''}; "
            f"per run the {stat} step time of its timed steps. {doc['machine_line']}", "", head,
            "|" + "---|" * 8]
     out += ["| " + " | ".join(row_cells(r, stat)) + " |" for r in rows]

@@ -91,7 +91,8 @@ loader = DataLoader(ds, num_workers=int(opt.workers))
 def test_set_call_kwarg_edits_each_call_and_nothing_else():
     out, n = set_call_kwarg(SRC, catalog.OPTIMIZERS, "foreach", "True")
     assert n == 2
-    assert out == SRC.replace("lr=0.1)", "lr=0.1, foreach=True)").replace("momentum=0.9,)", "momentum=0.9, foreach=True)")
+    assert out == SRC.replace("lr=0.1)", "lr=0.1, foreach=True)").replace("momentum=0.9,)",
+                                                                          "momentum=0.9, foreach=True)")
     out, n = set_call_kwarg(SRC, ("DataLoader",), "num_workers", "2")
     assert (n, out) == (1, SRC.replace("num_workers=int(opt.workers)", "num_workers=2"))
     with pytest.raises(PatchError, match="no call of LBFGS"):

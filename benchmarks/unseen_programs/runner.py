@@ -1,7 +1,7 @@
 """Time a training script's steps without the profiler and without perfsleuth (benchmarks/unseen.py's
 independent A/B).
 
-    python runner.py --out FILE [--warmup W] [--steps S] [--on optimizer|forward] [--seed N] -- SCRIPT [ARGS...]
+    python runner.py --out FILE [--warmup W] [--steps S] [--on optimizer|forward] -- SCRIPT [ARGS...]
 
 The script runs unchanged through `runpy.run_path` as `__main__`, with `sys.argv` = [SCRIPT, *ARGS]
 and its own folder first on `sys.path`, as `python SCRIPT ARGS` would run it. A step ends at each
@@ -37,7 +37,6 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--on", choices=("optimizer", "forward"), default="optimizer")
-    ap.add_argument("--seed", type=int, help="torch/random/numpy seed set before the script runs")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
@@ -45,17 +44,6 @@ def main(argv=None) -> int:
 
     import torch
 
-    if a.seed is not None:
-        import random
-
-        random.seed(a.seed)
-        torch.manual_seed(a.seed)
-        try:
-            import numpy
-
-            numpy.random.seed(a.seed)
-        except ImportError:
-            pass
     marks: list = []
     state = {"done": False, "optimizer": None, "depth": 0}
     need = a.warmup + a.steps + 1  # step k's time is marks[k] - marks[k - 1]
