@@ -183,14 +183,14 @@ def _seeded(file: str) -> Callable:
 
 
 def _sine(length: int, count: int) -> Callable:
-    """generate_sine_wave.py, shrunk (L, N) in a copy (a third of that with --smoke), run once;
+    """generate_sine_wave.py, shrunk (L, N) in a copy (L a tenth of that with --smoke), run once;
     train.py's torch.load gets weights_only=False (the data is a NumPy array; torch >= 2.6 refuses it
     otherwise)."""
     def prepare(examples: Path, work: Path, smoke: bool) -> None:
         gen = work / "generate_sine_wave.py"
         src = gen.read_text()
-        k = 3 if smoke else 1
-        for old, new in (("L = 1000", f"L = {length // k}"), ("N = 100", f"N = {count // k}")):
+        k = 10 if smoke else 1
+        for old, new in (("L = 1000", f"L = {length // k}"), ("N = 100", f"N = {max(count // k, 6)}")):
             if src.count(old) != 1:
                 raise PatchError(f"{gen.name}: expected one '{old}'")
             src = src.replace(old, new)
@@ -229,7 +229,7 @@ PROGRAMS = [
             fixes=fixes(None, threads("main.py"), optimizer("main.py"))),
     Program("time_sequence_prediction", "pytorch/examples time_sequence_prediction: LSTMCells, LBFGS(closure)",
             "train.py", ["--steps", "200"], ["--steps", "200"], folder="time_sequence_prediction",
-            prepare=_sine(300, 30), warmup=1, steps=4, smoke_steps=(0, 1), default_fix="cpu-threads",
+            prepare=_sine(100, 20), warmup=1, steps=4, smoke_steps=(0, 1), default_fix="cpu-threads",
             perfsleuth=["--wait", "2", "--warmup", "1", "--active", "3"],
             fixes=fixes(None, threads("train.py"))),
     Program("regression", "pytorch/examples regression: one Linear, weights updated by hand", "main.py", [], [],

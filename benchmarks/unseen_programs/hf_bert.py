@@ -2,11 +2,13 @@
 benchmarks/unseen.py's programs). Only configures the public libraries; no model or data set is
 downloaded.
 
-    python hf_bert.py [--steps 40] [--batch-size 16] [--workers 0] [--threads N] [--foreach | --fused]
+    python hf_bert.py [--steps 40] [--batch-size 16] [--seq 64] [--workers 0] [--threads N] [--foreach | --fused]
 
---workers is TrainingArguments.dataloader_num_workers; --threads calls torch.set_num_threads(N) first;
---foreach / --fused build the AdamW that Trainer would build with that flag (as a user who passes
-`optimizers=` to Trainer does); without them Trainer builds its own (`optim="adamw_torch"`).
+The optimizer is Trainer's own, `optim="adamw_torch"`, as scripts written before transformers made the
+fused AdamW its default (on torch >= 2.8) set it. --workers is TrainingArguments.dataloader_num_workers;
+--threads calls torch.set_num_threads(N) first; --fused is `optim="adamw_torch_fused"`; --foreach has
+Trainer create its optimizer first and sets foreach=True in its parameter groups (what the constructor's
+foreach=True would have put there; Trainer has no option for it).
 """
 
 import argparse
@@ -50,11 +52,11 @@ model = BertForSequenceClassification(config)
 data = Synthetic(args.batch_size * (args.steps + 2), args.seq, config.vocab_size)
 out = tempfile.mkdtemp(prefix="hf-bert-")
 targs = TrainingArguments(output_dir=out, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
-                          learning_rate=5e-4, weight_decay=0.0, report_to=[], use_cpu=True, save_strategy="no",
+                          learning_rate=5e-4, report_to=[], use_cpu=True, save_strategy="no",
                           logging_strategy="no", disable_tqdm=True, dataloader_num_workers=args.workers,
-                          optim="adamw_torch")
-optimizers = (None, None)
-if args.foreach or args.fused:
-    flag = {"fused": True} if args.fused else {"foreach": True}
-    optimizers = (torch.optim.AdamW(model.parameters(), lr=targs.learning_rate, weight_decay=0.0, **flag), None)
-Trainer(model=model, args=targs, train_dataset=data, optimizers=optimizers).train()
+                          optim="adamw_torch_fused" if args.fused else "adamw_torch")
+trainer = Trainer(model=model, args=targs, train_dataset=data)
+if args.foreach:
+    for group in trainer.create_optimizer().param_groups:
+        group["foreach"] = True
+trainer.train()
