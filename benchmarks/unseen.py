@@ -101,12 +101,21 @@ python3 -m venv /work/venvs/unseen-bench
 /work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1
 /work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib
 /work/venvs/unseen-bench/bin/pip install -e .
-git clone https://github.com/pytorch/examples /work/ext/examples
+git clone https://github.com/pytorch/examples /work/ext/examples    # or, from a snapshot without train.txt:
+#   git --git-dir=SNAPSHOT archive HEAD -- imagenet dcgan word_language_model time_sequence_prediction \\
+#     regression mnist ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C /work/ext/examples
+#   git --git-dir=SNAPSHOT rev-parse HEAD > /work/ext/examples/COMMIT
 /work/venvs/unseen-bench/bin/python benchmarks/unseen.py --examples /work/ext/examples --write docs/accuracy.md
 ```
 
+Adaptations, the same for every run of a program: word_language_model trains on `valid.txt` where
+`train.txt` is absent; time_sequence_prediction's data is generated shrunk (L=100, N=20) and its
+`torch.load` gets `weights_only=False` (torch >= 2.6); regression's copy starts with
+`torch.manual_seed(0)` (its loop ends when the loss is small: 830 batches with that seed); the HF
+driver sets `optim="adamw_torch"` (newer transformers default to the fused AdamW on torch >= 2.8).
+
 Results: `fixtures/accuracy/unseen/results.json` (every run's step times, the load, the commands);
-`--render` that file (`--stat mean` for throughput) redraws the table without measuring."""
+`--render` that file redraws the table without measuring (`--stat median`: from the runs' median steps)."""
 
 
 # --- perfsleuth ---------------------------------------------------------------------------------------
