@@ -243,7 +243,7 @@ def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> d
     row.update(rule=rule, severity=(f or {}).get("severity"), variant=variant.label, env=variant.env, notes=notes,
                forecast=_slim(f)["forecast"] if f else None, verified=vv if isinstance(vv, dict) else None,
                verify_status=("not available" if not verify[0] else "measured" if isinstance(vv, dict)
-                              else "not tried by --verify" if f else "no finding"),
+                              else "not tried by --verify" if f else "no finding to try"),
                verdict=(run.get("report") or {}).get("verdict"), findings=(run.get("report") or {}).get("findings"))
     b_script = script
     if variant.edits:

@@ -48,7 +48,7 @@ def _range(d: dict, pairs: bool = False) -> str:
     if not d or d.get("speedup") is None:
         return "—"
     text = f"**{d['speedup']:.2f}x** ({d['low']:.2f}–{d['high']:.2f}x"
-    return text + (f", {d['pairs']} pairs)" if pairs else ")")
+    return text + (f", {d['pairs']} pair{'s' if d['pairs'] != 1 else ''})" if pairs else ")")
 
 
 def _forecast(fc: dict) -> str:
