@@ -229,7 +229,7 @@ PROGRAMS = [
             fixes=fixes(None, threads("main.py"), optimizer("main.py"))),
     Program("time_sequence_prediction", "pytorch/examples time_sequence_prediction: LSTMCells, LBFGS(closure)",
             "train.py", ["--steps", "200"], ["--steps", "200"], folder="time_sequence_prediction",
-            prepare=_sine(100, 20), warmup=1, steps=4, smoke_steps=(0, 1), default_fix="cpu-threads",
+            prepare=_sine(100, 20), warmup=1, steps=3, smoke_steps=(0, 1), default_fix="cpu-threads",
             perfsleuth=["--wait", "2", "--warmup", "1", "--active", "3"],
             fixes=fixes(None, threads("train.py"))),
     Program("regression", "pytorch/examples regression: one Linear, weights updated by hand", "main.py", [], [],
