@@ -64,6 +64,7 @@ from unseen_catalog import (  # noqa: E402
     apply,
     program_args,
     setting_for,
+    verified_for,
 )
 from unseen_machine import bounded, machine, machine_line, others, snapshot  # noqa: E402
 from unseen_report import ab_summary, render, write_section  # noqa: E402
@@ -162,6 +163,7 @@ def perfsleuth_run(p, script: Path, args: list, out: Path, ps: list, verify: tup
                          "verify": [_slim_experiment(e) for e in (r.get("verify") or {}).get("experiments", [])],
                          "verify_warning": (r.get("verify") or {}).get("warning")}
         doc["findings_all"] = r.get("findings", [])
+        doc["experiments_all"] = (r.get("verify") or {}).get("experiments", [])
     return doc
 
 
@@ -175,22 +177,24 @@ def _forced(rule: str, text: str, finding) -> tuple:
 
 
 def choose(p, findings: list, args: list, forced: str = None) -> tuple:
-    """(rule, finding or None, Variant, notes): the top finding whose fix this program can take, one
+    """(rule, finding or None, setting, Variant, notes): the top finding whose fix this program can take, one
     that --verify measured first; else the program's default fix."""
     notes = []
     if forced:
         rule, _, text = forced.partition(":")
         f = next((f for f in findings if f.get("rule") == rule), None)
-        return rule, f, p.fixes[rule](_forced(rule, text, f), args), notes
+        setting = _forced(rule, text, f)
+        return rule, f, setting, p.fixes[rule](setting, args), notes
     usable = [f for f in findings if f.get("rule") in p.fixes]
     usable.sort(key=lambda f: not isinstance(f.get("verified"), dict))  # stable: perfsleuth's order otherwise
     for f in usable:
         try:
-            return f["rule"], f, p.fixes[f["rule"]](setting_for(f["rule"], f), args), notes
+            setting = setting_for(f["rule"], f)
+            return f["rule"], f, setting, p.fixes[f["rule"]](setting, args), notes
         except NotApplicable as e:
             notes.append(f"{f['rule']}: {e}")
     rule = p.default_fix
-    return rule, None, p.fixes[rule](DEFAULT_SETTING[rule], args), notes
+    return rule, None, DEFAULT_SETTING[rule], p.fixes[rule](DEFAULT_SETTING[rule], args), notes
 
 
 # --- the independent A/B --------------------------------------------------------------------------------
@@ -236,14 +240,16 @@ def run_program(p, examples: Path, tmp: Path, opt, ps: list, verify: tuple) -> d
            else f"{p.on} steps, {p.smoke_steps[0]} warm-up + {p.smoke_steps[1]} timed (smoke)"}
     print(f"{p.name}: perfsleuth run{' --verify' if verify[0] else ''} ...", file=sys.stderr)
     run = perfsleuth_run(p, script, args, work / "perfsleuth-out", ps, verify, opt)
-    findings = run.pop("findings_all", [])
+    findings, experiments = run.pop("findings_all", []), run.pop("experiments_all", [])
     row["perfsleuth_run"] = run
-    rule, f, variant, notes = choose(p, findings, args, opt.fix.get(p.name))
-    vv = (f or {}).get("verified")
-    row.update(rule=rule, severity=(f or {}).get("severity"), variant=variant.label, env=variant.env, notes=notes,
+    rule, f, setting, variant, notes = choose(p, findings, args, opt.fix.get(p.name))
+    vv = verified_for(rule, setting, f, experiments)
+    row.update(rule=rule, severity=(f or {}).get("severity"), setting=list(setting), variant=variant.label,
+               env=variant.env, notes=notes,
                forecast=_slim(f)["forecast"] if f else None, verified=vv if isinstance(vv, dict) else None,
                verify_status=("not available" if not verify[0] else "measured" if isinstance(vv, dict)
-                              else "not tried by --verify" if f else "no finding to try"),
+                              else f"not measured by --verify at {setting[0]}={setting[1]}" if f
+                              else "no finding to try"),
                verdict=(run.get("report") or {}).get("verdict"), findings=(run.get("report") or {}).get("findings"))
     b_script = script
     if variant.edits:

@@ -151,17 +151,33 @@ DEFAULT_SETTING = {"num-workers": ("num_workers", 2), "dataloader-slow": ("num_w
                    "fused-optimizer": ("foreach", True)}
 
 
+def parse_setting(rule: str, text: str) -> Optional[tuple]:
+    """The setting of `rule`'s fix that perfsleuth's words name ("num_workers=2", "OMP_NUM_THREADS=1 at
+    start", "torch intra-op threads 2 -> 1"), or None."""
+    for pattern, name in SETTINGS:
+        if name in RULE_SETTINGS.get(rule, ()) and (m := re.search(pattern, str(text or ""))):
+            return name, int(m.group(1)) if m.groups() else True
+    return None
+
+
 def setting_for(rule: str, finding: Optional[dict]) -> tuple:
     """The setting perfsleuth measured (verified.variant), else the one its forecast assumed, else a default."""
     texts = []
     if finding:
-        texts.append(str((finding.get("verified") or {}).get("variant") or ""))
-        texts += [str(v) for v in ((finding.get("forecast") or {}).get("assumptions") or {}).values()]
-    for t in texts:
-        for pattern, name in SETTINGS:
-            if name in RULE_SETTINGS.get(rule, ()) and (m := re.search(pattern, t)):
-                return name, int(m.group(1)) if m.groups() else True
-    return DEFAULT_SETTING[rule]
+        texts.append((finding.get("verified") or {}).get("variant"))
+        texts += list(((finding.get("forecast") or {}).get("assumptions") or {}).values())
+    return next((got for t in texts if (got := parse_setting(rule, t))), DEFAULT_SETTING[rule])
+
+
+def verified_for(rule: str, setting: tuple, finding: Optional[dict], experiments: list) -> Optional[dict]:
+    """--verify's measurement of this very setting: the experiment for the rule whose variant names it
+    (a finding's `verified` is the best of its experiments, which may be another setting)."""
+    for e in experiments:
+        if rule in (e.get("rules") or ()) and isinstance(e.get("verified"), dict) \
+                and parse_setting(rule, e.get("variant")) == setting:
+            return e["verified"]
+    v = (finding or {}).get("verified")
+    return v if isinstance(v, dict) and parse_setting(rule, v.get("variant")) == setting else None
 
 
 # --- preparation of the examples that need it -----------------------------------------------------------

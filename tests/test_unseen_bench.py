@@ -119,6 +119,18 @@ def test_the_setting_comes_from_verify_then_the_forecast_then_a_default():
     assert catalog.setting_for("dataloader-slow", None) == ("num_workers", 2)
 
 
+def test_verify_is_compared_at_the_setting_the_ab_applied():
+    exps = [{"rules": ["cpu-threads"], "variant": "torch.set_num_threads(1)", "verified": {"speedup": 0.74}},
+            {"rules": ["cpu-threads"], "variant": "OMP_NUM_THREADS=1 at start", "verified": {"speedup": 3.5}},
+            {"rules": ["num-workers"], "variant": "persistent_workers=True", "verified": {"speedup": 9.0}}]
+    finding = {"rule": "cpu-threads", "verified": {"variant": "OMP_NUM_THREADS=1 at start", "speedup": 3.5}}
+    assert catalog.verified_for("cpu-threads", ("threads", 1), finding, exps)["speedup"] == 0.74
+    assert catalog.verified_for("cpu-threads", ("omp", 1), finding, exps)["speedup"] == 3.5
+    assert catalog.verified_for("cpu-threads", ("threads", 2), finding, exps) is None
+    assert catalog.verified_for("num-workers", ("num_workers", 2), None, exps) is None  # not "persistent_workers"
+    assert catalog.parse_setting("num-workers", "persistent_workers=True") is None
+
+
 def test_a_fix_goes_through_the_programs_flag_or_an_edited_copy(tmp_path):
     dcgan = catalog.BY_NAME["dcgan"]
     v = dcgan.fixes["num-workers"](("num_workers", 0), ["--dataset", "fake", "--workers", "2"])
