@@ -26,13 +26,13 @@ _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 
 
 STEADY = "steady"
-PHASE_LABELS = {"warmup": "warm-up", "partial": "partial"}
+PHASE_LABELS = {"warmup": "warm-up", "compile": "compiling", "partial": "partial"}
 
 
 def step_phase(step: Any) -> str:
-    """A report step's phase: warmup, steady or partial (steady when the report predates phases)."""
+    """A report step's phase: warmup, steady, compile or partial (steady when the report predates phases)."""
     phase = step.get("phase") if isinstance(step, dict) else None
-    return phase if phase in ("warmup", "partial") else STEADY
+    return phase if phase in PHASE_LABELS else STEADY
 
 
 def steady_steps(report: dict) -> list[dict]:
@@ -41,7 +41,7 @@ def steady_steps(report: dict) -> list[dict]:
 
 
 def set_apart(report: dict) -> list[dict]:
-    """The warm-up and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
+    """The warm-up, compiling and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
     return [{"name": str(s.get("name") or "?"), "phase": step_phase(s), "label": PHASE_LABELS[step_phase(s)],
              "duration_us": s.get("duration_us"), "reason": str(s.get("phase_reason") or "")}
             for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) != STEADY]
