@@ -68,7 +68,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     facts = compute_facts(report.trace, report.steps, report.breakdown)
     join_companion(facts, report.trace)  # source lines and dtypes from perfsleuth run's stacks window
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
-                          float(facts.values["step_us"]))
+                          float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
     forecast = report_forecast(report.findings, forecasts)
     if forecast:

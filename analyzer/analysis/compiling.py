@@ -211,7 +211,7 @@ def _covered(intervals: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> n
 def per_step(c: Compiling, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     """Per step window [start, end): compile_ns, recompile_ns, the parts' ns (part_<name>), compiles,
     recompiles, failed (compile ids started in the step), lookups, eager (frame calls that ran eager),
-    regions (outermost compiled calls), breaks, break_ns, cudagraph_records, cudagraph_launches."""
+    regions (outermost compiled calls), breaks, broken (calls with a break), break_ns, cudagraph_records, cudagraph_launches."""
     start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
     n = start.size
     out = {"compile_ns": _covered(c.spans, start, end), "recompile_ns": _covered(c.recompile_spans, start, end)}
@@ -237,6 +237,7 @@ def per_step(c: Compiling, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     rts = c.regions["ts"].to_numpy(np.int64)
     out["regions"] = count(rts)
     out["breaks"] = count(rts, c.regions["breaks"].to_numpy())
+    out["broken"] = count(rts[c.regions["breaks"].to_numpy() > 0])
     out["break_ns"] = count(rts, c.regions["break_ns"].to_numpy())
     out["cudagraph_records"] = count(c.cudagraph_records)
     out["cudagraph_launches"] = count(c.cudagraph_launches)
@@ -249,3 +250,15 @@ def ids_in(c: Compiling, start: int, end: int) -> list:
     sel = df[(df["ts"] >= start) & (df["ts"] < end)]
     return [f"{f}/{k}" + (" gave up" if bad else "") for f, k, bad in
             zip(sel["frame"].tolist(), sel["count"].tolist(), sel["failed"].tolist())]
+
+
+def compiling_unprofiled(run_metadata) -> list:
+    """Per unprofiled step of `perfsleuth.clock` (its `unprofiled_us`, in order): whether torch.compile
+    compiled in it, from the `compile` section `perfsleuth run` records (commands/compile_facts.py); [] for
+    other traces."""
+    section = run_metadata.get("compile") if isinstance(run_metadata, dict) else None
+    steps = section.get("steps") if isinstance(section, dict) else None
+    wait = steps.get("wait") if isinstance(steps, dict) else None
+    if not isinstance(wait, list):
+        return []
+    return [isinstance(us, (int, float)) and not isinstance(us, bool) and us > 0 for us in wait]

@@ -7,8 +7,10 @@
     {"unprofiled_step_us": {median, p90, n, values}, "profiled_step_us": {median, p90, n, values},
      "overhead": profiled median / unprofiled median, "distorted": bool, "note": str}
 
-Leading unprofiled steps that are far slower than the rest are left out, with the rule of the steady
-state (`phases.py`); profiled steps count when their ProfilerStep is steady in the trace. When the medians
+Unprofiled steps in which torch.compile compiled are left out (`unprofiled_compile_steps` says how many:
+`perfsleuth run` records them, commands/compile_facts.py), and so are leading unprofiled steps that are far
+slower than the rest, with the rule of the steady state (`phases.py`); profiled steps count when their
+ProfilerStep is steady in the trace. When the medians
 differ by more than `max_distortion`, `distorted` is true: the shares, the verdict and the savings were
 measured on a program the profiler slowed (or sped up) that much, and every report says so.
 """
@@ -21,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from .compiling import compiling_unprofiled
 from .phases import SteadyRule, leading_warmup
 from .steps import Steps
 
@@ -64,14 +67,21 @@ def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = Measuremen
     clock = run_metadata.get("clock") if isinstance(run_metadata, dict) else None
     if not isinstance(clock, dict) or run_metadata.get("role") == "stacks":  # a stacks companion measures nothing
         return None
-    raw = _numbers(clock.get("unprofiled_us"))
+    compiled = compiling_unprofiled(run_metadata)  # torch.compile's steps are no measure of the program's step
+    values = clock.get("unprofiled_us")
+    raw = _numbers([v for i, v in enumerate(values) if not (i < len(compiled) and compiled[i])]
+                   if isinstance(values, list) else values)
     lead = leading_warmup(np.asarray(raw, np.float64), np.zeros(len(raw)), SteadyRule()) if raw else 0
     unprofiled, profiled = _summary(raw[lead:]), _summary(_steady_profiled(clock, steps))
     out = {"unprofiled_step_us": unprofiled, "profiled_step_us": profiled, "overhead": None, "distorted": False,
            "unprofiled_warmup_steps": lead}
+    if any(compiled):
+        out["unprofiled_compile_steps"] = sum(compiled)
     if not unprofiled or not profiled:
-        out["note"] = ("no unprofiled step was timed (the schedule's --wait leaves none after the first)"
-                       if not unprofiled else "no profiled step was timed")
+        out["note"] = ("no profiled step was timed" if unprofiled else
+                       f"every unprofiled step compiled ({sum(compiled)}, torch.compile): no unprofiled step time to "
+                       f"compare with (record more --wait steps)" if any(compiled) else
+                       "no unprofiled step was timed (the schedule's --wait leaves none after the first)")
         return out
     ratio = profiled["median"] / unprofiled["median"]
     out["overhead"] = round(ratio, 3)

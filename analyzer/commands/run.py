@@ -27,6 +27,7 @@ from . import run_facts, run_outputs, run_ranks
 from .run_config import RunConfig
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
+from .compile_facts import CompileWatch
 from .step_clock import StacksSchedule, StepClock, phase_of
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback
@@ -95,6 +96,7 @@ class ProfileSession:
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
         self.hooks.around_next = self._clock.loader_call
+        self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
 
     @property
     def source(self) -> Optional[str]:
@@ -161,7 +163,8 @@ class ProfileSession:
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
-                "stacks_trace": self.stacks_path.name if self.stacks_path else None, **extra}
+                "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
@@ -173,8 +176,9 @@ class ProfileSession:
             self._advance()
         finally:
             c = self.config
-            self.step_clock.leave(self.steps, phase_of(self.steps, c.wait, c.wait + c.warmup, self._prof is not None,
-                                                       self._stacks.window is not None))
+            phase = phase_of(self.steps, c.wait, c.wait + c.warmup, self._prof is not None, self._stacks.window is not None)
+            self.step_clock.leave(self.steps, phase)
+            self._compile.boundary(phase)
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
 
