@@ -6,7 +6,8 @@ broke, whether the recompile limit was hit -- and which timed steps compiled, th
     "compile": {"version": 1,
                 "steps": {"wait": [µs, ...], "warmup": [...], "active": [...], ...},  # compile time of each timed
                                                                    # step, in the order of perfsleuth.clock's lists
-                "compiles": [{"id": "0/3", "frame", "file", "line", "phase", "us", "reason", "failed"}, ...],
+                "compiles": [{"id": "0/3", "frame", "file", "line", "phase", "step", "us", "reason", "failed",
+                              "own"}, ...],          # own: perfsleuth's step hooks caused it (OWN_GUARD)
                 "graph_breaks": [{"reason", "count"}, ...],
                 "counters": {"frames", "frames_ok", "graphs", "graph_breaks", "recompile_limit_hits"},
                 "config": {"recompile_limit", "automatic_dynamic_shapes", "suppress_errors"}}
@@ -20,6 +21,7 @@ torch.compile has no `torch._dynamo.utils` module loaded, and gets no `compile` 
 from __future__ import annotations
 
 import bisect
+import re
 import sys
 import time
 from typing import Any, Optional
@@ -27,6 +29,9 @@ from typing import Any, Optional
 MAX_REASON = 200  # characters of a reason kept (its first line)
 MAX_ROWS = 20  # graph-break reasons kept, most frequent first
 LIMIT_TEXT = "recompile limit"  # in the failure of a compilation that hit torch._dynamo.config.recompile_limit
+# A guard on the global module hooks: `perfsleuth run` installs global forward hooks until it knows where steps
+# come from (step_hooks.py) and removes them then; a model compiled while they were there compiles again.
+OWN_GUARD = re.compile(r"_global_forward(?:_pre)?_hooks")
 
 
 def _text(value: Any) -> str:
@@ -80,7 +85,8 @@ class CompileWatch:
         return {"id": str(getattr(r, "compile_id", None) or "?"), "frame": _text(getattr(r, "co_name", None)),
                 "file": _text(getattr(r, "co_filename", None)), "line": getattr(r, "co_firstlineno", None),
                 "phase": phase, "step": k, "us": int(getattr(r, "duration_us", None) or 0),
-                "reason": _text(getattr(r, "recompile_reason", None)), "failed": fail}
+                "reason": _text(getattr(r, "recompile_reason", None)), "failed": fail,
+                "own": bool(OWN_GUARD.search(str(getattr(r, "recompile_reason", None) or "")))}
 
     def _per_step(self, compiles: list) -> dict:
         """Compile µs of each step, by phase, in step order. Metadata is taken inside a boundary hook, after the
@@ -105,7 +111,7 @@ def _merged(compiles: list) -> list:
             out[c["id"] if c["id"] != "?" else f"?{len(out)}"] = dict(c)
             continue
         row["us"] += c["us"]
-        for key in ("frame", "file", "line", "reason", "failed"):
+        for key in ("frame", "file", "line", "reason", "failed", "own"):
             row[key] = row[key] or c[key]
     return list(out.values())
 

@@ -59,7 +59,11 @@ COMPILE_FACTS = {
     "compile_live": ("bool", "the run recorded torch.compile's own account (`perfsleuth run`, `profile()`)"),
     "compile_limit_hit": ("bool", "the recompile limit was hit (recorded by the run), or a compilation in the trace gave up"),
     "compile_recompile_limit": ("count", "torch._dynamo.config.recompile_limit during the run (0 when not recorded)"),
-    "compile_live_recompiles": ("count", "recompilations the run recorded (all steps, unprofiled ones included)"),
+    "compile_live_recompiles": ("count", "recompilations the run recorded (all steps, unprofiled ones included), "
+                                "without the ones perfsleuth's own step hooks caused"),
+    "compile_own_recompiles": ("count", "recompilations perfsleuth's step hooks caused: `run` removes its global module "
+                               "hooks once it knows where steps come from, and a model compiled while they were "
+                               "installed fails that guard once"),
     "compile_live_graph_breaks": ("count", "graph breaks dynamo counted during the run"),
     "compile_unprofiled_steps": ("count", "unprofiled (timed, not recorded) steps in which torch.compile compiled"),
     "recompile_reason": ("text", "the most frequent recompile reason the run recorded, its numbers generalised ('' when none)"),
@@ -159,7 +163,7 @@ def _int(v) -> int:
 def generalised(reason: str) -> str:
     """"0/2: tensor 'args[0]' size mismatch at index 0. expected 5, actual 6" -> "tensor 'args[0]' size mismatch
     at index N. expected N, actual N": the same cause with other numbers is one reason."""
-    text = re.sub(r"^\s*\S+/\d+:\s*", "", str(reason))
+    text = re.sub(r"^\s*\S+/\d+:\s*", "", str(reason)).split("  #")[0]  # a guard's source line follows "  #"
     return _NUMBERS.sub("N", text).strip()
 
 
@@ -177,7 +181,8 @@ def _live(ctx: Context) -> dict:
         "compile_live": bool(m),
         "compile_limit_hit": limit_hit,
         "compile_recompile_limit": _int(config.get("recompile_limit")),
-        "compile_live_recompiles": sum(1 for c in compiles if str(c.get("reason") or "")),
+        "compile_live_recompiles": sum(1 for c in compiles if str(c.get("reason") or "") and not c.get("own")),
+        "compile_own_recompiles": sum(1 for c in compiles if c.get("own")),
         "compile_live_graph_breaks": _int(counters.get("graph_breaks")),
         "compile_unprofiled_steps": sum(1 for us in steps.get("wait") or [] if _int(us) > 0),
         "recompile_reason": reasons[0]["reason"] if reasons else "",
@@ -189,7 +194,7 @@ def _reason_rows(ctx: Context) -> list:
     """Recompile reasons the run recorded, generalised and counted, most frequent first (with an example)."""
     rows: dict = {}
     for c in _meta(ctx).get("compiles") or []:
-        if not isinstance(c, dict) or not str(c.get("reason") or ""):
+        if not isinstance(c, dict) or not str(c.get("reason") or "") or c.get("own"):
             continue
         key = generalised(str(c["reason"]))
         row = rows.setdefault(key, {"reason": key, "count": 0, "example": str(c["reason"]), "frame": str(c.get("frame") or "")})
