@@ -1,9 +1,12 @@
 """torch.compile on hand-built traces (docs/compile.md): exact compile time and its parts, compile ids and
 recompilations, eager frame calls, graph breaks, the steps set apart, the forecasts; the names parsed."""
 
+from pathlib import Path
+
 from compile_builder import broken_call, compile_frame, compiled_call, eager_call
 from perfsleuth.analysis.measurement import measure
 from perfsleuth.api import analyze_file
+from perfsleuth.facts.core import compute_facts
 from perfsleuth.trace.names import compile_id, compile_part, is_compile_event, region_id
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 
@@ -165,3 +168,35 @@ def test_unprofiled_steps_that_compile_are_left_out_of_the_measurement(tmp_path)
     assert m["note"].startswith("every unprofiled step compiled (2, torch.compile)")
     m = measure(clock([365_000.0, 380_000.0], [0, 0]), steps)  # no compilation: the old verdict stands
     assert m["distorted"] is True and "unprofiled_compile_steps" not in m
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "compile"
+
+
+def test_recorded_varying_lengths():
+    """fixtures/traces/compile/varying_mlp: two recompiling steps (the second gives up at the limit), then the
+    model runs eager in every steady step; the unprofiled step compiled, so no overhead is claimed."""
+    report = analyze_file(FIXTURES / "varying_mlp.pt.trace.json.gz")
+    facts = compute_facts(report.trace, report.steps, report.breakdown).values
+    d = report.to_dict()
+    assert [s["phase"] for s in d["steps"]] == ["compile", "compile", "steady", "steady"]
+    assert (facts["compiles"], facts["recompiles"], facts["compile_gave_up"], facts["compile_limit_hit"]) == (2, 2, 1, True)
+    assert (facts["compile_eager_calls_per_step"], facts["compile_frame_calls_per_step"]) == (1.0, 1.0)
+    assert (facts["compile_live_recompiles"], facts["compile_recompile_limit"], facts["compile_unprofiled_steps"]) == (3, 3, 1)
+    assert facts["recompile_reason"] == "tensor 'x' size mismatch at index N. expected N, actual N"
+    assert {"recompilation", "compile-in-steady-state", "compile-fallback"} <= set(fired(d)) and "graph-breaks" not in fired(d)
+    assert d["measurement"]["distorted"] is False and d["measurement"]["unprofiled_compile_steps"] == 1
+
+
+def test_recorded_graph_break():
+    """fixtures/traces/compile/graph_break_mlp: one break per call, two frame calls per step (the forward and
+    its resume function), no recompilation in the window; the one recorded outside it is perfsleuth's."""
+    report = analyze_file(FIXTURES / "graph_break_mlp.pt.trace.json.gz")
+    facts = compute_facts(report.trace, report.steps, report.breakdown).values
+    d = report.to_dict()
+    assert [s["phase"] for s in d["steps"]] == ["steady"] * 3
+    assert (facts["graph_breaks_per_step"], facts["graph_break_calls_per_step"], facts["compile_frame_calls_per_step"]) \
+        == (1.0, 1.0, 2.0)
+    assert (facts["recompiles"], facts["compile_own_recompiles"], facts["compile_live_recompiles"]) == (0, 1, 1)
+    assert facts["graph_break_reason"] == "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    assert [f["rule"] for f in d["findings"]] == ["graph-breaks"]
