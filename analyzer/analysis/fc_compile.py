@@ -57,15 +57,18 @@ def _without(model: str, v: dict, fact: str, count: str, what: str) -> dict:
 
 
 def no_recompilation(values: dict, tables: dict) -> dict:
+    """not a replay: the recorded steps (compiling ones included) without their recompilations"""
     return _without("no-recompilation", values, "recompile_us_per_step", "recompiles", "the recompilations")
 
 
 def no_compile_after_warmup(values: dict, tables: dict) -> dict:
+    """not a replay: the recorded steps (compiling ones included) without the compilation after the warm-up"""
     return _without("no-compile-after-warmup", values, "compile_after_warmup_us_per_step", "compiles_after_warmup",
                     "the compilation after the warm-up steps")
 
 
 def compiled_not_eager(values: dict, tables: dict) -> dict:
+    """not a replay: the steady steps that ran a frame eager take the time of the ones that ran compiled"""
     model = "compiled-not-eager"
     rows = [r for r in tables.get("compile_step_times") or [] if isinstance(r, dict)]
     eager = np.array([r["us"] for r in rows if r.get("eager")], dtype=np.float64)
@@ -92,6 +95,7 @@ def compiled_not_eager(values: dict, tables: dict) -> dict:
 
 
 def graph_break_free(values: dict, tables: dict) -> dict:
+    """none, and the finding says why: a graph the trace never shows cannot be replayed"""
     return no_forecast("graph-break-free", "what the code between the graphs costs once it is compiled with them depends "
                                            "on what broke the graph (a value read into Python, print, an unsupported "
                                            "call); a graph the trace never shows cannot be replayed. The ceiling is the "

@@ -219,8 +219,9 @@ def location_text(loc: Any) -> str:
     return where
 
 
-FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
-                 "pessimistic to its optimistic assumptions")
+FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied (torch.compile's fixes: the "
+                 "recorded steps without the compile time they remove); the range runs from its pessimistic to its "
+                 "optimistic assumptions")
 
 
 def forecast_of(finding: Any) -> dict:
