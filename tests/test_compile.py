@@ -200,3 +200,39 @@ def test_recorded_graph_break():
     assert (facts["recompiles"], facts["compile_own_recompiles"], facts["compile_live_recompiles"]) == (0, 1, 1)
     assert facts["graph_break_reason"] == "Unsupported Tensor.item() call with capture_scalar_outputs=False"
     assert [f["rule"] for f in d["findings"]] == ["graph-breaks"]
+
+
+def test_cuda_graph_trees_recording_again_after_warm_up(tmp_path):
+    """mode="reduce-overhead": CUDA graph trees record a graph (`CUDAGraphNode.record`) and replay it with one
+    graph launch per step; a record after the warm-up is a re-record, and compilation time in its step."""
+    tb = RuleTraceBuilder()
+    tb.step(1, 0, 10_000)
+    compile_frame(tb, 100, 0, 0)
+    for i in range(4):
+        t = 10_000 + 1000 * i if i else 8_700
+        if i:
+            tb.step(1 + i, t, 1000)
+        if i in (0, 2):  # recorded in the warm-up step, recorded again in step 3
+            tb.op("CUDAGraphNode.record", t, 200)
+            tb.op("CUDAGraphNode.record (dynamo_timed)", t + 1, 198)
+        tb.launch("triton_poi_fused_relu_0", host=(t + 300, 10), device=(t + 320, 500), api="cudaGraphLaunch")
+    report, facts = analyze(tb, tmp_path)
+    v = facts.values
+    assert [s["phase"] for s in report["steps"]] == ["warmup", "steady", "compile", "steady"]
+    assert (v["cudagraph_records"], v["cudagraph_records_after_warmup"], v["cudagraph_launches_per_step"]) == (2, 1, 1.0)
+    assert v["compile_after_warmup_us_per_step"] == 50.0  # 200 µs over 4 recorded steps
+    f = fired(report)["compile-in-steady-state"]
+    assert "CUDA graph trees recorded 1 graph again" in f["message"]
+
+
+def test_renderers_know_which_forecasts_are_not_replays(tmp_path):
+    """report/present.py names the window models without importing them (renderers stay light)."""
+    from perfsleuth.analysis.fc_compile import WINDOW_MODELS
+    from perfsleuth.report.present import COMPILE_MODELS
+    from perfsleuth.report.terminal import render_terminal
+
+    assert set(COMPILE_MODELS) == set(WINDOW_MODELS) - {"graph-break-free"}  # the one that never has a number
+    tb = RuleTraceBuilder(device=False)
+    varying(tb)
+    text = render_terminal(analyze_file(tb.write(tmp_path / "t.json.gz")).to_dict())
+    assert "torch.compile's fixes: the recorded steps, compiling ones included, without the time the fix removes" in text

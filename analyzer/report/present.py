@@ -219,9 +219,19 @@ def location_text(loc: Any) -> str:
     return where
 
 
-FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied (torch.compile's fixes: the "
-                 "recorded steps without the compile time they remove); the range runs from its pessimistic to its "
-                 "optimistic assumptions")
+FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
+                 "pessimistic to its optimistic assumptions")
+# torch.compile's fixes are forecast without a replay (analysis/fc_compile.py WINDOW_MODELS; no import: renderers
+# stay light), over the recorded steps: the note says so when one of them gave a number.
+COMPILE_MODELS = ("no-recompilation", "no-compile-after-warmup", "compiled-not-eager")
+COMPILE_NOTE = "torch.compile's fixes: the recorded steps, compiling ones included, without the time the fix removes"
+
+
+def forecast_note(findings: list) -> str:
+    """FORECAST_NOTE, and COMPILE_NOTE when a torch.compile fix has a forecast."""
+    compiled = any(isinstance(f, dict) and isinstance(f.get("forecast"), dict) and f["forecast"].get("model") in
+                   COMPILE_MODELS and number(f["forecast"].get("speedup")) is not None for f in findings)
+    return FORECAST_NOTE + (f"; {COMPILE_NOTE}" if compiled else "")
 
 
 def forecast_of(finding: Any) -> dict:
