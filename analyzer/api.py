@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
-from .analysis.crossrank import one_job
+from .analysis.jobs import group_jobs
 from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
 from .analysis.stragglers import analyze_ranks
@@ -62,14 +63,16 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
-    from .facts.stacks import join_companion
+    from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown)
-    join_companion(facts, report.trace)  # source lines and dtypes from perfsleuth run's stacks window
+    companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
+    companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
+    _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast
@@ -107,6 +110,29 @@ def recheck(report: Report, config: Optional[Config] = None) -> Report:
     report.findings = order(report.findings)
     _check_verdict(report, config, report.time_share, _on_gpu(report.trace, report.breakdown))
     return report
+
+
+def _join_lines(report: Report, rules: list, facts, companion) -> None:
+    """Source lines from the stacks companion, loaded only when a finding cites a location table that is
+    empty (facts/stacks.py): those findings' message, fix and locations are rendered again with them."""
+    from .engine.catalog import TABLES
+    from .engine.evaluate import evaluate_rule
+
+    by_slug = {r.slug: r for r in rules}
+    sites = [t for t in TABLES if t.endswith("_sites")]
+
+    def cites(rule) -> set:  # the table its locations come from, and the tables its templates name
+        return {t for t in sites if t == rule.locations or re.search(rf"\b{t}\b", rule.message + rule.fix)}
+
+    need = [f for f in report.findings if f.get("rule") in by_slug
+            and any(not facts.tables.get(t) for t in cites(by_slug[f["rule"]]))]
+    if need and companion.join_lines(facts):
+        for f in need:
+            again = evaluate_rule(by_slug[f["rule"]], facts)
+            if again is not None:
+                f.update({k: again[k] for k in ("message", "fix", "locations")})
+    if companion.note:
+        report.trace.warnings.append(companion.note)
 
 
 def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,
@@ -237,8 +263,10 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
                   scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = ()) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
-    (see analyze_path for `jobs` and `scheduler`), and the cross-rank report over them
-    (analysis/crossrank.py, analysis/stragglers.py) when they look like the ranks of one job.
+    (see analyze_path for `jobs` and `scheduler`), grouped into jobs by what the traces say
+    (analysis/jobs.py), and a cross-rank report over each job of two or more traces
+    (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
+    warnings.
     `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
     files = list(files)
     jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
@@ -256,7 +284,10 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
+    config = config or Config()
     summaries = [r.rank_summary for r in result.reports]
-    if one_job(summaries):
-        result.cross = analyze_ranks(summaries, config or Config())
+    grouping = group_jobs(summaries, config)
+    result.warnings += grouping.warnings
+    result.jobs = [analyze_ranks([summaries[i] for i in job], config) for job in grouping.jobs]
+    result.cross = result.jobs[0] if len(result.jobs) == 1 else None
     return result

@@ -38,9 +38,23 @@ class Config:
     # the chance order of arrival has no such excess). Communication-bound uses
     # material_share["communication"] on the critical rank's exposed communication.
     straggler_share: float = 0.10
+    # ... and only when it arrives last consistently (analysis/arrivals.py): last in more than half of
+    # the matched collectives, with a mean lateness per step above this many standard deviations of
+    # its lateness across the steps. Otherwise the arrivals alternate: jitter, not a straggler.
+    straggler_noise: float = 1.0
+    # Traces of one job overlap in time up to the clock offset between their hosts; a larger offset
+    # (from their windows, or from matching their collectives) means they are not one job (analysis/jobs.py).
+    max_clock_offset_s: float = 60.0
+    # A send and its recv without a named peer pair by end time: within this share of the shorter
+    # duration on the aligned clocks, and only when each is the other's only candidate (analysis/p2p.py).
+    p2p_end_tolerance: float = 0.10
     # Cores of the machine a trace was recorded on, for forecasts about DataLoader workers and threads
     # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.
     cpus: Optional[float] = None
+    # A run's stacks companion (source lines, trace/companion.py) is loaded only for findings that cite source
+    # lines, and only when it is no larger on disk than the main trace or than this (a small run's companion,
+    # with Python stacks, is often many times its main trace and still loads in well under a second).
+    companion_free_bytes: int = 4 << 20
 
 
 @dataclass(frozen=True)

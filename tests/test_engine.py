@@ -172,8 +172,8 @@ def test_evaluate_builds_findings_ordered_by_saving():
                       "message": "25 kernels per step", "evidence": {"kernels_per_step": 25},
                       "thresholds": {"max_kernels": 2}, "fix": "Before:\n```python\na\n```", "locations": [],
                       "docs": "perfsleuth rules my-rule",
-                      "forecast": {"speedup": None, "saving_us": None, "low": None, "high": None, "model": None,
-                                   "assumptions": {}, "reason": "evaluated without a replay"}}
+                      "forecast": {"kind": "none", "speedup": None, "saving_us": None, "low": None, "high": None,
+                                   "model": None, "assumptions": {}, "reason": "evaluated without a replay"}}
     assert first["ceiling"]["speedup"] == round(1000 / 600, 3)
     for gone in ("estimated_saving_us", "estimated_speedup", "saving_basis", "bound"):
         assert gone not in first
@@ -385,8 +385,9 @@ def test_without_a_number_the_rule_severity_is_capped_at_medium():
 
 
 def test_order_is_by_saving_and_the_top_finding_is_the_largest_saving():
-    """Numbered findings that save time first, by saving (measured, else forecast); then those without a
-    number, by ceiling; then numbers that save nothing. No 'most severe first' exception."""
+    """Numbered findings that buy more than 1.02x first, by saving (measured, else forecast); then those
+    without a number, by ceiling; then numbers that buy next to nothing (channels-last at 1.02x) or cost
+    time. No 'most severe first' exception."""
     from perfsleuth.engine.evaluate import order, sort_key
 
     found = [_f("step-outliers", "low", ceiling=9000.0),                       # no number, big ceiling
@@ -396,10 +397,10 @@ def test_order_is_by_saving_and_the_top_finding_is_the_largest_saving():
              _f("num-workers", "high", ceiling=800.0, forecast=1.66, saving=400.0, verified=1.10, verified_saving=90.0),
              _f("exposed-communication", "high", ceiling=3000.0)]
     ranked = order(found)
-    assert [f["rule"] for f in ranked] == ["amp", "num-workers", "channels-last", "step-outliers",
-                                           "exposed-communication", "cuda-graphs"]
-    assert [f["severity"] for f in ranked] == ["high", "medium", "low", "low", "medium", "low"]
-    assert ranked[0]["severity"] == "high" and ranked[4]["severity_from"] == "rule"
+    assert [f["rule"] for f in ranked] == ["amp", "num-workers", "step-outliers", "exposed-communication",
+                                           "channels-last", "cuda-graphs"]
+    assert [f["severity"] for f in ranked] == ["high", "medium", "low", "medium", "low", "low"]
+    assert ranked[0]["severity"] == "high" and ranked[3]["severity_from"] == "rule"
     tie = [_f("b", forecast=1.3, saving=100.0), _f("a", forecast=1.1, saving=100.0)]  # equal savings: severity, slug
     assert [f["rule"] for f in sorted(order(tie), key=sort_key)] == ["b", "a"]
     assert order([]) == []

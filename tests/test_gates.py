@@ -242,6 +242,11 @@ def test_fail_on_the_job_verdict_of_a_directory_of_ranks():
         "job verdict straggler-bound (--fail-on straggler-bound)",
         "verdict dataloader-bound in r1 (--fail-on dataloader-bound)"]
     assert check_report({**data, "job": {"verdict": "kernel-bound"}}, parse_fail_on(["straggler-bound"])) == []
+    # A folder of several jobs: each job's verdict is checked; a withheld one (None) trips nothing.
+    several = {"reports": data["reports"],
+               "jobs": [{"job": {"verdict": None}}, {"job": {"verdict": "straggler-bound"}}]}
+    assert check_report(several, parse_fail_on(["straggler-bound"])) == [
+        "job verdict straggler-bound (--fail-on straggler-bound)"]
 
 
 def test_cli_fails_on_the_job_verdict_of_recorded_ranks():

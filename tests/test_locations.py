@@ -67,17 +67,34 @@ def test_profiler_and_perfsleuth_frames_are_not_user_code():
     assert not is_user_frame("site-packages/perfsleuth/commands/run.py(134): step")
     assert not is_user_frame("torch/autograd/profiler.py(358): _start_trace")
     assert is_user_frame("data.py(20): __getitem__")
+    assert not is_user_frame("perfsleuth(8): <module>")  # the console script (bin/ is first on sys.path)
+
+
+def test_library_frames_are_not_the_users_even_when_written_relative():
+    """The profiler writes a library's frames relative to its site-packages folder: a frame whose top folder
+    or module is one the run saw loaded from a library folder is not the user's, nor one in site-packages."""
+    from perfsleuth.facts.locations import library_roots
+    from perfsleuth.trace.model import Trace
+
+    lightning = "lightning/pytorch/plugins/precision/precision.py(113): optimizer_step"
+    roots = frozenset({"lightning", "six"})
+    assert is_user_frame(lightning) and not is_user_frame(lightning, roots)
+    assert not is_user_frame("six.py(10): f", roots) and is_user_frame("train.py(34): <module>", roots)
+    assert not is_user_frame("/venv/lib/python3.11/site-packages/lightning/x.py(3): g")
+    assert not is_user_frame("/usr/lib/python3/dist-packages/yaml/x.py(3): g")
+    trace = Trace(path="t.json", events=None, run_metadata={"code": {"user_dir": "/p", "library_roots": ["lightning", 3]}})
+    assert library_roots(trace) == frozenset({"lightning"})
 
 
 def test_html_top_finding_is_the_largest_saving_on_a_real_trace(shared_traces):
     """mi300: no forecast saves time. exposed-communication and step-outliers have no number: they keep
     their rules' severity (high capped at medium; low) and rank by ceiling; channels-last is forecast at
-    0.98x, a slowdown: low, and last."""
+    1.00x (nothing to gain): low, and last."""
     report = analyze_file(shared_traces / "mi300_resnet_act_checkpoint.json.gz").to_dict()
     assert [(f["rule"], f["severity"], f["severity_from"]) for f in report["findings"]] == [
         ("exposed-communication", "medium", "rule"), ("step-outliers", "low", "rule"),
         ("channels-last", "low", "forecast")]
-    assert report["findings"][2]["forecast"]["speedup"] == 0.983
+    assert report["findings"][2]["forecast"]["speedup"] == 1.0
     html = render_html(report)
     top = html.split('<div class="label">Top finding</div>', 1)[1][:600]
     assert "Collectives are not hidden behind compute" in top and "no forecast" in top

@@ -10,11 +10,13 @@ import torch
 from perfsleuth.commands.profile import Profile, ProfiledReport
 from perfsleuth.errors import UsageError
 from perfsleuth.report.model import Report
+from perfsleuth.trace.model import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "cpu"))
 import toy  # noqa: E402
 
-SMALL = dict(wait=1, warmup=1, active=3, stack_steps=0)  # boundary counting: no stacks window (see below)
+# boundary counting: no stacks window (see below), no unprofiled steps after the window (but in the first test)
+SMALL = dict(wait=1, warmup=1, active=3, after=0, stack_steps=0)
 
 
 def model_and_opt(features=32, lr=0.01):
@@ -37,15 +39,17 @@ def train_step(model, opt, x, y):
 def test_with_block_steps_from_the_optimizer_and_runs_the_whole_loop(tmp_path, capsys):
     model, opt = model_and_opt()
     done = []
-    with perfsleuth.profile(tmp_path, **SMALL) as prof:
+    with perfsleuth.profile(tmp_path, **dict(SMALL, after=2)) as prof:
         for x, y in batches():
             train_step(model, opt, x, y)
             done.append(1)
         done.append("after the loop")  # runs: profile() never ends the user's code early by default
-    # boundaries: the first next() (start-up), then one per optimizer step; window = 1 + 1 + 3; the other
-    # 16 iterations ran unprofiled
-    assert prof.steps == 5 and len(done) == 21 and done[-1] == "after the loop"
+    # boundaries: the first next() (start-up), then one per optimizer step; window = 1 + 1 + 3, then 2 steps
+    # timed without the profiler; the other 14 iterations ran unprofiled, untimed
+    assert prof.steps == 7 and len(done) == 21 and done[-1] == "after the loop"
     assert capsys.readouterr().err == ""
+    assert not (tmp_path / "trace.pt.trace.json").exists()  # finished: gzipped with the times of those 2 steps
+    assert len(load_trace(tmp_path / "trace.pt.trace.json.gz").run_metadata["clock"]["after_us"]) == 2
     rep = prof.report
     assert isinstance(rep, ProfiledReport) and isinstance(rep, Report)
     assert [s["name"] for s in rep.to_dict()["steps"]] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
@@ -114,7 +118,7 @@ def test_manual_steps_turn_the_automatic_boundaries_off():
             train_step(model, opt, x, y)
             train_step(model, opt, x, y)  # two optimizer steps per iteration: prof.step() decides
             prof.step()
-    assert prof.steps == 3 and i == 9  # the loop ran whole; only the window was profiled
+    assert prof.steps == 7 and i == 9  # the loop ran whole; only the window (3) was profiled, 4 more timed after it
 
 
 def test_first_manual_step_switches_from_automatic_boundaries():
@@ -124,8 +128,8 @@ def test_first_manual_step_switches_from_automatic_boundaries():
             train_step(model, opt, x, y)
             prof.step()
     # iteration 0: the DataLoader (start-up), the optimizer and prof.step() each counted once;
-    # from then on only prof.step(): 3 + 1 more = the window of 4
-    assert prof.steps == 4 and i == 9
+    # from then on only prof.step(): 3 + 1 more = the window of 4, then 4 timed without the profiler
+    assert prof.steps == 8 and i == 9
 
 
 def test_only_the_first_optimizer_marks_steps():
@@ -216,7 +220,7 @@ def test_module_boundaries_give_way_to_the_optimizer():
         for _ in range(6):
             train_step(model, opt, torch.randn(8, 32), torch.zeros(8, dtype=torch.long))
             assert len(nn_module._global_forward_pre_hooks) == before
-    assert prof._session.source == "optimizer" and prof.steps == 3
+    assert prof._session.source == "optimizer" and prof.steps == 6  # the window of 3, 3 of the 4 steps after it
     assert len(nn_module._global_forward_pre_hooks) == before
 
 

@@ -38,8 +38,10 @@ def test_num_workers_finding(tmp_path):
     assert f["ceiling"]["saving_us"] == 51.0
     assert f["ceiling"]["speedup"] == round(1000 / 949, 3)
     assert f["evidence"] == {"dataloader_share": 0.051, "dataloader_us_per_step": 51.0,
-                             "dataloader_calls_per_step": 1.0, "step_us": 1000.0}
-    assert "min(8, os.cpu_count())" in f["fix"] and "persistent_workers=True" in f["fix"]
+                             "dataloader_calls_per_step": 1.0, "step_us": 1000.0, "dataloader_workers_suggested": 4}
+    # the snippet shows the worker count its forecast replays (cores unknown: 4, said in the forecast)
+    assert "num_workers=4," in f["fix"] and "persistent_workers=True" in f["fix"]
+    assert f["forecast"]["assumptions"]["workers"] == "num_workers=4 (was 0): cores unknown: 4"
     assert "prefetch_factor" in f["fix"] and "```python" in f["fix"]
     assert f["message"].startswith("The GPU waits 51 µs per step (5.1% of step time) while the training process")
     assert f["locations"] == []

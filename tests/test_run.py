@@ -55,14 +55,18 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     # the analysed window has no Python stacks and no shapes; the 2 steps after it, in the companion, do
     assert rep["trace"]["has_stacks"] is False and rep["trace"]["has_shapes"] is False
     assert rep["trace"]["stacks_trace"] == str(folder / "trace.stacks.pt.trace.json.gz")
-    assert rep["measurement"]["unprofiled_step_us"] is None  # --wait 1: the only wait step is the start-up
+    m = rep["measurement"]  # --wait 1: the only wait step is the start-up; the baseline is the 4 steps after
+    assert m["before"] is None and m["after"]["n"] + m["unprofiled_warmup_steps"] == 4
+    assert m["unprofiled_step_us"] == m["after"] and m["cpu_us"]["unprofiled"]["n"] == m["after"]["n"]
     assert rep["trace"]["device_type"] == "cpu"
     assert "num-workers" in rules(rep)  # the fix for this script: DataLoader workers
     assert "verdict: DATALOADER-BOUND" in proc.stdout
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
-    # 5 steps make the window, one more passes before the stacks window's 2 (step_clock.OpenAnnotations)
-    assert "perfsleuth: stopped the script after step 8 (profiled 3); --full runs it to the end" in proc.stderr
+    # 5 steps make the window, 4 run unprofiled after it, then the stacks window's 2
+    toy = (SCRIPTS / "toy.py").read_text().splitlines()
+    at = f"toy.py:{next(i for i, line in enumerate(toy, 1) if line.strip() == 'opt.step()')} in train"
+    assert f"perfsleuth: stopped the script after step 11 (profiled 3) at {at}; --full runs it to the end" in proc.stderr
     with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
         assert json.load(f)["traceEvents"]
 

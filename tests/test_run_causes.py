@@ -1,7 +1,9 @@
 """`perfsleuth run` on the CPU programs with known causes (fixtures/scripts/cpu/README.md): each gets
 the finding that names its cause, at the source line it comes from, and its fixed variant does not.
 
-Real torch on the CPU, in-process through click's CliRunner, small windows (wait 1, warmup 1, active 2).
+Real torch on the CPU, in-process through click's CliRunner, small windows (wait 1, warmup 1, active 2, no
+unprofiled steps after the window: the stacks window, the source lines' only source, comes right after it and
+the 8-step scripts reach it).
 """
 
 import json
@@ -15,7 +17,7 @@ from perfsleuth.report.numbers import severity_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
-SMALL = ["--wait", "1", "--warmup", "1", "--active", "2"]
+SMALL = ["--wait", "1", "--warmup", "1", "--active", "2", "--after", "0"]
 
 
 def run(tmp_path, script: str, *args) -> tuple[dict, str]:

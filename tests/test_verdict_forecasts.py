@@ -90,6 +90,8 @@ def test_models():
 
     def shorter(x, p, variant):
         p.scale = 0.8
+        # a step-level model says what it acts on (the caps of issue 24): here the whole step
+        p.acted_scale = (x.tl.steps["end"] - x.tl.steps["start"]).to_numpy(float)
         return {"removed": "a fifth of the step"}
 
     model("test-shorter")(shorter)
@@ -137,14 +139,14 @@ def test_a_sync_bound_trace_whose_sync_fix_buys_nothing(tmp_path, test_models):
 def test_the_real_a100_trace_is_not_called_sync_bound(shared_traces):
     """The trace of the issue: sync 33% of the step, item-sync says the GPU idles 70.5 ms per step, yet
     removing the reads is forecast at 1.005x. Host (32%, material) is the verdict, with no fix forecast
-    to help it (cuda-graphs 0.97x)."""
+    to help it (cuda-graphs 1.00x)."""
     d = analyze_file(shared_traces / "a100_rank0_of16_nccl.json.gz").to_dict()
     assert d["verdict"] == "host-bound" and d["summary"]["time_share"]["sync"] == 0.3295
     assert d["verdict_ruled_out"] == [{"category": "sync", "share": 0.3295, "rule": "item-sync", "speedup": 1.005,
                                        "kind": "forecast"}]
     assert d["verdict_reason"].startswith("sync takes 33% of the step, but removing it is forecast at 1.00× "
                                           "(item-sync): the device would wait elsewhere; host takes 32% of step time")
-    assert d["verdict_reason"].endswith("no fix found for host is forecast to help (cuda-graphs 0.97×)")
+    assert d["verdict_reason"].endswith("no fix found for host is forecast to help (cuda-graphs 1.00×)")
     item = next(f for f in d["findings"] if f["rule"] == "item-sync")
     assert (item["severity"], item["severity_from"]) == ("low", "forecast")
 

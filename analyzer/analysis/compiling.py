@@ -252,13 +252,13 @@ def ids_in(c: Compiling, start: int, end: int) -> list:
             zip(sel["frame"].tolist(), sel["count"].tolist(), sel["failed"].tolist())]
 
 
-def compiling_unprofiled(run_metadata) -> list:
-    """Per unprofiled step of `perfsleuth.clock` (its `unprofiled_us`, in order): whether torch.compile
-    compiled in it, from the `compile` section `perfsleuth run` records (commands/compile_facts.py); [] for
-    other traces."""
+def compiling_unprofiled(run_metadata, phase: str = "wait") -> list:
+    """Per unprofiled step of `perfsleuth.clock` in `phase` (`wait`: its `unprofiled_us`, `after`: its
+    `after_us`, in order): whether torch.compile compiled in it, from the `compile` section `perfsleuth run`
+    records (commands/compile_facts.py); [] for other traces."""
     section = run_metadata.get("compile") if isinstance(run_metadata, dict) else None
     steps = section.get("steps") if isinstance(section, dict) else None
-    wait = steps.get("wait") if isinstance(steps, dict) else None
-    if not isinstance(wait, list):
+    values = steps.get(phase) if isinstance(steps, dict) else None
+    if not isinstance(values, list):
         return []
-    return [isinstance(us, (int, float)) and not isinstance(us, bool) and us > 0 for us in wait]
+    return [isinstance(us, (int, float)) and not isinstance(us, bool) and us > 0 for us in values]

@@ -5,7 +5,9 @@ Takes one `RankSummary` per rank (analysis/ranks.py), never an event table. See 
 - **Matching.** One collective instance is the same key on every rank that ran it: the process group
   and sequence number where every collective carries one; otherwise the process group (where known),
   the collective's kind, the step it starts in (steps shared by the ranks, by name) and its order
-  among those in that step. An instance seen on one rank only is not matched.
+  among those in that step. An instance seen on one rank only is not matched. Point-to-point
+  operations (send, recv, SendRecv kernels) are paired by peer, else by end time (analysis/p2p.py):
+  each pair is an instance of two ranks.
 - **Clocks.** The ranks of one instance finish together (within the transfer), so the median of
   (reference end - rank end) over the instances both ran is the rank's clock offset from the
   reference (the lowest rank). The offsets are applied to every start and end; what is left of the end
@@ -13,7 +15,9 @@ Takes one `RankSummary` per rank (analysis/ranks.py), never an event table. See 
 - **Transfer and wait.** An instance's transfer is its shortest duration across ranks; every rank's
   wait is its duration minus the transfer. The waits are charged to the ranks that caused them by
   order of arrival (`split`). They come from durations alone: the clock alignment does not change
-  them (it places the starts and ends, for the skews).
+  them (it places the starts and ends, for the skews). In an instance whose process group holds a
+  rank with no trace in the folder (`complete`), a present rank may have waited for the absent one:
+  its charges go to "ranks not in the folder", not to a present rank.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .ranks import RankSummary
+from . import p2p
+from .ranks import P2P_KINDS, RankSummary
 
 BY_SEQUENCE, BY_GROUP, BY_NAME = "process group + sequence number", "process group + order", "name + order"
 
@@ -34,7 +39,7 @@ class Matched:
     """Instances x ranks (positions in the summary list); NaN where a rank did not run the instance.
     Times in ns from the earliest collective start of any rank, ranks' clocks aligned."""
 
-    keys: pd.DataFrame  # per instance: pg, name
+    keys: pd.DataFrame  # per instance: pg, name, step (its step's name), p2p (a send/recv pair)
     start: np.ndarray
     end: np.ndarray
     matched_by: str
@@ -44,6 +49,8 @@ class Matched:
     aligned_pairs: np.ndarray  # per rank: instances its offset was measured on
     reference: int = 0  # the rank position whose clock the others are aligned to
     warnings: list = field(default_factory=list)
+    # operations, pairs, matched_by (list), unmatched, peer_absent, ambiguous, unmatched_ns (per rank)
+    point_to_point: dict = field(default_factory=dict)
 
     @property
     def duration(self) -> np.ndarray:
@@ -62,6 +69,7 @@ class Split:
     start_skew: np.ndarray
     wall_wait: np.ndarray  # per rank: the union of its waits (concurrent collectives wait at once)
     wall_collective: np.ndarray  # per rank: the union of its collectives
+    absent: np.ndarray = field(default_factory=lambda: np.empty(0))  # per instance: charged to absent ranks
 
 
 def _table(summaries: list) -> pd.DataFrame:
@@ -70,6 +78,7 @@ def _table(summaries: list) -> pd.DataFrame:
         c = s.collectives
         if len(c):
             names = np.array(s.steps, dtype=object)
+            c = c if "peer" in c else c.assign(peer=-1)
             frames.append(c.assign(pos=pos, step_name=names[c["step"].to_numpy()]))
     if not frames:
         return pd.DataFrame()
@@ -77,49 +86,86 @@ def _table(summaries: list) -> pd.DataFrame:
     return df.sort_values(["pos", "start", "end"], kind="stable").reset_index(drop=True)
 
 
-def match(summaries: list) -> Matched:
+def _empty_match(n: int, matched_by: str, unmatched: int, warning: str, point: dict | None = None) -> Matched:
+    empty = np.empty((0, n))
+    return Matched(pd.DataFrame({"pg": [], "name": [], "step": [], "p2p": []}), empty, empty, matched_by, unmatched,
+                   np.zeros(n), 0.0, np.zeros(n, np.int64), 0, [warning], point or {})
+
+
+def match(summaries: list, tolerance: float = 0.1) -> Matched:
+    """Collectives by key (see the module docstring), then point-to-point operations by peer or end
+    time (analysis/p2p.py, `tolerance`: Config.p2p_end_tolerance) on the clocks the collectives align."""
     n = len(summaries)
     df = _table(summaries)
-    empty = np.empty((0, n))
     if df.empty:
-        return Matched(pd.DataFrame({"pg": [], "name": []}), empty, empty, BY_NAME, 0, np.zeros(n), 0.0,
-                       np.zeros(n, np.int64), 0, ["no collectives in the analysed steps of any rank"])
+        return _empty_match(n, BY_NAME, 0, "no collectives in the analysed steps of any rank")
+    base = int(df["start"].min())
+    is_p2p = df["name"].isin(P2P_KINDS).to_numpy()
+    coll, ops = df[~is_p2p], df[is_p2p].reset_index(drop=True)
+    ops = ops.assign(start=ops["start"] - base, end=ops["end"] - base)  # ns from `base`, as the collectives
+    keys, start, end, matched_by, unmatched = _collectives(coll, summaries, base)
+    offsets = _clock_offsets(end)[0]
+    pairs = p2p.pair(ops, [x.rank for x in summaries], offsets, tolerance)
+    p_start, p_end = np.full((len(pairs.a), n), np.nan), np.full((len(pairs.a), n), np.nan)
+    rows = np.arange(len(pairs.a))
+    for pos, row in ((pairs.a, pairs.row_a), (pairs.b, pairs.row_b)):
+        p_start[rows, pos] = ops["start"].to_numpy(np.float64)[row]
+        p_end[rows, pos] = ops["end"].to_numpy(np.float64)[row]
+    first = ops.iloc[pairs.row_a]
+    p_keys = pd.DataFrame({"pg": first["pg"].astype(str).to_numpy(), "name": first["name"].to_numpy(),
+                           "step": first["step_name"].to_numpy(), "p2p": True})
+    keys = pd.concat([keys.assign(p2p=False), p_keys], ignore_index=True)
+    start, end = np.vstack([start, p_start]), np.vstack([end, p_end])
+    left = ops.iloc[pairs.unmatched]
+    point = {"operations": len(ops), "pairs": len(pairs.a), "matched_by": pairs.matched_by,
+             "unmatched": len(left), "peer_absent": pairs.peer_absent, "ambiguous": pairs.ambiguous,
+             "unmatched_ns": np.bincount(left["pos"].to_numpy(np.int64), minlength=n,
+                                         weights=(left["end"] - left["start"]).to_numpy(np.float64))}
+    if not len(keys):
+        return _empty_match(n, matched_by, unmatched, "no collective falls in a step that the ranks share" if len(coll)
+                            else "no point-to-point operation could be paired with one on another rank", point)
+    offsets, aligned, ref, warnings = _clock_offsets(end)
+    start, end = start + offsets, end + offsets
+    skew = np.nanmax(end, axis=1) - np.nanmin(end, axis=1)
+    return Matched(keys, start, end, matched_by, unmatched, offsets, float(np.median(skew)), aligned, ref, warnings,
+                   point)
+
+
+def _collectives(df: pd.DataFrame, summaries: list, base: int) -> tuple:
+    """(keys: pg, name, step; start; end (ns from `base`, own clocks); matched_by; unmatched rows)."""
+    n = len(summaries)
     rows = len(df)
+    none = (pd.DataFrame({"pg": [], "name": [], "step": []}), np.empty((0, n)), np.empty((0, n)))
+    if df.empty:
+        return (*none, BY_NAME, 0)
     if (df["seq"] >= 0).all():
         key, matched_by = ["pg", "seq"], BY_SEQUENCE
     else:
         matched_by = BY_GROUP if (df["pg"] != "").any() else BY_NAME
         with_colls = [set(s.steps) for s in summaries if len(s.collectives)]
         common = set.intersection(*with_colls)
-        if common:
-            df = df[df["step_name"].isin(common)]
-        else:
-            df = df.assign(step_name="")
+        df = df[df["step_name"].isin(common)] if common else df.assign(step_name="")
         df = df.assign(ordinal=df.groupby(["pos", "pg", "name", "step_name"], sort=False).cumcount())
         key = ["pg", "name", "step_name", "ordinal"]
     df = df.drop_duplicates(key + ["pos"])
     if df.empty:  # collectives only in steps the ranks do not share
-        return Matched(pd.DataFrame({"pg": [], "name": []}), empty, empty, matched_by, rows, np.zeros(n), 0.0,
-                       np.zeros(n, np.int64), 0, ["no collective falls in a step that the ranks share"])
-    base = int(df["start"].min())
+        return (*none, matched_by, rows)
     df = df.assign(start=(df["start"] - base).astype(np.float64), end=(df["end"] - base).astype(np.float64))
     wide = df.set_index(key + ["pos"])[["start", "end"]].unstack("pos")
     start = wide["start"].reindex(columns=range(n)).to_numpy(np.float64)
     end = wide["end"].reindex(columns=range(n)).to_numpy(np.float64)
-    if "name" in key:
-        names = wide.index.get_level_values("name").to_numpy()
-    else:
-        names = df.drop_duplicates(key).set_index(key)["name"].reindex(wide.index).to_numpy()
-    keys = pd.DataFrame({"pg": wide.index.get_level_values("pg").astype(str), "name": names})
+    first = df.drop_duplicates(key).set_index(key)
+
+    def column(name: str) -> np.ndarray:
+        if name in key:
+            return wide.index.get_level_values(name).to_numpy()
+        return first[name].reindex(wide.index).to_numpy()
+
+    names, steps = column("name"), column("step_name")
+    keys = pd.DataFrame({"pg": wide.index.get_level_values("pg").astype(str), "name": names, "step": steps})
     seen = np.isfinite(start).sum(axis=1)
     keep = seen >= 2
-    unmatched = rows - int(seen[keep].sum())
-    start, end, keys = start[keep], end[keep], keys[keep].reset_index(drop=True)
-    offsets, pairs, ref, warnings = _clock_offsets(end)
-    start, end = start + offsets, end + offsets
-    skew = np.nanmax(end, axis=1) - np.nanmin(end, axis=1) if len(end) else np.empty(0)
-    residual = float(np.median(skew)) if len(skew) else 0.0
-    return Matched(keys, start, end, matched_by, unmatched, offsets, residual, pairs, ref, warnings)
+    return keys[keep].reset_index(drop=True), start[keep], end[keep], matched_by, rows - int(seen[keep].sum())
 
 
 def _clock_offsets(end: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, list]:
@@ -142,7 +188,27 @@ def _clock_offsets(end: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, list]:
     return offsets, pairs, ref, warnings
 
 
-def split(m: Matched) -> Split:
+def complete(m: Matched, summaries: list) -> np.ndarray:
+    """Per instance: does every rank of its process group have a trace here? A pair of point-to-point
+    operations always does; a collective's group is its process group's ranks (distributedInfo), else
+    the whole world (the world size); without a world size, the ranks present."""
+    out = np.ones(len(m.keys), dtype=bool)
+    if any(x.rank is None for x in summaries):
+        return out  # which ranks are here is not known: no instance is said to lack one
+    present = {x.rank for x in summaries}
+    worlds = {x.world_size for x in summaries if x.world_size}
+    groups: dict = {}
+    for x in summaries:
+        for name, ranks in x.process_groups.items():
+            groups.setdefault(str(name), set(ranks))
+    world = set(range(max(worlds))) if worlds else present
+    for i, (pg, is_p2p) in enumerate(zip(m.keys["pg"].tolist(), m.keys["p2p"].tolist())):
+        if not is_p2p:
+            out[i] = groups.get(str(pg), world) <= present
+    return out
+
+
+def split(m: Matched, complete: np.ndarray | None = None) -> Split:
     """Transfer, waits, and who caused them, from durations alone (clock-free: the ends coincide, so
     a longer duration is an earlier arrival). Sorted by arrival, arrival j comes gap_j after arrival
     j-1 and the j ranks already there wait that gap: it is charged to arrival j, as gap_j * j / (n - 1)
@@ -151,12 +217,16 @@ def split(m: Matched) -> Split:
 
     A rank waits in concurrent collectives at once (gloo's two worker threads, NCCL streams): each
     rank's waits count with the factor (union of its wait intervals / their sum), so that what a rank
-    is charged is wall-clock time of the others."""
+    is charged is wall-clock time of the others.
+
+    A point-to-point pair makes one other rank wait: its charge is per other rank of the job (divided
+    by n - 1). Instances not `complete` charge no present rank: what they would charge is `absent`,
+    and no rank arrived last in them (-1)."""
     dur = m.duration
     n = dur.shape[1]
     if not len(dur):
         z = np.empty(0)
-        return Split(z, dur.copy(), np.empty(0, np.int64), np.zeros((0, n)), z, np.zeros(n), np.zeros(n))
+        return Split(z, dur.copy(), np.empty(0, np.int64), np.zeros((0, n)), z, np.zeros(n), np.zeros(n), z)
     transfer = np.nanmin(dur, axis=1)
     wait = dur - transfer[:, None]
     wall_wait, wall_coll = _wall(m.start, m.start + wait), _wall(m.start, m.end)
@@ -170,13 +240,20 @@ def split(m: Matched) -> Split:
     valid = j[None, :] < count[:, None]
     gaps = np.where(valid, ordered[:, :-1] - ordered[:, 1:], 0.0)
     waiting = np.cumsum(factor[order], axis=1)[:, :-1]  # the ranks already there, each by its factor
-    share = gaps * waiting / np.maximum(count - 1, 1)[:, None]
+    pairs = m.keys["p2p"].to_numpy(bool) if "p2p" in m.keys else np.zeros(len(dur), bool)
+    others = np.where(pairs, n - 1, count - 1)
+    share = gaps * waiting / np.maximum(others, 1)[:, None]
     caused = np.zeros_like(dur)
     np.put_along_axis(caused, order[:, 1:], share, axis=1)
     rows = np.arange(len(dur))
     last = order[rows, count - 1]
+    absent = np.zeros(len(dur))
+    if complete is not None and not complete.all():
+        absent[~complete] = caused[~complete].sum(axis=1)
+        caused[~complete] = 0.0
+        last = np.where(complete, last, -1)
     skew = np.nanmax(m.start, axis=1) - np.nanmin(m.start, axis=1)
-    return Split(transfer, wait, last, caused, skew, wall_wait, wall_coll)
+    return Split(transfer, wait, last, caused, skew, wall_wait, wall_coll, absent)
 
 
 def _wall(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -197,7 +274,7 @@ def per_rank(summaries: list, m: Matched, s: Split) -> dict:
     dur = m.duration
     coll, wait = s.wall_collective, s.wall_wait
     caused = s.caused.sum(axis=0) if len(dur) else np.zeros(n)
-    last = np.bincount(s.last, minlength=n) if len(dur) else np.zeros(n, np.int64)
+    last = np.bincount(s.last[s.last >= 0], minlength=n) if len(dur) else np.zeros(n, np.int64)
     return {"collective_ns": coll / steps, "wait_ns": wait / steps, "caused_ns": caused / job_steps,
             "last_arrivals": last, "job_steps": job_steps}
 
@@ -227,19 +304,6 @@ def by_kind(m: Matched, s: Split, job_steps: float) -> list:
             for r in out.itertuples(index=False)]
 
 
-def one_job(summaries: list) -> bool:
-    """Do these traces look like the ranks of one job? Two or more, of one device type, and either
-    distinct ranks of one world size or collectives that match across them. A folder of unrelated
-    traces gets no cross-rank report."""
-    if len(summaries) < 2 or len({s.device_type for s in summaries}) > 1:
-        return False
-    ranks = [s.rank for s in summaries]
-    worlds = {s.world_size for s in summaries}
-    if None not in ranks and len(set(ranks)) == len(ranks) and len(worlds) == 1 and None not in worlds:
-        return True
-    return len(match(summaries).keys) > 0
-
-
 def order_ranks(summaries: list) -> tuple[list, list]:
     """Summaries sorted by rank (files without a rank, or repeating one, after them in file order)
     and the rank label of each: its rank, else the lowest number no other file has."""
@@ -261,5 +325,5 @@ def order_ranks(summaries: list) -> tuple[list, list]:
     return ranked + unranked, labels
 
 
-__all__ = ["Matched", "Split", "match", "split", "per_rank", "by_kind", "caused_by_kind", "order_ranks",
-           "RankSummary"]
+__all__ = ["Matched", "Split", "match", "complete", "split", "per_rank", "by_kind", "caused_by_kind",
+           "order_ranks", "RankSummary"]

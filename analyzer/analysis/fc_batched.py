@@ -23,17 +23,11 @@ import pandas as pd
 from . import intervals as iv
 from .fc_host import _add_back, _collapse_device, top_ops
 from .forecast import Inputs, NoForecast, model
+from .loops import GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
+    describe, evidence, gathers, loop_ops, not_the_steps
 from .whatif import Plan, remove_host
 
-SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
-MIN_RUN = 16
-MIN_REPEAT = 8  # a run is a loop: at least this many ops per distinct op
-SPIKE = 20  # an op this many times slower than its kind's median was preempted (a time slice, not its work)
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
-GATHER = ("aten::cat", "aten::stack")
-GATHER_BACKWARD = ("autograd::engine::evaluate_function: CatBackward0",
-                   "autograd::engine::evaluate_function: StackBackward0")
-PER_PARAMETER = ("Optimizer.step#", "Optimizer.zero_grad#")
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
 # a backward, freeing them after) go, up to this much per op of the loop: 0.2-0.4 µs per op measured
 # in the fixtures' tiny_ops and module_loop traces (docs/forecast.md).
@@ -41,26 +35,10 @@ EDGE_PER_OP_NS = 1_000.0
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
 
 
-def _loop_ops(top: pd.DataFrame, tl_steps: pd.DataFrame) -> pd.DataFrame:
-    """The ops of the loops, each with its run number and whether the Python before it joins the run."""
-    small = (top.groupby("name")["dur"].transform("median") <= SMALL_OP_NS).to_numpy()
-    step = np.searchsorted(tl_steps["host_end"].to_numpy(np.float64), top["ts"].to_numpy())
-    joins = small & np.r_[False, small[:-1]] & np.r_[False, step[1:] == step[:-1]]
-    run = np.where(small, np.cumsum(small & ~joins) - 1, -1)
-    df = top.assign(run=run, joined=joins, step=step)[small]
-    g = df.groupby("run")["name"]
-    size, kinds = g.transform("size").to_numpy(), g.transform("nunique").to_numpy()
-    df = df[(size >= MIN_RUN) & (size >= MIN_REPEAT * kinds)]
-    # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
-    # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
-    return df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
-
-
 def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv.Intervals:
     """The cat/stack that directly follows an op of a loop (it gathers the loop's outputs), and as many
     cat/stack backward nodes (the longest) of the same step."""
-    follows = np.isin(np.arange(len(top)) - 1, loop.index.to_numpy())  # positions, as in _segments and _edges
-    fwd = top[follows & top["name"].isin(GATHER).to_numpy()]
+    fwd = gathers(top, loop)
     ends = steps["host_end"].to_numpy(np.float64)
     want = pd.Series(np.searchsorted(ends, fwd["ts"].to_numpy())).value_counts()
     bwd = top[top["name"].isin(GATHER_BACKWARD).to_numpy()]
@@ -116,13 +94,13 @@ def _edges(top: pd.DataFrame, seg: pd.DataFrame, loop_pos: np.ndarray) -> iv.Int
                                      np.minimum(after["ts"].to_numpy(), a_start + cap[tail]).astype(np.int64)))
 
 
-def _despike(p: Plan, rest: pd.DataFrame) -> float:
-    """An op outside the loops that took over SPIKE times its kind's median was preempted on a busy
-    machine; a step that much shorter is preempted that much less: the excess goes too."""
-    med = rest.groupby("name")["dur"].transform("median").to_numpy()
-    spike = rest["dur"].to_numpy() > SPIKE * med
-    return remove_host(p, iv.merge((rest["ts"].to_numpy() + med)[spike].astype(np.int64),
-                                   rest["end"].to_numpy()[spike].astype(np.int64)))
+def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The loops of the steps whose loops show independent iterations (loops.evidence), and the reasons."""
+    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+    ends = steps["host_end"].to_numpy(np.float64)
+    reasons = evidence(top, df, ends, per_parameter, x.frames)
+    ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER)]
+    return df[df["step"].isin(ok).to_numpy()], reasons
 
 
 @model("batched-ops")
@@ -131,23 +109,29 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if top.empty:
         raise NoForecast("no host ops in the replayed steps")
     steps = p.tl.steps
-    df = _loop_ops(top, steps)
+    theirs = not_the_steps(x.ops)  # DataLoader fetches and perfsleuth's own ranges: never the loop's, never removed
+    df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs)
     if df.empty:
-        raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed steps")
+        raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed "
+                         "steps, outside DataLoader fetches")
+    df, reasons = _independent(x, top, df, steps)
+    if df.empty:
+        raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
     seg = _segments(df)
     # Each loop op with the Python before it (when that followed another short op): the ops between
     # them that the loop does not repeat stay.
-    ivs = iv.merge((df["ts"] - joined_gap).to_numpy(np.int64), df["end"].to_numpy(np.int64))
+    ivs = iv.subtract(iv.merge((df["ts"] - joined_gap).to_numpy(np.int64), df["end"].to_numpy(np.int64)), theirs)
     removed = remove_host(p, ivs)
     optimistic = variant != "low"
-    edged = remove_host(p, _edges(top, seg, df.index.to_numpy())) if optimistic else 0.0
-    gather = _gathering(top, df, steps)
+    edged = remove_host(p, iv.subtract(_edges(top, seg, df.index.to_numpy()), theirs)) if optimistic else 0.0
+    gather = iv.subtract(_gathering(top, df, steps), theirs)
     gathered = remove_host(p, gather) if optimistic else 0.0
-    rest = top[~iv.covers(iv.union(ivs, gather), top["ts"].to_numpy(np.int64))]
-    despiked = _despike(p, rest)
-    params = _fewer_parameters(x, p, df, ivs, variant)  # before the whole-tensor ops: a loop may end in the optimizer
+    ts = top["ts"].to_numpy(np.int64)
+    rest = top[~iv.covers(iv.union(ivs, gather), ts)]
+    # before the whole-tensor ops: a loop may end in the optimizer
+    params = _fewer_parameters(x, p, df, iv.union(ivs, theirs), variant)
     # A whole-tensor op is no tiny op: it costs what the step's other ops cost, the Python before them included.
     whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
     per = {"low": 2 * OPS_PER_KIND * seg["kinds"] * whole, "central": OPS_PER_KIND * seg["kinds"] * whole,
@@ -170,16 +154,18 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops and the "
                           "gathering of their outputs stay; zero_grad and optimizer.step keep twice the parameters",
            "optimistic": f"one whole-tensor op per distinct op, as cheap as a loop op ({unit / 1000:.1f} µs)",
-           "independent": "the loop's iterations are independent (a stack of small sequential layers cannot be "
-                          "batched)"}
+           "independent": f"the loops' iterations are independent: {describe(reasons)}",
+           "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
+                           "DataLoader's, and stay"}
+    skipped = sum(1 for why in reasons.values() if why in (None, OPTIMIZER))
+    if skipped:
+        out["sequential"] = (f"the loops of {skipped} of {len(reasons)} step(s) show no sign of independent "
+                             "iterations and stay")
     if gather[0].size:
         out["gather"] = (f"the cat/stack of the loops' outputs and its backward go "
                          f"({gathered / n / 1000:.0f} µs per step)")
     if params:
         out["parameters"] = params
-    if despiked:
-        out["preemption"] = (f"{despiked / n / 1000:.0f} µs per step of ops outside the loops that took over "
-                             f"{SPIKE}x their median (preempted) go with the shorter step")
     if launched:
         out["device"] = f"their {launched} kernels become the whole-tensor ops' (same work, fewer fixed costs)"
     return out

@@ -11,7 +11,7 @@ from . import intervals as iv
 from .forecast import Inputs, NoForecast, model
 from .throughput import PCIE_GBPS, PINNED_EFFICIENCY, amp_ratio, generation, pcie_generation
 from .timeline import CALL, Timeline
-from .whatif import Plan, drop_waits, scale_device
+from .whatif import Plan, act_device, act_host, drop_waits, scale_device
 
 SYNC_AFTER_COPY_NS = 50_000.0  # a synchronize this soon after a copy call belongs to it
 GRAPH_LAUNCH_NS = 10_000.0  # one cudaGraphLaunch per step replaces the launches of the captured region
@@ -141,6 +141,7 @@ def pinned_copies(x: Inputs, p: Plan, variant: str) -> dict:
         return out
     gbps, why = _pinned_gbps(x, variant)
     new = tl.d_bytes[node] / gbps  # bytes / (GB/s) = ns
+    act_device(p, node)
     p.dur[node] = np.where(tl.d_bytes[node] > 0, np.minimum(p.dur[node], new), p.dur[node])
     out["bandwidth"] = why
     return out
@@ -206,6 +207,7 @@ def cuda_graphs(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast("no asynchronous launches in the replayed steps")
     keep = {"low": 0.3, "central": 0.0, "high": 0.0}[variant]
     before = float(p.a[captured].sum())
+    act_host(p, captured, p.a[captured])
     # Launch overhead is the dispatch between launches; a long gap before a launch is the user's own
     # Python (metrics, logging), which stays: at most the 90th percentile of the gaps goes.
     cap = float(np.percentile(tl.gap[captured], 90)) + tl.own[captured]
@@ -213,14 +215,15 @@ def cuda_graphs(x: Inputs, p: Plan, variant: str) -> dict:
     first = np.flatnonzero(captured)
     firsts = first[np.r_[True, tl.step[first][1:] != tl.step[first][:-1]]]
     p.a[firsts] += GRAPH_LAUNCH_NS
-    p.dur[captured[tl.d_item] & (tl.d_call == tl.t[tl.d_item])] += GRAPH_KERNEL_GAP_NS
+    graphed = captured[tl.d_item] & (tl.d_call == tl.t[tl.d_item])
+    p.dur[graphed] += np.maximum(GRAPH_KERNEL_GAP_NS - tl.d_pre[graphed], 0.0)  # eager kernels had their own gap
     p.removed_ns += before - float(p.a[captured].sum())
     n_steps = len(tl.steps)
     gone = before - float(p.a[captured].sum())
     return {"captured": f"{int(captured.sum()) // max(n_steps, 1)} launches per step and the dispatch before each "
                         f"({gone / n_steps / 1000:.0f} µs per step) become one graph launch (~10 µs); gaps longer "
                         "than the 90th percentile keep their excess (the user's own Python)",
-            "kernels": "kernel times unchanged; 1 µs between the kernels of the graph",
+            "kernels": "kernel times unchanged; 1 µs between the kernels of the graph (or the gap they had)",
             "pessimistic": "30% of that host work stays (parts of the step cannot be captured)"}
 
 
@@ -230,6 +233,7 @@ def channels_last(x: Inputs, p: Plan, variant: str) -> dict:
     layout = x.classes()["family"] == "layout"
     if not layout.any():
         raise NoForecast("no layout transform kernels in the replayed steps")
+    act_device(p, layout)
     p.dur[layout] *= 0.5 if variant == "low" else 0.0
     return {"layout_kernels": f"{int(layout.sum())} NCHW<->NHWC transform kernels disappear",
             "convolutions": "convolution kernel times unchanged", "pessimistic": "half of the transform time stays"}

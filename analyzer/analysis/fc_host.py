@@ -16,8 +16,9 @@ import pandas as pd
 from ..trace.model import CPU_OP
 from . import intervals as iv
 from .forecast import Inputs, NoForecast, model
+from .own import own_ns
 from .timeline import CALL
-from .whatif import Plan, drop_waits, remove_host
+from .whatif import Plan, act_device, act_host, drop_waits, remove_host
 
 FILL_OPS = ("aten::zero_", "aten::fill_")
 SET_TO_NONE_NS = {"central": 1_000.0, "low": 2_000.0, "high": 500.0}  # Python per parameter: `p.grad = None`
@@ -72,6 +73,7 @@ def _collapse_device(p: Plan, regions: iv.Intervals, kept: np.ndarray) -> int:
     floor = np.full(regions[0].size, np.inf)
     np.minimum.at(floor, rr, p.dur[inside])
     share = 1.0 - np.minimum(kept[rr], n[rr]) / n[rr]
+    act_device(p, inside)
     p.dur[inside] = np.maximum(p.dur[inside] - floor[rr] * share, 0.0)
     return int(inside.sum())
 
@@ -92,6 +94,7 @@ def zero_grad_none(x: Inputs, p: Plan, variant: str) -> dict:
     tl = p.tl
     if tl.n_nodes:
         launched = iv.covers(zg, tl.d_call.astype(np.int64))
+        act_device(p, launched)
         p.dur[launched] = 0.0
     n = len(tl.steps)
     return {"zero_grad": f"{len(fills) // max(n, 1)} fill ops per step and the Python around them "
@@ -142,9 +145,15 @@ def fewer_threads(x: Inputs, p: Plan, variant: str) -> dict:
     """Under oversubscription an op waits for threads that other processes keep off the cores. With
     one thread each op takes its fast time: the first quartile of the same op's recorded times (name
     and input types); the fastest tenth are the lucky runs the busy machine still preempts."""
-    threads = x.machine.torch_threads
+    m = x.machine
+    threads = m.torch_threads
     if threads == 1:
         raise NoForecast("torch already runs one intra-op thread")
+    free = m.free_cores if m.others_cores is not None else None
+    wanted = (threads or 0) + sum(int(ld.get("num_workers") or 0) for ld in m.loaders if isinstance(ld, dict))
+    if free is not None and threads and wanted <= free:
+        raise NoForecast(f"torch's {threads} threads and the loader's workers fit the {free:.1f} cores other "
+                         f"processes left free: no oversubscription to remove")
     top = top_ops(x)
     if top.empty:
         raise NoForecast("no host ops in the replayed steps")
@@ -155,7 +164,8 @@ def fewer_threads(x: Inputs, p: Plan, variant: str) -> dict:
     ivs = iv.merge((top["ts"].to_numpy() + fast)[slow].astype(np.int64), top["end"].to_numpy()[slow].astype(np.int64))
     removed = remove_host(p, ivs)
     n = len(p.tl.steps)
-    return {"threads": f"torch intra-op threads {threads if threads else 'unknown (not recorded)'} -> 1",
+    return {"threads": f"torch intra-op threads {threads if threads else 'unknown (not recorded)'} -> 1"
+                       + (f" ({free:.1f} of {m.cores:g} cores free of other processes)" if free is not None else ""),
             "ops": f"each op takes the {q:.0%} quantile of its own recorded times ({removed / n / 1000:.0f} µs per "
                    "step less); ops too large to gain from threads are assumed absent",
             "pessimistic": "each op takes its median time", "optimistic": "each op takes its 10% quantile"}
@@ -169,6 +179,7 @@ def caching_allocator(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast("no device malloc/free calls in the replayed steps")
     keep = 0.1 if variant == "low" else 0.0
     cut = tl.own[alloc] * (1.0 - keep)
+    act_host(p, alloc, tl.own[alloc])
     p.a[alloc] -= cut
     p.removed_ns += float(cut.sum())
     dropped = drop_waits(p, alloc)
@@ -180,11 +191,16 @@ def caching_allocator(x: Inputs, p: Plan, variant: str) -> dict:
 
 @model("no-outliers")
 def no_outliers(x: Inputs, p: Plan, variant: str) -> dict:
-    dur = (x.all_steps["end"] - x.all_steps["start"]).to_numpy(np.float64)
+    steps = x.all_steps
+    dur = (steps["end"] - steps["start"]).to_numpy(np.float64) - own_ns(x.trace, steps["start"], steps["end"])
     mean, median = float(dur.mean()), float(np.median(dur))
     if len(dur) < 2 or mean <= median:
         raise NoForecast("no step is slower than the median")
     target = {"low": (mean + median) / 2, "central": median, "high": median}[variant]
     p.scale *= target / mean
-    return {"steps": f"every step takes the median step time ({median / 1e6:.2f} ms; mean {mean / 1e6:.2f} ms)",
+    rs, re = p.tl.steps["start"] + p.tl.w0, p.tl.steps["end"] + p.tl.w0
+    replayed = (re - rs).to_numpy(np.float64) - own_ns(x.trace, rs, re)
+    p.acted_scale = np.clip(replayed - median, 0, None)  # what it acts on: the replayed steps' excess
+    return {"steps": f"every step takes the median step time ({median / 1e6:.2f} ms; mean {mean / 1e6:.2f} ms; "
+                     "perfsleuth's own ranges left out)",
             "pessimistic": "half of the excess stays"}

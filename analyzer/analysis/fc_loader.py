@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import fields
+from typing import Optional
+
 from .forecast import Inputs, NoForecast, model
+from .machine import Machine
 from .timeline import LOADER
-from .whatif import Plan, Workers, step_ns
+from .whatif import Plan, Workers, act_host, step_ns
 
 # What a worker process costs beside the Dataset's own work, measured with benchmarks/handoff.py on the
 # 2-core development machine, torch 2.13 (CPU), load average 0.5-0.7, two runs of 5 interleaved repeats
@@ -41,8 +45,49 @@ HANDOFF_WAIT_NS = 300_000.0
 # loader gets far less).
 CPU_BOUND = 0.5
 DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
-MAX_WORKERS = 8  # the fix's suggestion: min(8, cores)
+MAX_WORKERS = 8  # the fix's suggestion: min(8, free cores)
+UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
+
+
+def suggested_workers(cores: Optional[float], others: Optional[float], before: int) -> tuple[int, str]:
+    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and its
+    forecast use this one -- and why: min(8, free cores), always more than `before`. Free cores: the run's
+    cores less what other processes kept busy over the window, when that was recorded. (One fewer than
+    the cores, to leave the training loop one, measured worse on the 2-core machine: a Python-heavy
+    Dataset's step went 0.93x with 1 worker and 1.36x with 2, docs/accuracy.md.)"""
+    if not cores:
+        return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
+    free = max(cores - (others or 0.0), 1.0)
+    what = f"{free:.1f} free of {cores:g} cores" if others else f"{cores:g} cores"
+    return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
+
+
+def loading_cpu_fraction(m: Machine, multi: bool, before: int) -> tuple[float, Optional[float]]:
+    """The part of the loading that is CPU work (and the measured CPU share it comes from, None when
+    not recorded: then all of it)."""
+    if multi:
+        share = m.worker_cpu_share
+        return _cpu_fraction(share, m.speed(1 + before)), share
+    share = m.loader_cpu_share
+    return _cpu_fraction(share, m.recording_speed), share
+
+
+class AsItWas(Machine):
+    """The machine as it was during the recording: the cores other processes kept busy over the window
+    (`others_cores`) are not this run's, whatever the capacity probe said at its start."""
+
+    def capacity(self, n: float) -> float:
+        c = super().capacity(n)
+        free = self.free_cores
+        if self.others_cores is None or free is None:
+            return c
+        # what this run used while recorded was free by definition: never below the main thread's share
+        return float(min(c, max(free, self.main_share or 0.0, 1e-3)))
+
+
+def as_it_was(m: Machine) -> Machine:
+    return AsItWas(**{f.name: getattr(m, f.name) for f in fields(m)})
 
 
 def _cpu_fraction(share, speed: float) -> float:
@@ -83,7 +128,7 @@ def _tensors_per_batch(x: Inputs, loaders: np.ndarray) -> int:
 
 @model("dataloader-workers")
 def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
-    tl, m = x.tl, x.machine
+    tl, m = x.tl, as_it_was(x.machine)
     loaders = np.flatnonzero(tl.kind == LOADER)
     if loaders.size == 0:
         raise NoForecast("no DataLoader __next__ in the replayed steps")
@@ -97,13 +142,15 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
             out["workers_before"] = "1 (assumed: the worker count was not recorded)"
     else:
         w0 = 0
-    cores = m.cores
-    target = max(w0 + 1, min(MAX_WORKERS, int(cores))) if cores else max(w0 + 1, 4)
-    why = "min(8, cores)" + ("" if cores else ", cores unknown: 4")
+    cpu_frac, share = loading_cpu_fraction(m, multi, w0)
+    target, why = suggested_workers(m.cores, m.others_cores, w0)
     if x.params.get("workers"):
         target, why = int(x.params["workers"]), "as asked"
     out["workers"] = f"num_workers={target} (was {w0}): {why}"
     out.update(m.assumptions)
+    if m.others_cores is not None:
+        out["others"] = (f"other processes kept {m.others_cores:.2f} of the {m.cores:g} cores busy while recorded: "
+                         f"this run's threads share the {m.free_cores:.2f} left")
     prefetch = int(settings.get("prefetch_factor") or 2)
     tensors = _tensors_per_batch(x, loaders) if not multi else DEFAULT_TENSORS
     s0 = m.recording_speed
@@ -112,16 +159,12 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     if multi:
         produce0 = w0 * float(np.median(np.diff(tl.steps["end"].to_numpy(np.float64), prepend=tl.steps["start"].iloc[0])))
         v0 = m.speed(1 + w0)
-        share = m.worker_cpu_share
-        cpu_frac = _cpu_fraction(share, v0)
         cpu_core = cpu_frac * produce0 * v0  # core ns per batch, overheads included
         wait = produce0 * (1 - cpu_frac)
         out["batch"] = (f"{produce0 / 1e6:.2f} ms per batch per worker (workers x step), "
                         f"{cpu_frac:.0%} of it CPU" + (" (measured)" if share is not None else " (assumed)"))
     else:
         load = float(np.median(span))
-        share = m.loader_cpu_share
-        cpu_frac = _cpu_fraction(share, s0)
         cpu_core = cpu_frac * load * s0
         wait = load * (1 - cpu_frac)
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
@@ -140,6 +183,7 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
                  f"{HANDOFF_WAIT_NS / 1e6:g} ms of each worker's time waiting on the queues")
     out["handoff"] = (f"{tensors} tensor(s) per batch: {worker_side}{main_ms:g} ms of main-process CPU per batch"
                       f"{in_worker} (measured constants)")
+    act_host(p, loaders, span)  # what the workers take over: the time in __next__
     base_a = p.a.copy()
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)

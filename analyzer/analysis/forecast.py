@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
+from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, PYTHON, RUNTIME, Trace
 from ..trace.names import OWN_SPAN
 from ..trace.selection import of_kind
 from . import intervals as iv
@@ -28,6 +28,7 @@ from .whatif import Plan, plan, remove_host, step_ns, window_step
 MAX_NODES = 30_000  # host items + device nodes replayed at most (a few steps of a large trace)
 MAX_STEPS = 16
 VARIANTS = ("central", "low", "high")
+MAX_RANGE = 3.0  # a forecast whose optimistic end is over this many times its pessimistic end is no forecast
 
 
 class NoForecast(Exception):
@@ -81,6 +82,24 @@ class Inputs:
                 return ops.iloc[:0]
             return ops[(ops["pid"] == main[0]) & (ops["tid"] == main[1])]
         return self.cached("main_ops", make)
+
+    @property
+    def frames(self) -> pd.DataFrame:
+        """Python frames (python_function events) of the main thread in the window (ts, end, name; relative
+        ns): empty unless the trace was recorded with stacks."""
+        def make():
+            ev = of_kind(self.trace.events, PYTHON)
+            main = self.main_ops
+            if ev.empty or main.empty:
+                return pd.DataFrame({"ts": [], "end": [], "name": []})
+            w0, w1 = self.tl.w0, self.tl.w0 + int(self.tl.steps["host_end"].iloc[-1]) + 1
+            ts = ev["ts"].to_numpy()
+            sel = ev[(ts >= w0) & (ts < w1) & (ev["tid"].to_numpy() == main["tid"].iloc[0])
+                     & (ev["pid"].to_numpy() == main["pid"].iloc[0])]
+            return pd.DataFrame({"ts": (sel["ts"].to_numpy() - w0).astype(np.float64),
+                                 "end": (sel["end"].to_numpy() - w0).astype(np.float64),
+                                 "name": sel["name"].astype(str).to_numpy()})
+        return self.cached("frames", make)
 
     def spans(self, prefix: str) -> iv.Intervals:
         """Merged spans of the window's ops/annotations whose name starts with `prefix`."""
@@ -142,10 +161,11 @@ class Forecaster:
             self.error = f"the replay did not converge in {sched.rounds} rounds"
         # What an unprofiled run does not spend: the profiler's step and perfsleuth's own bookkeeping.
         self.base = raw.copy()
-        self.own_ns = remove_host(self.base, self.inputs.spans(OWN_SPAN)) / len(rec)
+        self.own_ns = remove_host(self.base, self.inputs.spans(OWN_SPAN)) / len(rec)  # and never a fix's saving
         self.before_ns, _ = step_ns(self.base)
         self._memo: dict = {}
         self._replays: dict = {}
+        self._touched: dict = {}  # (model, params) -> what its central edits touched
 
     # --- the replay's own accuracy ------------------------------------------------------------
     def check(self) -> dict:
@@ -157,11 +177,13 @@ class Forecaster:
                 "recorded_step_us": round(self.recorded_ns / 1000, 3), "replayed_step_us": round(self.before_ns / 1000, 3),
                 "self_check_error": round(self.self_check, 4),
                 "profiler_step_us": round(self.own_ns / 1000, 3),
-                "launch_queue_depth": tl.queue_depth, "launch_queue_observed": tl.queue_observed}
+                "launch_queue_depth": tl.queue_depth, "launch_queue_observed": tl.queue_observed,
+                "unexplained_device_wait_us": round(self.unexplained_ns() / 1000, 3)}
 
     # --- forecasts ---------------------------------------------------------------------------------
-    def _replay(self, models: list, variant: str) -> tuple[float, dict]:
-        p = self.base.copy()
+    def _replay(self, models: list, variant: str) -> tuple[float, dict, float, Plan]:
+        """The replayed step with the fixes applied, their assumptions, and what they act on per step."""
+        p = self.base.fresh()
         assumptions: dict = {}
         for name in sorted(models, key=lambda m: m == "dataloader-workers"):  # the loader model sees the rest
             said = MODELS[name](self.inputs, p, variant) or {}
@@ -172,7 +194,46 @@ class Forecaster:
             if not sched.converged:
                 raise NoForecast(f"the replay with the fix did not converge in {sched.rounds} rounds")
             self._replays[key] = after
-        return self._replays[key], assumptions
+        # ... and costs at most the work it adds: replayed from the end of the window's first step, a step
+        # whose first step got faster while a wait the replay keeps fixed holds the last one can measure
+        # longer (a window of two steps, a device node that started long after its launch).
+        after = min(self._replays[key], self.before_ns + p.added_per_step(self.base))
+        if after > self._replays[key] - 0.5:
+            after = self._replays[key]
+        else:
+            assumptions["no_slower"] = (f"the fix adds {p.added_per_step(self.base) / 1000:.0f} µs of work per step, "
+                                        "so the step grows by that at most: the replayed window measured "
+                                        f"{self._replays[key] / 1000:.0f} µs per step, taken as {after / 1000:.0f} µs")
+        return after, assumptions, p.acted_per_step(), p
+
+    def unexplained_ns(self) -> float:
+        """Device waits the trace does not explain, per step of the measured steps (timeline.py)."""
+        tl = self.inputs.tl
+        w = tl.extra.get("unexplained_wait")
+        if w is None or tl.n_nodes == 0:
+            return 0.0
+        n = len(tl.steps)
+        first = 1 if n >= 2 else 0
+        m = (tl.step[tl.d_item] >= first) & (w > 0)
+        spans = iv.merge((tl.d_start - w)[m].astype(np.int64), tl.d_start[m].astype(np.int64))  # streams wait together
+        return float(iv.total(spans)) / max(n - first, 1)
+
+    @property
+    def steps(self) -> int:
+        return len(self.inputs.tl.steps) if self.inputs is not None else 0
+
+    def touched(self, model: str, params: Optional[dict] = None) -> Optional[tuple]:
+        """The host time and device nodes one model's central edits touch (None: it does not apply)."""
+        if self.inputs is None or model not in MODELS:
+            return None
+        key = (model, tuple(sorted((params or {}).items())))
+        if key not in self._touched:
+            self.inputs.params = dict(params or {})
+            try:
+                self._touched[key] = self._replay([model], "central")[3].touched()
+            except NoForecast:
+                self._touched[key] = None
+        return self._touched[key]
 
     def forecast(self, models, mean_step_us: Optional[float] = None, params: Optional[dict] = None) -> dict:
         """The forecast object of a finding (docs/schema.md) for one model or a list applied together;
@@ -196,28 +257,62 @@ class Forecaster:
             runs = {v: self._replay(models, v) for v in VARIANTS}
         except NoForecast as exc:
             return no_forecast(label, str(exc))
-        after, assumptions = runs["central"]
+        if len(models) == 1:
+            self._touched[(models[0], tuple(sorted(self.inputs.params.items())))] = runs["central"][3].touched()
+        after, assumptions, acted, _ = runs["central"]
         if after <= 0:
             return no_forecast(label, "the replay left no step time")
-        speedup = self.before_ns / after
-        lows = [self.before_ns / runs[v][0] for v in VARIANTS]
+        # A fix saves at most the time it acts on (whatif: the host work, waits and device time its edits
+        # touched), per step of the same steps: each replay's step is at least the step less that time.
+        floor = {v: max(runs[v][0], self.before_ns - runs[v][2]) for v in VARIANTS}
+        capped = [v for v in VARIANTS if floor[v] > runs[v][0] * (1 + 1e-6) + 1.0]  # beyond rounding
+        ratios = {v: self.before_ns / floor[v] if floor[v] > 0 else float("inf") for v in VARIANTS}
+        speedup = ratios["central"]
         err = abs(self.self_check)
-        low, high = min(lows) / (1 + err), max(lows) * (1 + err)
+        ceiling = max(self.before_ns / (self.before_ns - runs[v][2]) if runs[v][2] < self.before_ns else float("inf")
+                      for v in VARIANTS)  # the widened range stays within what the fix acts on too
+        low, high = min(ratios.values()) / (1 + err), min(max(ratios.values()) * (1 + err), ceiling)
+        if not np.isfinite(speedup):
+            return no_forecast(label, "the fix would leave no step time")
         step_us = mean_step_us if mean_step_us else self.recorded_ns / 1000
+        # the mean step holds what the replay leaves out (perfsleuth's own ranges): on its scale the saving is
+        # capped too, the ratio stays the replay's
+        saving_us = step_us * (1 - 1 / speedup)
+        if saving_us > acted / 1000 * (1 + 1e-6) + 0.001:
+            saving_us = acted / 1000
+            capped.append("mean step")
         assumptions["replay"] = (f"{len(self.inputs.tl.steps)} steady step(s) replayed; the unchanged replay "
                                  f"lands {self.self_check:+.1%} from the recording")
+        waited = self.unexplained_ns()
+        if waited > 0.05 * self.before_ns:
+            assumptions["device_waits"] = (f"device work started {waited / 1e6:.2f} ms per step after its launch on an "
+                                           "idle stream with nothing in the trace to wait for (another rank, an event, a "
+                                           "host callback): the replay keeps those waits, and no fix here removes them")
         if self.own_ns > 0:
             assumptions["profiler"] = (f"the profiler's step and perfsleuth's bookkeeping ({self.own_ns / 1000:.0f} µs "
                                        "per step) left out before and after")
-        return {"speedup": round(speedup, 3), "saving_us": round(step_us * (1 - 1 / speedup), 3),
-                "low": round(low, 3), "high": round(high, 3), "model": label,
-                "step_us": round(step_us / speedup, 3), "assumptions": assumptions, "reason": None}
+        if capped:
+            assumptions["cap"] = (f"capped at the time the fix acts on: {acted / 1000:.0f} µs per step of the "
+                                  f"replayed steps (the {', '.join(sorted(set(capped)))} saved more)")
+        out = {"kind": "forecast", "speedup": round(speedup, 3), "saving_us": round(saving_us, 3),
+               "low": round(min(low, speedup), 3), "high": round(max(high, speedup), 3), "model": label,
+               "step_us": round(step_us - saving_us, 3), "acts_on_us": round(acted / 1000, 3),
+               "assumptions": assumptions, "reason": None}
+        return unreliable(out) if out["high"] > MAX_RANGE * out["low"] else out
 
 
 def no_forecast(model: str, reason: str) -> dict:
     """The forecast object when there is none: the reason instead of numbers (never a bound)."""
-    return {"speedup": None, "saving_us": None, "low": None, "high": None, "model": model or None,
+    return {"kind": "none", "speedup": None, "saving_us": None, "low": None, "high": None, "model": model or None,
             "assumptions": {}, "reason": reason}
+
+
+def unreliable(fc: dict) -> dict:
+    """A forecast whose assumptions span more than MAX_RANGE (high / low) tells the user nothing: no
+    speed-up and no saving, the range kept, and the reason naming it."""
+    return {**fc, "kind": "unreliable", "speedup": None, "saving_us": None, "step_us": None,
+            "reason": (f"no reliable forecast: its assumptions give {fc['low']:.2f}-{fc['high']:.2f}x "
+                       f"(more than {MAX_RANGE:g}x apart; the central one {fc['speedup']:.2f}x)")}
 
 
 MODELS: dict = {}

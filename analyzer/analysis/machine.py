@@ -72,6 +72,24 @@ class Machine:
         return self.speed(1.0)
 
 
+def others_load(run_metadata: dict) -> Optional[dict]:
+    """Other processes' CPU use over the recorded window, as `run` measured it (Linux: /proc/stat, less this
+    process tree; commands/run_facts.py): {"others_cores", "own_cores", "cpus" (the CPUs counted: this run's
+    affinity), "machine_cpus", "resolution" (± cores: one clock tick per CPU over the window)}; None when
+    it was not recorded."""
+    cpu = run_metadata.get("cpu") if isinstance(run_metadata, dict) else None
+    window = cpu.get("window") if isinstance(cpu, dict) else None
+    if not isinstance(window, dict):
+        return None
+    wall, others = _num(window.get("wall_s")), _num(window.get("others_cpu_s"))
+    if not wall or others is None:
+        return None
+    counted, tree, tick = _num(window.get("counted_cpus")), _num(window.get("tree_cpu_s")), _num(window.get("tick_s"))
+    return {"others_cores": round(others / wall, 3), "own_cores": round(tree / wall, 3) if tree is not None else None,
+            "cpus": counted or None, "machine_cpus": _num(window.get("machine_cpus")),
+            "resolution": round(((counted or 1) + 1) * (tick or 0.01) / wall, 3)}
+
+
 def machine_facts(run_metadata: dict, cpus: Optional[float] = None) -> Machine:
     """The machine, from what `run` recorded and `--cpus`; the assumptions made on the way."""
     meta = run_metadata if isinstance(run_metadata, dict) else {}
@@ -115,4 +133,15 @@ def machine_facts(run_metadata: dict, cpus: Optional[float] = None) -> Machine:
         if m.main_share is not None:
             assumptions["main_thread_cpu"] = (f"{m.main_share:.0%} of a core over the recorded steps, outside the "
                                               "DataLoader (measured)")
+        load = others_load(meta)
+        if load is not None:
+            m.others_cores = load["others_cores"]
+            n = load["cpus"]
+            on = f"the {n:g} CPU{'s' if n != 1 else ''} this run could use" if n else "the machine's CPUs"
+            assumptions["others_cores"] = (f"{m.others_cores:.2f} cores of {on} kept busy by other processes over the "
+                                           f"recorded window (/proc/stat less this process and its DataLoader "
+                                           f"workers, ±{load['resolution']:.2f})")
+        else:
+            assumptions["others_cores"] = ("not recorded (no /proc/stat: not Linux, or an older perfsleuth): "
+                                           "other processes' load unknown, taken as none")
     return m

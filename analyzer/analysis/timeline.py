@@ -199,6 +199,9 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
     x_src, x_dst, x_lag, crossed = _cross_stream(ts, end, stream, nodes["pid"].to_numpy(), call, idle, latency)
     ready = np.where(idle & ~crossed, ts, np.minimum(ts - d_pre, call + latency)).astype(np.float64)
     d_lag = ready - e[item]
+    # A node that started long after its launch on an idle stream, with nothing in the trace that it waited
+    # for (another rank, an event, a host callback), keeps that wait in every replay: how long it waited.
+    unexplained = np.where(idle & ~crossed & late, ts - np.maximum(call + latency, prev_end), 0.0)
 
     dur_h = (e - t).astype(np.float64)
     w_src, w_dst, w_lag, w_why, q = _waits(t, e, kind, name, item, call, ts, end, stream, nodes["kind"].to_numpy(),
@@ -210,7 +213,9 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
     span = np.maximum(e - np.maximum(prev, t), 0.0)
     own = np.where(waits, np.minimum(_typical_own(name, dur_h, waits), span), span)
     own = np.where(kind == STEP_END, 0.0, own)
-    step_of = np.clip(np.searchsorted(steps["host_end"].to_numpy(np.int64), t, side="left"), 0, len(steps) - 1)
+    ends = steps["host_end"].to_numpy(np.int64)  # an item that starts where a step's host window ends is the next step's
+    step_of = np.where(kind == STEP_END, np.searchsorted(ends, t, side="left"), np.searchsorted(ends, t, side="right"))
+    step_of = np.clip(step_of, 0, len(steps) - 1)
     rel = steps.assign(**{c: steps[c].astype(np.int64) - w0 for c in ("start", "end", "host_start", "host_end")})
     return Timeline(
         w0=w0, steps=rel[["name", "start", "end", "host_start", "host_end"]], t=(t - w0).astype(np.float64),
@@ -220,7 +225,8 @@ def build_timeline(trace: Trace, steps: pd.DataFrame) -> Timeline:
         d_name=nodes["name"].astype(str).to_numpy(object), d_kind=nodes["kind"].to_numpy(),
         d_bytes=nodes["bytes"].to_numpy(np.int64), d_corr=nodes["corr"].to_numpy(np.int64),
         d_call=(call - w0).astype(np.float64), stream_free=free, stream_keys=keys, w_src=w_src, w_dst=w_dst, w_lag=w_lag, w_why=w_why, x_src=x_src, x_dst=x_dst,
-        x_lag=x_lag, latency_ns=latency, queue_depth=q[0], queue_observed=q[1])
+        x_lag=x_lag, latency_ns=latency, queue_depth=q[0], queue_observed=q[1],
+        extra={"unexplained_wait": np.maximum(unexplained, 0.0).astype(np.float64)})
 
 
 def _cross_stream(ts, end, stream, pid, call, idle, latency):

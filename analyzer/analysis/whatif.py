@@ -5,6 +5,13 @@ the duration and launch lag of each device node, which wait edges hold, a speed 
 work, and extra resources (DataLoader workers). Models (`forecast_models`) edit a plan with the
 primitives below; `step_ns` replays it and returns the mean step time over the window. Several
 fixes are forecast together by applying their edits to one plan: savings are never added up.
+
+Every edit also records what it acted on (`acted_host`, `acted_device`: the host work, the host's
+waits and the device time it touched, whatever it did to them; `acted_scale` for the step-level
+model): a fix saves at most that (`Forecaster` caps the saving at it, per step of the same steps).
+Host work is removed at most once: `remove_host` leaves out what an earlier edit removed (`cut`), so
+two fixes that remove the same Python remove it once, and perfsleuth's own ranges, removed from the
+baseline, are never a fix's saving.
 """
 
 from __future__ import annotations
@@ -42,6 +49,19 @@ class Plan:
     removed_ns: float = 0.0  # host work removed by edits, for the record
     scale: float = 1.0  # the replayed step time is multiplied by this (models that are not replay edits)
     notes: dict = field(default_factory=dict)
+    cut: iv.Intervals = iv.EMPTY  # host time (relative ns) removed so far
+    acted_host: Optional[np.ndarray] = None  # per item: host work and waits the edits touched (ns)
+    acted_device: Optional[np.ndarray] = None  # per device node: device time the edits touched (ns)
+    acted_scale: Optional[np.ndarray] = None  # per replayed step: step time a step-level model acts on (ns)
+    edited: Optional[np.ndarray] = None  # per item: its work or waits were set directly (not by `remove_host`)
+
+    def __post_init__(self):
+        if self.edited is None:
+            self.edited = np.zeros(self.tl.n_items, bool)
+        if self.acted_host is None:
+            self.acted_host = np.zeros(self.tl.n_items)
+        if self.acted_device is None:
+            self.acted_device = np.zeros(self.tl.n_nodes)
 
     def fingerprint(self) -> bytes:
         """Equal for plans that replay the same (the timeline is shared)."""
@@ -53,7 +73,70 @@ class Plan:
 
     def copy(self) -> "Plan":
         return Plan(self.tl, self.a.copy(), self.dur.copy(), self.d_lag.copy(), self.waits.copy(), self.host_speed,
-                    self.workers, self.removed_ns, self.scale, dict(self.notes))
+                    self.workers, self.removed_ns, self.scale, dict(self.notes), self.cut, self.acted_host.copy(),
+                    self.acted_device.copy(), None if self.acted_scale is None else self.acted_scale.copy(),
+                    self.edited.copy())
+
+    def fresh(self) -> "Plan":
+        """A copy that has acted on nothing yet (the baseline's own edits are not a fix's)."""
+        out = self.copy()
+        out.acted_host[:] = 0.0
+        out.acted_device[:] = 0.0
+        out.acted_scale = None
+        out.edited[:] = False
+        return out
+
+    def acted_per_step(self) -> float:
+        """What the edits acted on, per step of the steps the replay measures (`window_step`: all but the
+        first when there are several)."""
+        tl = self.tl
+        n = len(tl.steps)
+        first = 1 if n >= 2 else 0
+        host = float(self.acted_host[tl.step >= first].sum())
+        device = float(self.acted_device[tl.step[tl.d_item] >= first].sum()) if tl.n_nodes else 0.0
+        scale = float(self.acted_scale[first:].sum()) if self.acted_scale is not None else 0.0
+        return (host + device + scale) / max(n - first, 1)
+
+    def added_per_step(self, base: "Plan") -> float:
+        """Work the edits added over `base`, per step of the measured steps: host work (at the host's speed)
+        and device time that grew. Worker processes (their batches, the queues) may add anything (inf)."""
+        if self.workers is not None:
+            return float("inf")
+        tl = self.tl
+        n = len(tl.steps)
+        first = 1 if n >= 2 else 0
+        host = np.maximum(self.a / self.host_speed - base.a / base.host_speed, 0.0)
+        with np.errstate(invalid="ignore"):
+            lag = np.where(self.d_lag == base.d_lag, 0.0, np.nan_to_num(self.d_lag - base.d_lag, nan=np.inf))
+        device = np.maximum(self.dur - base.dur, 0.0) + np.maximum(lag, 0.0)
+        total = float(host[tl.step >= first].sum())
+        if tl.n_nodes:
+            total += float(device[tl.step[tl.d_item] >= first].sum())
+        return total / max(n - first, 1) if self.scale <= base.scale else float("inf")
+
+    def touched(self) -> tuple:
+        """What the edits touched, for overlaps between fixes: the host time they removed and the spans of
+        the items they edited directly (intervals, relative ns), and the device nodes (a mask)."""
+        tl = self.tl
+        spans = iv.merge((tl.t - tl.gap)[self.edited].astype(np.int64), tl.e[self.edited].astype(np.int64))
+        return iv.union(self.cut, spans), self.acted_device > 0
+
+
+def act_host(p: Plan, items, ns) -> None:
+    """Record that the edits act on `ns` of host time of `items` (indices or a mask)."""
+    idx = np.flatnonzero(items) if np.asarray(items).dtype == bool else np.asarray(items, np.int64)
+    np.add.at(p.acted_host, idx, ns)
+    p.edited[idx] = True
+
+
+def act_device(p: Plan, nodes, ns=None) -> None:
+    """Record that the edits act on the device time of `nodes` (a mask; all of it unless `ns`)."""
+    p.acted_device[nodes] += p.tl.d_dur[nodes] if ns is None else ns
+
+
+def blocked_ns(tl: Timeline) -> np.ndarray:
+    """Per item: how long it waited for device work (its span less its own cost)."""
+    return np.maximum((tl.e - tl.t) - tl.own, 0.0)
 
 
 def plan(tl: Timeline) -> Plan:
@@ -82,29 +165,40 @@ def host_work_in(tl: Timeline, ivs: iv.Intervals) -> np.ndarray:
 
 
 def remove_host(p: Plan, ivs: iv.Intervals, keep: float = 0.0) -> float:
-    """Remove the host work inside `ivs` (all but `keep` of it); returns the ns removed from the plan."""
-    cut = np.minimum(host_work_in(p.tl, ivs) * (1.0 - keep), p.a)
+    """Remove the host work inside `ivs` (all but `keep` of it), less what earlier edits removed; returns
+    the ns removed from the plan."""
+    fresh = iv.subtract(ivs, p.cut)
+    inside = host_work_in(p.tl, fresh)
+    cut = np.minimum(inside * (1.0 - keep), p.a)
     p.a -= cut
+    p.cut = iv.union(p.cut, fresh)
+    p.acted_host += inside
     p.removed_ns += float(cut.sum())
     return float(cut.sum())
 
 
 def set_host(p: Plan, items: np.ndarray, work: np.ndarray) -> None:
     """Give `items` (indices) this host work."""
+    act_host(p, items, p.a[items])
     p.removed_ns += float((p.a[items] - work).sum())
     p.a[items] = work
 
 
 def drop_waits(p: Plan, items: np.ndarray) -> int:
-    """The host items (boolean mask) no longer wait for device work; returns the edges dropped."""
+    """The host items (boolean mask) no longer wait for device work; returns the edges dropped. They act
+    on the time those items waited."""
     hit = items[p.tl.w_dst] & p.waits
     p.waits &= ~hit
+    released = np.zeros(p.tl.n_items, bool)
+    released[p.tl.w_dst[hit]] = True
+    act_host(p, released, blocked_ns(p.tl)[released])
     return int(hit.sum())
 
 
 # --- device edits ---------------------------------------------------------------------------------
 def scale_device(p: Plan, nodes: np.ndarray, factor, floor_ns: float = 0.0) -> None:
     """Device nodes (mask) take `factor` of their time, never less than `floor_ns` (or their own time)."""
+    act_device(p, nodes)
     new = np.maximum(p.dur[nodes] * factor, np.minimum(p.dur[nodes], floor_ns))
     p.dur[nodes] = new
 

@@ -12,7 +12,6 @@ import click
 
 from ..errors import TraceError, UsageError
 from ..version import __version__
-from .run import RunConfig
 
 EXIT_USAGE = 2
 
@@ -324,75 +323,11 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     exit_on_gate_failures(check_regression(result, threshold))
 
 
-@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
-@click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
-              help="Steps run before profiling, timed without the profiler (the unprofiled step time).")
-@click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
-              help="Steps traced and discarded (profiler start-up).")
-@click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
-              help="Steps recorded and analyzed.")
-@click.option("--no-stack", is_flag=True,
-              help="No Python stacks at all: skips the short stacks window after the analysed one, so findings "
-                   "carry no source lines.")
-@click.option("--no-shapes", is_flag=True,
-              help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
-@click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
-@click.option("--no-fallback-window", "no_fallback", is_flag=True,
-              help="Record nothing before the first step (faster when the script runs many torch ops before "
-                   "it, e.g. preprocessing); a script without any step then gets no report.")
-@output_options
-@click.argument("target")
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@user_errors
-def run_command(target, script_args, module, wait, warmup, active, no_stack, no_shapes, full, no_fallback, out_dir,
-                json_path, html_path, markdown_path, force) -> None:
-    """Profile a training script unchanged and report (perfsleuth options go before TARGET).
-
-    \b
-    Examples:
-      perfsleuth run train.py --lr 0.1
-      perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
-    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
-    stops once the window (wait + warmup + active steps, then 2 steps with Python stacks for
-    source lines) is recorded, and says so; --full lets it finish. Every step is timed with and
-    without the profiler. Steps come from optimizer.step(), DataLoader batches or the repeated
-    outermost model call; a script with none is analysed whole, as one window. Needs PyTorch.
-    Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
-    """
-    from ..trace.companion import companion_name
-    from . import run as runner
-    from . import run_outputs, run_paths
-    from .target import resolve_target
-
-    config = RunConfig(wait=wait, warmup=warmup, active=active, stack_steps=0 if no_stack else RunConfig.stack_steps,
-                       stack_shapes=not no_shapes, stop_after_window=not full, fallback_window=not no_fallback)
-    job = resolve_target(target, script_args, module)
-    runner.require_torch()
-    folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
-    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
-    before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
-    outcome = runner.run_script(job, config, folder)
-    if outcome.user_traceback:
-        click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
-    if outcome.report is not None:
-        if outcome.export_error:  # the trace went to a temporary folder: the reports go beside it
-            folder, json_path, html_path, markdown_path = outcome.trace_path.parent, None, None, None
-            before = run_outputs.snapshot(run_outputs.targets(folder, None, None, None))
-        data = emit(outcome.report, out_dir=None)
-        written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
-                                                  markdown_path=markdown_path, force=force)
-        stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
-        for p in [*written, outcome.trace_path]:
-            say(f"wrote {p}")
-        if stacks.is_file():
-            say(f"wrote {stacks} (Python stacks, for source lines)")
-        if note:
-            say(f"perfsleuth: {note}", err=True)
-    if outcome.message:
-        say(f"perfsleuth: {outcome.message}", err=True)
-    sys.exit(outcome.exit_code)
+from . import cli_run  # noqa: E402,F401  registers `run` on the group (commands/cli_run.py)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # `python -m perfsleuth.commands.cli`: `run` is registered (by cli_run) on the package's module, not on this copy
+    from perfsleuth.commands.cli import main as package_main
+
+    package_main()

@@ -87,9 +87,10 @@ def check_report(result: dict, fail_on: FailOn) -> list:
     reports = result.get("reports") if isinstance(result.get("reports"), list) else [result]
     several = len(reports) > 1
     failures = []
-    job = result.get("job") if isinstance(result.get("job"), dict) else {}
-    if job.get("verdict") in fail_on.verdicts:
-        failures.append(f"job verdict {job['verdict']} (--fail-on {job['verdict']})")
+    jobs = [result] + [j for j in result.get("jobs") or [] if isinstance(j, dict)]  # one job, or several
+    for job in (j.get("job") for j in jobs if isinstance(j.get("job"), dict)):
+        if job.get("verdict") in fail_on.verdicts:
+            failures.append(f"job verdict {job['verdict']} (--fail-on {job['verdict']})")
     for rep in reports:
         where = f" in {_path(rep)}" if several else ""
         verdict = rep.get("verdict")

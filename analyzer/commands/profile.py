@@ -14,13 +14,14 @@
         step(x, y)
     prof.report
 
-Defaults are `perfsleuth.commands.run.RunConfig`'s (wait 1, warmup 2, active 5, stacks and shapes on).
-The user's code always runs to its end: profiling stops after the window and the rest runs
-unprofiled. `stop_after_window=True` ends the `with` block once the window is recorded instead (one
-line on stderr says so). Once `prof.step()` is called, the automatic boundaries are off; pass
-`manual_steps=True` to have them off from the start (the loop calls `prof.step()` itself). Without
-`out_dir` the trace goes to a temporary folder that is removed when neither the `Profile` nor its
-report is referenced any more (or at exit); `keep_trace=True` keeps it, and the report names it.
+Defaults are `perfsleuth.commands.run_config.RunConfig`'s: the schedule of `perfsleuth run` (unprofiled steps
+timed before and after the recorded window, then the stacks window). The user's code always runs to its
+end: profiling stops after the windows and the rest runs unprofiled. `stop_after_window=True` ends the
+`with` block once the windows are done instead (one line on stderr says so). Once `prof.step()` is called,
+the automatic boundaries are off; pass `manual_steps=True` to have them off from the start (the loop calls
+`prof.step()` itself). Without `out_dir` the trace goes to a temporary folder that is removed when neither
+the `Profile` nor its report is referenced any more (or at exit); `keep_trace=True` keeps it, and the report
+names it.
 """
 
 from __future__ import annotations

@@ -17,47 +17,29 @@ from __future__ import annotations
 import gc
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-from ..errors import UsageError
 from ..trace.companion import companion_name
-from . import run_facts, run_outputs, run_ranks
+from . import code_sites, run_facts, run_outputs
 from .run_config import RunConfig
+from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
+                          RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
 from .compile_facts import CompileWatch
-from .step_clock import StacksSchedule, StepClock, phase_of
+from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
-from .target import Target, _execute, _script_environment, format_user_traceback
+from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT = 1, 130, 2
-
-
-TORCH_INSTALL = ("pip install torch (on Linux that is the CUDA build; the CPU-only one: pip install torch "
-                 "--index-url https://download.pytorch.org/whl/cpu)")
-
-
-def require_torch() -> None:
-    """`perfsleuth run` without PyTorch: one line naming what to install (exit 2), not a traceback."""
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) == "torch" or "No module named 'torch'" in str(exc)
-        why = "needs PyTorch, which is not installed" if missing else f"cannot import PyTorch ({exc})"
-        raise UsageError(f"perfsleuth run {why}: {TORCH_INSTALL}") from None
 
 
 class _WindowComplete(BaseException):
     """Raised from a step hook when the active window is recorded (see the module docstring)."""
 
 
-WHOLE_RUN_WARNING = ("no step boundary was seen (no optimizer.step(), DataLoader batch, repeated model call or "
-                     "prof.step()): everything profiled is analysed as one window, recorded without Python stacks "
-                     "or input shapes")
 
 
 # --- the profiling session: the machinery under `perfsleuth run` and `perfsleuth.profile()` -------
@@ -68,7 +50,10 @@ class ProfileSession:
     boundary ever comes, its recording is the trace, analysed as one window (`whole_run`); at the
     first boundary it is stopped and thrown away, and the scheduled profiler takes over. With
     `wait=0` the scheduled profiler records from the start, and with `fallback_window=False` nothing
-    is recorded before the first boundary: no light recorder either way."""
+    is recorded before the first boundary: no light recorder either way.
+
+    Then `after` steps run unprofiled and timed (step_clock.py): the trace, exported as JSON when the window
+    ends, is gzipped to its place with their times when they are over (run_outputs.finish_trace)."""
 
     def __init__(self, config: RunConfig, trace_path: Path, raise_on_complete: bool, manual: bool = False):
         self.config = config
@@ -83,11 +68,15 @@ class ProfileSession:
         self.trace_written = False
         self.export_error: Optional[str] = None  # the trace could not be written where asked
         self.whole_run = False  # the trace is the light recording of everything (no step boundary)
+        self._after_left = 0  # unprofiled steps still to time after the recorded window
+        self._raw: Optional[run_outputs.RawTrace] = None  # the window's trace, exported, not yet finished
         self.step_clock = StepClock()  # step times, profiled or not (self._clock: CPU time, for forecasts)
         self.stacks_path = (self.trace_path.with_name(companion_name(self.trace_path.name))
                             if config.stacks_window else None)
         self._stacks = StacksSchedule(self.stacks_path, config.stacks_window, config.stack_shapes, lambda: self._meta(
-            role="stacks", main_trace=self.trace_path.name))
+            role="stacks", main_trace=self.trace_path.name), budget=lambda steps: StacksBudget.of(
+            steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
+        self.hooks.on_closure = self._closure_returned
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -95,6 +84,7 @@ class ProfileSession:
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
+        self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
         self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
 
@@ -132,6 +122,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
+        self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
@@ -160,11 +151,20 @@ class ProfileSession:
         host = self._host if self._host is not None else run_facts.host_facts(*rank_info())
         return {**run_facts.metadata(host, self.hooks.loaders, self._clock.facts()),
                 "clock": self.step_clock.metadata(),
-                "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "with_stack": c.with_stack,
+                "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "after": c.after,
+                             "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
+
+    def _closure_returned(self) -> None:
+        """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
+        if self._stacks.window is not None and self._stacks.closure_returned():
+            self._complete()
+            if self.raise_on_complete:
+                raise _WindowComplete()
 
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
@@ -175,12 +175,20 @@ class ProfileSession:
         try:
             self._advance()
         finally:
-            c = self.config
-            phase = phase_of(self.steps, c.wait, c.wait + c.warmup, self._prof is not None, self._stacks.window is not None)
+            phase = self._phase()
             self.step_clock.leave(self.steps, phase)
             self._compile.boundary(phase)
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
+
+    def _phase(self) -> str:
+        """The phase of the step that starts now (step_clock.py)."""
+        c = self.config
+        if self._prof is not None:
+            return WAIT if self.steps < c.wait else WARMUP if self.steps < c.wait + c.warmup else ACTIVE
+        if self._after_left:
+            return AFTER
+        return STACKS if self._stacks.window is not None else REST
 
     def _advance(self) -> None:
         if self.done or self._finished:  # after the windows, or stopped early (Ctrl-C, the end of a `with`)
@@ -188,7 +196,11 @@ class ProfileSession:
         if self._light is not None:
             self._end_light(keep=False)
         self.steps += 1
-        if self._stacks.pending:  # the short stacks window after the analysed one
+        if self._after_left:  # an unprofiled step after the window is over (timed by step())
+            self._after_left -= 1
+            if not self._after_left:
+                self._main_over()
+        elif self._stacks.pending:  # the short stacks window after the analysed one
             if self._stacks.step():
                 self._complete()
         else:
@@ -212,8 +224,20 @@ class ProfileSession:
         if self.window_done:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
-            if self._stacks.main_done():
-                self._complete()
+            self._stacks.annotations.watching = False  # blocks begun from now on were never recorded
+            self._after_left = self.config.after
+            if not self._after_left:
+                self._main_over()
+
+    def _main_over(self) -> None:
+        """The recorded window and the unprofiled steps after it are over: the trace is finished with their
+        times; then the stacks window, if there is one (from this boundary on when steps passed since the
+        window: step_clock.OpenAnnotations)."""
+        self._finish_trace()
+        if self._stacks.main_done():
+            self._complete()
+        elif self.config.after:
+            self._stacks.step()
 
     def _complete(self) -> None:
         self.done = True
@@ -230,8 +254,20 @@ class ProfileSession:
             self.whole_run = True
 
     def _on_trace_ready(self, prof) -> None:
+        """The recorded window is over (or cut short): its trace is exported as JSON now, finished later."""
         self.window_done = self.steps >= self.config.window
-        self._export(prof)
+        self._raw = run_outputs.export_raw(prof, self.trace_path)
+
+    def _finish_trace(self) -> None:
+        """Gzip the exported trace to its place, with all the clock's times as `perfsleuth_final`; never raises."""
+        raw, self._raw = self._raw, None
+        if raw is None:
+            return
+        compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
+        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
+                                                                    **({"compile": compiled} if compiled else {})})
+        self.trace_written = written is not None
+        self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
 
     def _export(self, prof) -> None:
@@ -256,6 +292,8 @@ class ProfileSession:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
+        self._after_left = 0
+        self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
         if not keep_hooks:
             self.hooks.remove()
@@ -267,25 +305,6 @@ class ProfileSession:
 
 
 # --- running a script --------------------------------------------------------------------------
-@dataclass
-class RunOutcome:
-    """What happened: the report (None when there is none, or on ranks other than 0) and why."""
-
-    out_dir: Path
-    trace_path: Path
-    exit_code: Any = 0  # an int, or a SystemExit code passed through as is
-    report: Any = None
-    message: Optional[str] = None  # one plain line about what happened, for stderr
-    user_traceback: Optional[str] = None  # the script's own traceback, our frames removed
-    steps: int = 0
-    profiled_steps: int = 0
-    rank: Optional[int] = None
-    whole_run: bool = False  # no step boundary: the trace is the whole run, one window
-    warnings: list = field(default_factory=list)
-    signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
-    export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
-
-
 def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
     rank, _ = rank_info()
@@ -296,8 +315,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             _execute(target)
-        except _WindowComplete:
-            ended = "stopped"
+        except _WindowComplete as exc:
+            ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
         except SystemExit as exc:
@@ -316,60 +335,5 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
-    _conclude(outcome, ended, session.window_done, config)
+    conclude(outcome, ended, session.window_done, config)
     return outcome
-
-
-def _conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -> None:
-    """Exit code, the one-line message, and the report when there is something to analyze."""
-    have = (o.profiled_steps > 0 or o.whole_run) and o.trace_path.is_file()
-    where = f"; partial trace kept: {o.trace_path}" if o.trace_path.is_file() else ""
-    seen = f"{o.steps} step(s) seen, profiling starts at step {config.wait + config.warmup + 1}"
-    if ended == "raised":
-        o.exit_code = EXIT_FAILED
-        when = "after the profiled window" if window_done else (
-            f"during the profiled window ({o.profiled_steps} of {config.active} steps recorded)" if have
-            else f"before any profiled step completed ({seen}){where}")
-        o.message = f"{o.message} {when}"
-    elif ended == "interrupted":  # the exit code is 128 + the signal (run_script)
-        how = f"interrupted ({o.signal})" if o.signal and o.signal != "SIGINT" else "interrupted"
-        o.message = (f"{how}: the report covers the {o.profiled_steps} profiled step(s) collected" if have
-                     else f"{how} before any profiled step completed ({seen}){where}")
-    elif ended == "exited" and not have and o.steps:
-        o.message = f"the script exited (code {o.exit_code}) before any profiled step completed ({seen})"
-    elif ended == "finished" and not have:
-        o.exit_code = EXIT_FAILED
-        light = config.fallback_window and config.wait > 0  # then a run without steps had its light recording
-        what = (f"the script ended before any profiled step completed ({seen})" if o.steps
-                else "the script ran no torch operation to profile" if light else "the script saw no step boundary")
-        o.message = (f"no report: {what}. Steps come from optimizer.step(), DataLoader batches or a repeated "
-                     f"model call; lower --wait/--warmup, or call prof.step() (perfsleuth docs run)")
-    elif ended == "stopped":
-        o.message = f"stopped the script after step {o.steps} (profiled {o.profiled_steps}); --full runs it to the end"
-    if o.whole_run:
-        o.warnings.append(WHOLE_RUN_WARNING)
-        if o.exit_code in (0, None):
-            o.message = "no step boundary in the script: the report covers the whole run as one window"
-    elif not window_done:
-        o.warnings.append(f"the run ended inside the active window ({o.profiled_steps} of {config.active} steps): "
-                          f"the last step is partial")
-    if o.rank not in (None, 0) and o.exit_code in (0, None):
-        o.message = None  # rank 0 speaks for a healthy run
-    if o.export_error:  # perfsleuth's failure, said as such; never the script's
-        o.message = o.export_error + (f"; {o.message}" if o.message else "")
-        if o.exit_code in (0, None):
-            o.exit_code = EXIT_OUTPUT
-    if have and o.rank in (None, 0):
-        own = analyze(o.trace_path.absolute(), o.warnings)
-        o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
-        o.message = "; ".join(m for m in (o.message, note) if m) or None
-
-
-def analyze(trace_path: Path, warnings: Sequence[str] = ()):
-    from ..api import analyze_path
-
-    report = analyze_path(trace_path, jobs=1)  # no fork from a process running torch
-    if WHOLE_RUN_WARNING in warnings:  # says the same as the analysis's whole-trace warning, and why
-        report.steps.warnings[:] = [w for w in report.steps.warnings if "analysed as one window" not in w]
-    report.steps.warnings.extend(warnings)
-    return report

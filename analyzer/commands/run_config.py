@@ -15,6 +15,9 @@ class RunConfig:
     wait: int = 5  # steps run unprofiled first, timed: the unprofiled step time (docs/run.md#measurement)
     warmup: int = 2  # steps traced but discarded (profiler start-up cost)
     active: int = 5  # steps recorded and analyzed
+    # steps run unprofiled right after the recorded window, timed: with the `wait` steps, the unprofiled step
+    # time; a machine whose load changed shows as the two halves disagreeing (docs/run.md#measurement)
+    after: int = 4
     with_stack: bool = False  # Python stacks in the analysed window itself (they cost most of the overhead)
     record_shapes: bool = False  # input shapes and dtypes in the analysed window (up to +50 % on tiny ops)
     stack_steps: int = 2  # then this many steps with stacks (and shapes), for source lines and dtypes (0: none)
@@ -28,7 +31,7 @@ class RunConfig:
     fallback_window: bool = True
 
     def __post_init__(self):
-        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("stack_steps", 0)):
+        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("after", 0), ("stack_steps", 0)):
             if getattr(self, name) < least:
                 raise UsageError(f"--{name} must be at least {least}")
 

@@ -10,20 +10,35 @@ the same file later knows them too: a trace alone says nothing about free cores 
                                 "prefetch_factor", "collate_fn"}, ...],
                    "cpu": {"probe": {"threads": [1, 2], "cores": [0.9, 1.7], "seconds": 0.1},
                            "window": {"wall_s", "main_cpu_s", "loader_wall_s", "loader_cpu_s",
-                                      "loader_calls", "workers", "worker_cpu_s"}},
-                   "clock": {"unit": "us", "unprofiled_us": [...], "profiled_us": [...], "profiled_steps": [...],
-                             "warmup_us": [...], "stacks_us": [...]},          # step_clock.py: steps timed
-                   "schedule": {"wait", "warmup", "active", "with_stack", "record_shapes", "stack_steps", "stack_shapes"},
+                                      "loader_calls", "workers", "worker_cpu_s",
+                                      "tree_cpu_s", "others_cpu_s", "counted_cpus", "machine_cpus", "tick_s"}},
+                   "clock": {"unit": "us", "unprofiled_us", "unprofiled_cpu_us", "after_us", "after_cpu_us",
+                             "profiled_us", "profiled_cpu_us", "profiled_steps", "warmup_us", "stacks_us"},
+                                                                               # step_clock.py: steps timed
+                   "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
+                                "stack_shapes"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
+                   "optimizers": [{"class", "file", "line", "function", "foreach", "fused", "count",
+                                   "zero_grad": [{"file", "line", "function"}]}],  # code_sites.py: where the
+                                                                                   # user's code built them
+                   "code": {"user_dir", "library_roots": [...]},               # code_sites.py: not the user's
+                   "stacks_window": {"steps", "cut", "scale", "limit_bytes", "estimated_step_bytes"},
+                                                                               # only in the companion (budget)
                    "partial_step": "ProfilerStep#N",                           # only when the run ended inside it
                    "role": "stacks", "main_trace": "..."}                      # only in the stacks companion
 
 `cpu` is what the forecasts of worker and thread counts need and a trace cannot show: how many
 cores this process could get when the run started (`probe`: k = 1, 2, 4, 8 busy processes for a tenth of a second,
 the CPU time they got per second of wall time) and, over the active window, the CPU time of the main
-thread, of the in-process DataLoader `__next__` calls and of the loader worker processes.
+thread, of the in-process DataLoader `__next__` calls and of the loader worker processes; and (Linux,
+/proc/stat) the CPU time other processes took meanwhile: `others_cpu_s`, the busy time of the
+`counted_cpus` CPUs this process may use (its affinity; `machine_cpus` in all) less this process tree's
+own (`tree_cpu_s`: the process, all its threads, and its DataLoader workers), at /proc/stat's resolution
+(`tick_s` per CPU). Elsewhere these keys are absent.
 
-`trace/model.py` reads it back as `Trace.run_metadata` (an empty dict for other traces). Torch is
+The trace's top-level `perfsleuth_final` (run_outputs.finish_trace) holds the `clock` as it stood when the
+file was finished, after the `after` steps; `trace/model.py` reads both back as `Trace.run_metadata`, the
+later keys winning (an empty dict for other traces). Torch is
 imported inside the functions only.
 """
 
@@ -159,16 +174,54 @@ def _proc_cpu_s(pid: int) -> Optional[float]:
         return None
 
 
+PROC_STAT = "/proc/stat"
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (guest time is inside user and nice)
+
+
+def parse_proc_stat(text: str, cpus: Optional[set] = None) -> Optional[tuple]:
+    """(busy ticks summed over the CPUs in `cpus` (all when None), CPUs summed, CPUs listed) from the text of
+    /proc/stat's `cpuN` lines; None when there is none. Steal time counts as busy: the hypervisor gave the
+    CPU to someone else."""
+    busy = counted = listed = 0
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        try:
+            values = [int(v) for v in rest.split()]
+        except ValueError:
+            continue
+        listed += 1
+        if cpus is None or int(name[3:]) in cpus:
+            busy += sum(values[i] for i in _BUSY_FIELDS if i < len(values))
+            counted += 1
+    return (busy, counted, listed) if listed else None
+
+
+def machine_busy(path: str = PROC_STAT) -> Optional[tuple]:
+    """(busy CPU seconds of the CPUs this process may use, those CPUs, the machine's CPUs) now; None off Linux."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read()
+        cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        found = parse_proc_stat(text, cpus)
+        return None if found is None else (found[0] / os.sysconf("SC_CLK_TCK"), found[1], found[2])
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 class CpuClock:
     """CPU and wall time over the active window: the main thread, its in-process DataLoader calls,
-    and the worker processes of multi-process loaders (by pid); and the capacity probe."""
+    the worker processes of multi-process loaders (by pid), the machine's busy time (/proc/stat); and
+    the capacity probe."""
 
     def __init__(self):
         self.started: Optional[tuple] = None
         self.loader_wall = self.loader_cpu = 0.0
         self.loader_calls = 0
-        self._workers: dict = {}  # pid -> CPU seconds when first seen
+        self._workers: dict = {}  # pid -> [CPU seconds when first seen, when last read]
         self._probe: Optional[dict] = None
+        self._machine: Optional[tuple] = None  # machine_busy() when the window started
 
     def probe(self) -> None:
         self._probe = probe_capacity()
@@ -179,7 +232,8 @@ class CpuClock:
             self.start()
 
     def start(self) -> None:
-        self.started = (time.perf_counter(), time.thread_time())
+        self.started = (time.perf_counter(), time.thread_time(), time.process_time())
+        self._machine = machine_busy()
         self.loader_wall = self.loader_cpu = 0.0
         self.loader_calls = 0
         self._workers = {}
@@ -197,24 +251,30 @@ class CpuClock:
             self.loader_calls += 1
 
     def see_workers(self, iterators) -> None:
-        """Note the worker processes of these multi-process DataLoader iterators (their CPU time so far)."""
+        """Note the worker processes of these multi-process DataLoader iterators and their CPU time so far
+        (the last reading stands for a worker that has exited by the window's end)."""
         pids = [w.pid for it in list(iterators) for w in getattr(it, "_workers", ())]
         for pid in pids:
-            if pid not in self._workers:
-                cpu = _proc_cpu_s(pid)
-                if cpu is not None:
-                    self._workers[pid] = cpu
+            cpu = _proc_cpu_s(pid)
+            if cpu is not None:
+                self._workers.setdefault(pid, [cpu, cpu])[1] = cpu
 
     def window(self) -> Optional[dict]:
         if self.started is None:
             return None
-        worker_cpu = [(_proc_cpu_s(p), c) for p, c in self._workers.items()]
-        return {"wall_s": round(time.perf_counter() - self.started[0], 6),
-                "main_cpu_s": round(time.thread_time() - self.started[1], 6),
-                "loader_wall_s": round(self.loader_wall, 6), "loader_cpu_s": round(self.loader_cpu, 6),
-                "loader_calls": self.loader_calls, "workers": len(worker_cpu),
-                "worker_cpu_s": round(sum(now - then for now, then in worker_cpu if now is not None), 6)}
-
+        wall = time.perf_counter() - self.started[0]
+        process = time.process_time() - self.started[2]
+        now = [(_proc_cpu_s(p), first, last) for p, (first, last) in self._workers.items()]
+        worker_cpu = sum((cpu if cpu is not None else last) - first for cpu, first, last in now)
+        out = {"wall_s": round(wall, 6), "main_cpu_s": round(time.thread_time() - self.started[1], 6),
+               "loader_wall_s": round(self.loader_wall, 6), "loader_cpu_s": round(self.loader_cpu, 6),
+               "loader_calls": self.loader_calls, "workers": len(now), "worker_cpu_s": round(worker_cpu, 6),
+               "tree_cpu_s": round(process + worker_cpu, 6)}
+        machine = machine_busy() if self._machine is not None else None
+        if machine is not None and machine[1:] == self._machine[1:]:
+            out.update(others_cpu_s=round(max(machine[0] - self._machine[0] - process - worker_cpu, 0.0), 6),
+                       counted_cpus=machine[1], machine_cpus=machine[2], tick_s=round(1 / os.sysconf("SC_CLK_TCK"), 6))
+        return out
 
     def facts(self) -> dict:
         return {"probe": self._probe, "window": self.window()}

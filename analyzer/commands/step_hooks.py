@@ -5,7 +5,10 @@ higher source, once seen, switches the lower ones off for the rest of the sessio
 
 1. manual: `prof.step()` (the Python API), or each call of a function wrapped with `prof(fn)`;
 2. optimizer: a global post-hook on `Optimizer.step`; only the first optimizer that steps counts
-   (a GAN with two optimizers gets one step per iteration);
+   (a GAN with two optimizers gets one step per iteration). A global pre-hook makes the optimizer the
+   source as soon as one starts stepping, before its first step ends: inside `Optimizer.step` nothing
+   else is a boundary, so `optimizer.step(closure)` (LBFGS calls the closure, and the model, up to
+   `max_iter` times) is one step, never one per closure call;
 3. dataloader: each `next()` on a DataLoader iterator starts a step;
 4. module: the outermost `nn.Module` call of the loop. A global forward pre/post hook pair tracks
    the nesting depth, so only calls made outside any other module count; the module whose outermost
@@ -16,17 +19,23 @@ higher source, once seen, switches the lower ones off for the rest of the sessio
    this way. The module hooks are removed as soon as a higher source is seen, so training loops pay
    nothing for them.
 
+Beside the boundaries, the hooks note where the user's code constructs each optimizer (`Optimizer.__init__`)
+and calls `zero_grad`, for the optimizer findings' source lines (code_sites.py), and count the closure calls
+of each optimizer step (the stacks window may end after one: step_clock.StacksSchedule).
+
 Torch is imported inside `install()` only. docs/run.md is the user's guide.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Optional
 
-from . import run_facts
+from . import code_sites, run_facts
 
 OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the user's stack
 SOURCES = ("manual", "optimizer", "dataloader", "module")  # highest precedence first
@@ -48,6 +57,15 @@ def _call_next(next_, it):
 _own_frame(run_facts.CpuClock.loader_call)  # the clock's frame sits in the user's stack too
 
 
+@_own_frame
+def _call_closure(hooks, closure, *args, **kwargs):
+    """The closure passed to `optimizer.step(closure)`, counted; `hooks.on_closure` runs after each call."""
+    out = closure(*args, **kwargs)
+    hooks.closure_calls += 1
+    hooks.on_closure()
+    return out
+
+
 class StepHooks:
     """Installs the hooks and reports each boundary to `on_step(source, obj)`, which asks `accept`
     whether it counts."""
@@ -64,6 +82,12 @@ class StepHooks:
         self._outer_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._depth = threading.local()
         self.around_next: Callable = _call_next  # runs each DataLoader __next__ (run.py: the CPU clock)
+        self.optimizers: list = []  # where the user's code constructed optimizers (code_sites.remember_optimizer)
+        self._sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> its entry there
+        self._calls_seen: set = set()  # (entry, code, line) of the zero_grad calls already looked at
+        self.closure_calls = 0  # closure calls in the current step of the tracked optimizer
+        self.closure_calls_per_step: Optional[int] = None  # ... in its last completed step
+        self.on_closure: Callable[[], None] = lambda: None  # after each closure call (run.py: the stacks window)
 
     # --- which boundaries count ----------------------------------------------------------------
     def accept(self, source: str, obj: Any = None) -> bool:
@@ -74,6 +98,7 @@ class StepHooks:
                 self._optimizer, tracked = weakref.ref(obj), obj
             if obj is not tracked:
                 return False
+            self.closure_calls_per_step = self.closure_calls or self.closure_calls_per_step
         if self.source is not None and _RANK[source] < _RANK[self.source]:
             return False
         if source != "module":
@@ -81,13 +106,32 @@ class StepHooks:
         self.source = source
         return True
 
+    def _optimizer_starts(self, opt: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
+        """The optimizer pre-hook: from the first optimizer step on, the optimizer is the source (the lower
+        ones give way, so no closure call is a step); the tracked optimizer's closure is counted."""
+        if self.source is None or _RANK[self.source] < _RANK["optimizer"]:
+            self.source = "optimizer"
+            self._remove_module_hooks()
+        tracked = self._optimizer() if self._optimizer is not None else None
+        if tracked is not None and opt is not tracked:
+            return None
+        self.closure_calls = 0
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], functools.partial(_call_closure, self, args[1]), *args[2:]), kwargs
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": functools.partial(_call_closure, self, kwargs["closure"])}
+        return None
+
     # --- installing and removing ----------------------------------------------------------------
     def install(self, modules: bool = True) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         from torch.utils.data import dataloader as dl
 
         handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: self.on_step("optimizer", opt))
         self._undo.append(handle.remove)
+        handle = register_optimizer_step_pre_hook(self._optimizer_starts)
+        self._undo.append(handle.remove)
+        self._watch_optimizers()
         base, original_next, hooks = dl._BaseDataLoaderIter, dl._BaseDataLoaderIter.__next__, self
 
         @_own_frame
@@ -110,6 +154,32 @@ class StepHooks:
         self._undo.append(lambda: setattr(loader_cls, "__iter__", original_iter))
         if modules and self.source in (None, "module"):
             self._install_module_hooks()
+
+    def _watch_optimizers(self) -> None:
+        """Where the user's code constructs optimizers and calls their zero_grad (code_sites.py)."""
+        from torch.optim import Optimizer
+
+        init, zero_grad, hooks = Optimizer.__init__, Optimizer.zero_grad, self
+
+        @_own_frame
+        def __init__(opt, *args, **kwargs):
+            init(opt, *args, **kwargs)
+            with contextlib.suppress(Exception):  # never the user's run's problem
+                entry = code_sites.remember_optimizer(hooks.optimizers, opt, sys._getframe(1))
+                if entry is not None:
+                    hooks._sites[opt] = entry
+
+        @functools.wraps(zero_grad)
+        def _zero_grad(opt, *args, **kwargs):
+            entry, caller = hooks._sites.get(opt), sys._getframe(1)
+            if entry is not None and (id(entry), caller.f_code, caller.f_lineno) not in hooks._calls_seen:
+                hooks._calls_seen.add((id(entry), caller.f_code, caller.f_lineno))
+                with contextlib.suppress(Exception):
+                    code_sites.remember_call(entry, caller)
+            return zero_grad(opt, *args, **kwargs)
+
+        Optimizer.__init__, Optimizer.zero_grad = __init__, _own_frame(_zero_grad)
+        self._undo.append(lambda: (setattr(Optimizer, "__init__", init), setattr(Optimizer, "zero_grad", zero_grad)))
 
     def _install_module_hooks(self) -> None:
         from torch.nn.modules import module as nn_module

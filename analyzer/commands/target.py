@@ -1,5 +1,5 @@
 """What `perfsleuth run` runs: the script or module, its `sys.argv` and `sys.path`, and its traceback
-with perfsleuth's frames removed. Nothing here imports torch."""
+with perfsleuth's frames removed; whether torch can be imported (`require_torch`, the only place that tries)."""
 
 from __future__ import annotations
 
@@ -106,3 +106,16 @@ def _ours(filename: str) -> bool:
     name = os.path.abspath(filename) if not filename.startswith("<") else filename
     return name in _OURS or filename in ("<frozen runpy>", OWN_FRAME)
 
+
+TORCH_INSTALL = ("pip install torch (on Linux that is the CUDA build; the CPU-only one: pip install torch "
+                 "--index-url https://download.pytorch.org/whl/cpu)")
+
+
+def require_torch() -> None:
+    """`perfsleuth run` without PyTorch: one line naming what to install (exit 2), not a traceback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) == "torch" or "No module named 'torch'" in str(exc)
+        why = "needs PyTorch, which is not installed" if missing else f"cannot import PyTorch ({exc})"
+        raise UsageError(f"perfsleuth run {why}: {TORCH_INSTALL}") from None

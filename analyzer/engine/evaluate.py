@@ -61,16 +61,16 @@ def _ceiling_saving(finding: dict) -> float:
 
 
 def sort_key(finding: dict) -> tuple:
-    """Findings whose number (measured, else forecast) saves time first, by that saving per step; then
-    findings without a number, by their ceiling; then those whose number saves nothing or costs time
-    (a reason not to apply the fix, not a lead). Ties: severity (high first), then slug."""
+    """Findings whose number (measured, else forecast) buys more than numbers.NO_GAIN (1.02x) first, by that
+    saving per step; then findings without a number, by their ceiling; then those whose number buys next to
+    nothing or costs time (a reason not to apply the fix, not a lead). Ties: severity (high first), then slug."""
     h = numbers.headline(finding)
     saving = numbers.saving_of(finding)
     if h["kind"] is None:
         group, amount = 1, _ceiling_saving(finding)
     else:
         amount = saving if saving is not None else 0.0
-        group = 0 if amount > 0 else 2
+        group = 0 if amount > 0 and (h["speedup"] or 0.0) > numbers.NO_GAIN else 2
     return (group, -amount, -_RANK.get(finding.get("severity"), 0), str(finding.get("rule", "")))
 
 

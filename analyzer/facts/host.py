@@ -11,7 +11,7 @@ from ..trace.model import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from ..trace.names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_comm, is_copy_call, is_dataloader, name_mask, parse_memcpy
 from ..trace.selection import of_kind
 from .common import Context, innermost_enclosing, intersect, launched_inside, overlap_ns, span
-from .locations import sites, sites_under, sync_sites
+from .locations import optimizer_sites, sites, sites_under, sync_sites
 
 SINGLE_ITER, MULTI_ITER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 ZERO_GRAD_PREFIX, OPTIMIZER_PREFIX = "Optimizer.zero_grad#", "Optimizer.step#"
@@ -86,7 +86,8 @@ def _code_sites(ctx: Context) -> dict:
     return {"dataloader_sites": sites_under(ctx.trace, dl, ctx.n_steps),
             "pageable_copy_sites": sites(ctx.trace, h2d[h2d["src"].eq("Pageable")], ctx.n_steps),
             "blocking_copy_sites": sites(ctx.trace, blocking, ctx.n_steps),
-            "zero_grad_sites": sites(ctx.trace, _windows_named(ctx, ZERO_GRAD_PREFIX), ctx.n_steps)}
+            "zero_grad_sites": optimizer_sites(ctx.trace, _windows_named(ctx, ZERO_GRAD_PREFIX), ctx.n_steps,
+                                               calls=True)}
 
 
 def _named(ev: pd.DataFrame, pred) -> pd.DataFrame:

@@ -3,20 +3,29 @@
 With `with_stack=True` the trace holds `python_function` events named `file.py(57): func` (and
 `<built-in method item of Tensor object at 0x…>` for C calls) linked by `Python parent id`. For each
 event of interest we take the innermost python frame on the same thread that encloses it in time,
-then walk `py_parent` up to the first frame whose file is neither torch's nor the standard library's
-(`train.py:57 in train_step`). Walks are vectorised over events; loops run over stack depth only.
+then walk `py_parent` up to the first frame in the user's own code (`train.py:57 in train_step`): not
+torch's, perfsleuth's or the standard library's, and not a library's. The profiler writes a library's
+frames relative to the site-packages folder it lies in (`lightning/pytorch/loops/fit_loop.py(…)`), which
+looks like a relative path of the user's, so a frame whose top folder (or module) is a library's is not
+the user's: the libraries `perfsleuth run` saw loaded (run metadata `code.library_roots`, which leaves out
+the script's own folder), else the top-level names in this machine's site-packages folders. Walks are
+vectorised over events; loops run over stack depth only.
 
 Which line a frame names: the profiler names a frame by its function's first line (`def`, or its
 first decorator), except frames that were already running when tracing started: those carry the line
 they were executing at that moment (in a training loop, usually the `prof.step()` or
 `optimizer.step()` line that started the profiler). Every location says which (`line_kind`:
-"function" or "running").
+"function" or "running"). The optimizer findings' locations come from the run instead, when it recorded
+them (commands/code_sites.py): where the optimizer was constructed ("construction") and where the user's
+code calls its `zero_grad` ("call").
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import site
 import sys
 from typing import Optional
 
@@ -39,7 +48,10 @@ _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("
 _PROFILER_START = re.compile(r"(?:^|/)torch/autograd/profiler\.py\(\d+\): (?:_start_trace|_prepare_trace)$")
 MAX_DEPTH = 512
 MAX_SITES = 10
-LINE_KINDS = {"function": "the function's first line", "running": "the line running when tracing started"}
+LINE_KINDS = {"function": "the function's first line", "running": "the line running when tracing started",
+              "construction": "where the optimizer is constructed", "call": "the call"}
+_LIBRARY_DIRS = frozenset({"site-packages", "dist-packages"})
+_OPTIMIZER_CLASS = re.compile(r"#(\w+)\.")
 
 
 def parse_frame(name: str):
@@ -55,8 +67,9 @@ def _own_relative(path: str) -> bool:
     return path.startswith(os.path.basename(own) + "/") and os.path.isfile(os.path.join(os.path.dirname(own), path))
 
 
-def is_user_frame(name: str) -> bool:
-    """A frame in the user's code: not a built-in, not torch, not the standard library."""
+def is_user_frame(name: str, library: frozenset = frozenset()) -> bool:
+    """A frame in the user's code: not a built-in, not torch, not the standard library, not in site-packages,
+    and its top folder or module not one of the `library` roots (`library_roots(trace)`)."""
     frame = parse_frame(name)
     if frame is None or frame[0].startswith("<"):
         return False
@@ -64,12 +77,43 @@ def is_user_frame(name: str) -> bool:
     if path.startswith(_OWN_DIR) or _own_relative(path):
         return False
     parts = path.split("/")
-    if any(p in _LIBRARY_ROOTS for p in parts[:-1]):
+    if any(p in _LIBRARY_ROOTS or p in _LIBRARY_DIRS for p in parts[:-1]):
         return False
-    if "site-packages" not in parts and any(p.startswith("python3") for p in parts[:-1]):
+    if any(p.startswith("python3") for p in parts[:-1]):
         return False  # /usr/lib/python3.11/threading.py
     top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
-    return top not in sys.stdlib_module_names
+    # `perfsleuth(8): <module>`: the console script, which sits in the folder `perfsleuth run` puts first on sys.path
+    return top not in sys.stdlib_module_names and top not in library and top not in _LIBRARY_ROOTS
+
+
+def library_roots(trace: Trace) -> frozenset:
+    """The top-level names whose frames are library code: what the run recorded, else this machine's."""
+    code = trace.run_metadata.get("code") if isinstance(trace.run_metadata, dict) else None
+    roots = code.get("library_roots") if isinstance(code, dict) else None
+    if isinstance(roots, list):
+        return frozenset(r for r in roots if isinstance(r, str))
+    return installed_roots()
+
+
+@functools.lru_cache(maxsize=1)
+def installed_roots() -> frozenset:
+    """Top-level packages and modules in this interpreter's site-packages folders, less those that are also
+    in the working directory (most often the script's own folder: its code is the user's)."""
+    names: set = set()
+    for folder in [*site.getsitepackages(), site.getusersitepackages()]:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for e in entries:
+            stem = e[:-3] if e.endswith(".py") else e
+            if stem.isidentifier() and not stem.startswith("_"):
+                names.add(stem)
+    try:
+        here = {e[:-3] if e.endswith(".py") else e for e in os.listdir(".")}
+    except OSError:
+        here = set()
+    return frozenset(names - here)
 
 
 def _python(trace: Trace) -> pd.DataFrame:
@@ -85,7 +129,8 @@ def _tree(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(ids, kind="stable")
         pos = np.clip(np.searchsorted(ids[order], parent), 0, len(ids) - 1)
         rows = np.where(ids[order][pos] == parent, order[pos], -1) if len(ids) else parent
-        return rows, name_mask(py["name"], is_user_frame)
+        library = library_roots(trace)
+        return rows, name_mask(py["name"], lambda n: is_user_frame(n, library))
 
     return derived(trace.events, ("python_tree",), make)
 
@@ -191,3 +236,27 @@ def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
                        "ns": py["dur"].to_numpy(np.float64)[top]})
     agg = df.groupby("name").sum().sort_values("ns", ascending=False)
     return location_rows(agg, n_steps, startup_names(trace))
+
+
+def optimizer_sites(trace: Trace, windows: pd.DataFrame, n_steps: int, calls: bool = False) -> list:
+    """Where the user's code constructs the optimizers of `windows` (`Optimizer.step#Adam.step`,
+    `Optimizer.zero_grad#Adam.zero_grad`): the fix of an optimizer finding goes there (`fused=True`), not
+    where the step runs. With `calls`, first where it calls their `zero_grad` (`set_to_none=`). From the run
+    metadata (`perfsleuth.optimizers`); without it (a trace from elsewhere, an optimizer constructed before
+    `profile()` began), the call sites from the stacks (`sites`)."""
+    if windows.empty:
+        return []
+    classes = {m.group(1) for m in map(_OPTIMIZER_CLASS.search, windows["name"].astype(str).unique()) if m}
+    recorded = trace.run_metadata.get("optimizers") if isinstance(trace.run_metadata, dict) else None
+    rows: list = []
+    for o in recorded if isinstance(recorded, list) else []:
+        if not isinstance(o, dict) or o.get("class") not in classes:
+            continue
+        for c in (o.get("zero_grad") or []) if calls else []:
+            rows.append({"file": c["file"], "line": c["line"], "function": c["function"], "count": 1,
+                         "line_kind": "call"})
+        rows.append({"file": o["file"], "line": o["line"], "function": o["function"], "count": int(o.get("count", 1)),
+                     "line_kind": "construction", "class": o["class"], "foreach": o.get("foreach"),
+                     "fused": o.get("fused")})
+    unique = [r for i, r in enumerate(rows) if r not in rows[:i]]
+    return unique[:MAX_SITES] or sites(trace, windows, n_steps)

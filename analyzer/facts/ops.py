@@ -13,11 +13,14 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
+from ..analysis.loops import OPTIMIZER, describe, evidence, loop_ops, not_the_steps
 from ..analysis.steps import OPTIMIZER_PREFIX
-from ..trace.model import ANNOTATION, CPU_OP
+from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
 from .common import Context, span, thread_key
-from .locations import sites
+from .locations import optimizer_sites, sites
+
+PER_PARAMETER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 
 SMALL_OP_NS = 100_000  # an outermost op under 100 µs is "small": its fixed cost is a large part of it
 SMALL_GAP_NS = 100_000  # Python between two small ops shorter than this belongs to the loop that runs them
@@ -29,8 +32,18 @@ OP_FACTS = {
     "op_top_mean_us": ("us", "mean duration of an outermost op (a few slow ops pull it far above the median)"),
     "ops_small_per_step": ("count/step", "outermost ops shorter than 100 µs"),
     "tiny_ops_us_per_step": ("us/step", "time in outermost ops shorter than 100 µs plus the Python gaps (< 100 µs) "
-                             "between two of them on the same thread"),
+                             "between two of them on the same thread; not inside DataLoader fetches (an in-process "
+                             "__getitem__, an IterableDataset's loop: the DataLoader's time) or perfsleuth's own ranges"),
     "tiny_ops_share": ("share", "tiny_ops_us_per_step / step time"),
+    "tiny_ops_loops_per_step": ("count/step", "loops of short ops on the main thread (analysis/loops.py: 16+ ops, 8+ "
+                                "of each kind), outside DataLoader fetches"),
+    "tiny_ops_independent": ("bool", "a loop of short ops shows that its iterations are independent (a cat/stack "
+                             "of their outputs, a slice of a tensor per iteration, a comprehension in the stacks): "
+                             "batching applies; false for a chain of small sequential layers (fuse it instead)"),
+    "tiny_ops_sequential": ("bool", "there are loops of short ops outside the optimizer and none shows independent "
+                            "iterations: a chain of small sequential layers, which fusing (torch.compile, CUDA "
+                            "graphs) speeds up and batching cannot"),
+    "tiny_ops_evidence": ("text", "what shows the loops' iterations independent, in words ('none' when nothing)"),
     "optimizer_ops_per_step": ("count/step", "outermost cpu ops inside Optimizer.step (one or more per parameter "
                                "tensor without foreach/fused)"),
 }
@@ -66,13 +79,14 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     ops = dispatched(ctx)
     top = ctx.cached("outermost_ops", lambda: outermost(ops))
     dur = top["dur"].to_numpy(np.int64)
-    small = dur < SMALL_OP_NS
+    ann = ctx.kind(ANNOTATION, CPU_OP)
+    theirs = not_the_steps(ann)  # a Dataset's loop is the DataLoader's time, perfsleuth's own range nobody's
+    small = (dur < SMALL_OP_NS) & ~iv.covers(theirs, top["ts"].to_numpy(np.int64))
     key = thread_key(top)
     ts, end = top["ts"].to_numpy(np.int64), top["end"].to_numpy(np.int64)
     gap = np.r_[ts[1:] - end[:-1], 0] if len(ts) else ts
     loop = np.r_[(key[1:] == key[:-1]) & small[1:], False] & small & (gap > 0) & (gap < SMALL_GAP_NS)
     tiny_ns = int(dur[small].sum()) + int(gap[loop].sum())
-    ann = ctx.kind(ANNOTATION, CPU_OP)
     opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
     opt_win = span(opt)
     in_opt = iv.covers(opt_win, ts)
@@ -85,8 +99,36 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
         "tiny_ops_us_per_step": ctx.per_step_us(tiny_ns),
         "tiny_ops_share": ctx.share(tiny_ns),
         "optimizer_ops_per_step": ctx.per_step(int(in_opt.sum())),
+        **_loops(ctx, top, theirs, ann),
     }
     small_ops = top[small]
     weights = small_ops["dur"].to_numpy(np.float64)
     return values, {"small_op_sites": sites(ctx.trace, small_ops, ctx.n_steps, weights=weights),
-                    "optimizer_sites": sites(ctx.trace, opt, ctx.n_steps)}
+                    "optimizer_sites": optimizer_sites(ctx.trace, opt, ctx.n_steps)}
+
+
+def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, ann: pd.DataFrame) -> dict:
+    """The loops of short ops on the main thread (the thread with the most outermost ops) and whether they
+    show independent iterations: the same loops the batched-ops forecast batches (analysis/loops.py)."""
+    none = {"tiny_ops_loops_per_step": 0.0, "tiny_ops_independent": False, "tiny_ops_sequential": False,
+            "tiny_ops_evidence": "none"}
+    if top.empty:
+        return none
+    key = thread_key(top)
+    keys, counts = np.unique(key, return_counts=True)
+    main = keys[np.argmax(counts)]
+    t = top[key == main].sort_values("ts").reset_index(drop=True)
+    ts, end = t["ts"].to_numpy(np.float64), t["end"].to_numpy(np.float64)
+    prev = np.r_[ts[0], np.maximum.accumulate(end)[:-1]] if len(t) else ts
+    t = t.assign(ts=ts, end=end, dur=end - ts, gap=np.maximum(ts - prev, 0.0))
+    step_ends = ctx.windows[1].astype(np.float64)
+    df = loop_ops(t, step_ends, theirs)
+    if df.empty:
+        return none
+    per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER_PREFIXES))])
+    py = ctx.kind(PYTHON)
+    frames = py[thread_key(py) == main] if len(py) else None
+    reasons = evidence(t, df, step_ends, per_parameter, frames)
+    shown = {s: why for s, why in reasons.items() if why not in (None, OPTIMIZER)}
+    return {"tiny_ops_loops_per_step": ctx.per_step(df["run"].nunique()), "tiny_ops_independent": bool(shown),
+            "tiny_ops_sequential": not shown and None in reasons.values(), "tiny_ops_evidence": describe(shown)}

@@ -2,11 +2,23 @@
 Python stacks and input shapes after the analysed one (trace/companion.py). The analysed trace has neither
 (they would slow the steps it measures): its findings take their locations from the companion's evidence
 tables, and, without recorded input types, the GEMM dtype split (fractions of GEMM time, applied to the
-analysed trace's own GEMM time) from the companion's."""
+analysed trace's own GEMM time) from the companion's.
+
+Loading the companion costs more than the rest of an analysis when its steps are large (Python stacks
+record every Python call), so `Companion` loads it at most once and only when asked: the dtypes only for a
+GPU trace with GEMM time (a rule's condition reads them), the source lines only once the findings are known
+and one of them cites a location table that is empty (api.py). And never a companion larger on disk than
+the main trace (or than `Config.companion_free_bytes`, below which any loads in well under a second):
+analysing a run's trace never costs more than the main trace does. Such a companion is skipped with a
+one-line note that says how to get its lines (`perfsleuth analyze` of the companion itself).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
+from typing import Optional
 
 from ..analysis.attribution import attribute
 from ..analysis.steps import find_steps
@@ -16,6 +28,7 @@ from ..trace.model import Trace, load_trace
 
 log = logging.getLogger(__name__)
 DTYPE_FRACTIONS = ("gemm_fp32_share", "gemm_tf32_share", "gemm_reduced_share", "gemm_dtype_from_inputs")
+PER_STEP_KEYS = ("count_per_step", "us_per_step")
 
 
 def is_location_table(rows) -> bool:
@@ -24,31 +37,100 @@ def is_location_table(rows) -> bool:
                                                           for r in rows)
 
 
-def join_companion(facts, trace: Trace) -> None:
-    """Fill `facts`' empty location tables from the trace's stacks companion, when it has one and no stacks
-    of its own (`has_stacks` then says that source lines are known); and its GEMM dtype split when the
-    trace has no input types but the companion has (`has_shapes`)."""
-    from .core import compute_facts
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
-    if trace.has_stacks and trace.has_shapes:
-        return
-    path = companion_of(trace.path, trace.run_metadata)
-    if path is None:
-        return
-    try:
-        comp = load_trace(path)
-    except TraceError as exc:
-        log.warning("source lines: %s", exc)
-        return
-    steps = find_steps(comp)
-    theirs = compute_facts(comp, steps, attribute(comp, steps))
-    if comp.has_stacks and not trace.has_stacks:
+
+class Companion:
+    """The stacks companion of `trace`, loaded at most once, on first use; `note` says why it was not."""
+
+    def __init__(self, trace: Trace, free_bytes: int):
+        self.trace, self.free_bytes = trace, free_bytes
+        self.path: Optional[Path] = None
+        if not (trace.has_stacks and trace.has_shapes):
+            self.path = companion_of(trace.path, trace.run_metadata)
+        self.note: Optional[str] = None
+        self.loaded = False  # the companion's facts were computed (tests, and api's lazy join)
+        self._facts = None
+        self._tried = False
+
+    def _too_large(self) -> Optional[str]:
+        """The one-line note when the companion costs more to load than the main trace (None when it does not)."""
+        try:
+            size, main = os.path.getsize(self.path), os.path.getsize(self.trace.path)
+        except OSError:
+            return None  # a path that is not a local file (a URL): load_trace says what is wrong
+        if size <= max(main, self.free_bytes):
+            return None
+        return (f"source lines not loaded: the stacks trace {self.path.name} ({_mb(size)}) is larger than the trace "
+                f"({_mb(main)}); `perfsleuth analyze {self.path}` shows the findings of its own steps with their lines")
+
+    def facts(self):
+        """The companion's facts, or None (no companion, too large, unreadable)."""
+        if self._tried:
+            return self._facts
+        self._tried = True
+        if self.path is None:
+            return None
+        self.note = self._too_large()
+        if self.note is not None:
+            log.info("%s", self.note)
+            return None
+        from .core import compute_facts
+
+        try:
+            comp = load_trace(self.path)
+        except TraceError as exc:
+            log.warning("source lines: %s", exc)
+            return None
+        steps = find_steps(comp)
+        self._facts = compute_facts(comp, steps, attribute(comp, steps))
+        self.loaded = True
+        return self._facts
+
+    def join_dtypes(self, facts) -> bool:
+        """The companion's dtype fractions of GEMM time onto `facts` when the trace has no input types and GEMM
+        time on a GPU (the one use rule conditions make of the companion); True when joined."""
+        v = facts.values
+        if self.path is None or self.trace.has_shapes or not v.get("device_is_gpu") or not v.get("gemm_us_per_step"):
+            return False
+        theirs = self.facts()
+        if theirs is None or not theirs.context.trace.has_shapes or not theirs.values.get("gemm_us_per_step"):
+            return False
+        _join_dtypes(facts, theirs)
+        return True
+
+    def join_lines(self, facts) -> bool:
+        """Fill `facts`' empty location tables from the companion (`has_stacks` then says that source lines are
+        known); True when it has stacks and the trace has none."""
+        if self.path is None or self.trace.has_stacks:
+            return False
+        theirs = self.facts()
+        if theirs is None or not theirs.context.trace.has_stacks:
+            return False
+        scale = _scale(theirs.context.trace.run_metadata)
         for name, rows in theirs.tables.items():
             if is_location_table(rows) and not facts.tables.get(name):
-                facts.tables[name] = rows
+                facts.tables[name] = [_scaled(r, scale) for r in rows]
         facts.values["has_stacks"] = True
-    if comp.has_shapes and not trace.has_shapes and theirs.values.get("gemm_us_per_step"):
-        _join_dtypes(facts, theirs)
+        return True
+
+
+def _scale(meta: dict) -> float:
+    """A stacks window cut short inside a step (step_clock.StacksBudget `cut`) holds part of one step: its
+    per-step numbers are multiplied back by `scale` (the closure calls of a whole step)."""
+    window = meta.get("stacks_window") if isinstance(meta, dict) else None
+    try:
+        scale = float(window.get("scale") or 1.0) if isinstance(window, dict) and window.get("cut") else 1.0
+    except (TypeError, ValueError):
+        scale = 1.0
+    return scale if scale > 0 else 1.0
+
+
+def _scaled(row: dict, scale: float) -> dict:
+    if scale == 1.0:
+        return row
+    return {k: round(v * scale, 3) if k in PER_STEP_KEYS and isinstance(v, (int, float)) else v for k, v in row.items()}
 
 
 def _join_dtypes(facts, theirs) -> None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace.model import CPU_OP
+from ..analysis.fc_loader import suggested_workers
+from ..analysis.machine import machine_facts
+from ..trace.model import ANNOTATION, CPU_OP
+from ..trace.names import is_dataloader, name_mask
 from .common import Context
 
 CPU_GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"})
@@ -33,6 +36,10 @@ THREAD_FACTS = {
     "loader_dataset": ("text", "Dataset class of the DataLoader with the most workers (recorded by `perfsleuth run`; "
                        "'' otherwise)"),
     "loader_collate_fn": ("text", "its collate_fn ('' when not recorded)"),
+    "dataloader_workers_suggested": ("count", "the DataLoader worker count the fix suggests and forecasts "
+                                     "(analysis/fc_loader.py suggested_workers): min(8, free cores), at least one "
+                                     "more than now; free cores: the cores less what other processes kept busy, "
+                                     "when recorded; 4 when the cores are unknown"),
     "cpu_gemm_us_per_step": ("us/step", "host time in CPU matrix multiplies (aten::mm, addmm, bmm, baddbmm)"),
     "cpu_gemm_spread": ("ratio", "CPU matrix multiplies repeated with the same input types: mean / median duration, "
                         "weighted by time (1 when steady; large when calls wait for descheduled threads)"),
@@ -70,10 +77,21 @@ def thread_facts(ctx: Context) -> tuple[dict, dict]:
         "cpu_load_per_core": round(load1 / cores, 3) if cores else 0.0,
         "loader_dataset": str(busiest.get("dataset") or ""),
         "loader_collate_fn": str(busiest.get("collate_fn") or ""),
+        "dataloader_workers_suggested": _suggested(ctx, meta, workers),
         "cpu_gemm_us_per_step": ctx.per_step_us(gemm_us),
         "cpu_gemm_spread": spread,
         "cpu_gemm_excess_us_per_step": ctx.per_step_us(excess),
     }, {}
+
+
+def _suggested(ctx: Context, meta: dict, workers: int) -> int:
+    """The forecast's worker count (the same function, the same machine facts: what `run` recorded)."""
+    ann = ctx.kind(ANNOTATION, CPU_OP)
+    loaders = ann[name_mask(ann["name"], is_dataloader)]
+    multi = bool(name_mask(loaders["name"], lambda n: "_MultiProcessing" in n).any()) if len(loaders) else False
+    before = (workers or 1) if multi else 0
+    m = machine_facts(meta)
+    return suggested_workers(m.cores, m.others_cores, before)[0]
 
 
 def _gemm_spread(ctx: Context) -> tuple[float, float, float]:

@@ -61,7 +61,7 @@ class Report:
     def warnings(self) -> list:
         """Each warning once, in the order first said (the trace's, the steps', the measurement's)."""
         m = self.measurement
-        flag = [m["note"]] if m and m.get("distorted") else []
+        flag = [m["note"]] if m and (m.get("distorted") or m.get("busy")) and m.get("note") else []
         return list(dict.fromkeys(str(w) for w in [*self.trace.warnings, *self.steps.warnings, *flag]))
 
     @property
@@ -191,12 +191,20 @@ class ReportSet:
     path: str
     reports: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
-    cross: Optional[Any] = None  # analysis.stragglers.CrossRank: the ranks read together (docs/ranks.md)
+    # analysis.stragglers.CrossRank of the one job the traces form (docs/ranks.md), else None
+    cross: Optional[Any] = None
+    jobs: list = field(default_factory=list)  # a CrossRank per job of 2+ traces (analysis/jobs.py)
+    warnings: list = field(default_factory=list)  # why traces were split into jobs or left out of one
 
     def to_dict(self) -> dict:
+        """One job: its cross-rank report's keys (`ranks`, `collectives`, `stragglers`, `job`) beside
+        `reports`; several: `jobs`, a list of those four-key objects."""
         out = {"schema": SET_SCHEMA, "tool": {"name": "perfsleuth", "version": __version__},
                "path": self.path, "reports": [r.to_dict() for r in self.reports],
-               "skipped": [{"path": p, "problem": why} for p, why in self.skipped]}
+               "skipped": [{"path": p, "problem": why} for p, why in self.skipped],
+               "warnings": [str(w) for w in self.warnings]}
         if self.cross is not None:
             out.update(_clean(self.cross.to_dict()))
+        elif len(self.jobs) > 1:
+            out["jobs"] = [_clean(j.to_dict()) for j in self.jobs]
         return out

@@ -61,7 +61,8 @@ def steps_text(report: dict, short: bool = False) -> str:
 
 
 def measurement_lines(report: dict) -> tuple[str, str]:
-    """(`measured: …` line, distortion warning or ''), from report@1's `measurement` ('' , '' without one)."""
+    """(`measured: …` line, the distortion or busy-machine warning or ''), from report@1's `measurement` ('', ''
+    without one). A busy machine's note starts "the machine was busy during the run: …" (analysis/measurement.py)."""
     m = report.get("measurement")
     if not isinstance(m, dict):
         return "", ""
@@ -70,7 +71,8 @@ def measurement_lines(report: dict) -> tuple[str, str]:
         return (f"measured: {m.get('note')}" if m.get("note") else ""), ""
     line = (f"measured step time: {fmt_us(un.get('median'))} without the profiler (median of {fmt_count(un.get('n'))}), "
             f"{fmt_us(pr.get('median'))} profiled: overhead {fmt_ratio(m.get('overhead'))}")
-    flag = f"PROFILER DISTORTION: {m.get('note')}" if m.get("distorted") else ""
+    flag = (f"PROFILER DISTORTION: {m.get('note')}" if m.get("distorted") else
+            str(m.get("note") or "") if m.get("busy") else "")
     return line, flag
 
 
@@ -201,7 +203,8 @@ def _paragraph(lines: list[str]) -> dict:
 
 
 LINE_KINDS = {"function": "first line of the function",
-              "running": "the line it was on when tracing started, not the call"}
+              "running": "the line it was on when tracing started, not the call",
+              "construction": "where the optimizer is constructed", "call": "the call"}
 
 
 def location_text(loc: Any) -> str:

@@ -42,6 +42,9 @@ class _Args(msgspec.Struct, gc=False):
     # collective's sequence number in it where the trace records one (analysis/ranks.py matches on them).
     pg: Optional[str] = msgspec.field(default=None, name="Process Group Name")
     seq: int = msgspec.field(default=-1, name="Seq")
+    # Point-to-point ops (send / recv): the peer's rank in the process group (analysis/p2p.py pairs them).
+    dst_rank: int = msgspec.field(default=-1, name="Dst Rank")
+    src_rank: int = msgspec.field(default=-1, name="Src Rank")
 
 
 class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
@@ -83,13 +86,14 @@ class Header(msgspec.Struct):
     roctracer_version: Any = None
     hip_runtime_version: Any = None
     perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (commands/run_facts.py)
+    perfsleuth_final: Any = None  # keys of `perfsleuth` as they stood when run finished the file (run_outputs.py)
 
 
 _HEADER = msgspec.json.Decoder(Header)
 _SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
 _STRICT = msgspec.json.Decoder(list[_EVENT])
 _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
-INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent", "seq")
+INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent", "seq", "peer")
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -280,11 +284,13 @@ def _strict_columns(evs: list) -> dict:
 
 
 def _comm_columns(pgs: list, args: list, n: int) -> dict:
-    """Process group (None when absent) and sequence number (-1) of each event. Few events carry
-    them: a piece without any (list.count runs in C) skips reading the sequence numbers."""
+    """Process group (None when absent), sequence number (-1) and, of a send or recv, the peer's rank
+    in the group (-1) of each event. Few events carry them: a piece without any (list.count runs in C)
+    skips reading the rest."""
     if pgs.count(None) == n:
-        return {"pg": pgs, "seq": np.full(n, -1, dtype=np.int64)}
-    return {"pg": pgs, "seq": _ints(map(attrgetter("seq"), args), n)}
+        return {"pg": pgs, "seq": np.full(n, -1, dtype=np.int64), "peer": np.full(n, -1, dtype=np.int64)}
+    dst, src = _ints(map(attrgetter("dst_rank"), args), n), _ints(map(attrgetter("src_rank"), args), n)
+    return {"pg": pgs, "seq": _ints(map(attrgetter("seq"), args), n), "peer": np.where(dst >= 0, dst, src)}
 
 
 def _lax_int(v) -> int:
@@ -343,6 +349,7 @@ def _lax_columns(items: list) -> dict:
         "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
         "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
         "seq": arg("Seq"),
+        "peer": np.where((dst := arg("Dst Rank")) >= 0, dst, arg("Src Rank")),
         "meta": meta,
         "skipped": len(items) - len(evs),
         "entries": len(items),

@@ -73,7 +73,8 @@ class Trace:
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
     py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
     "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
-    name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent).
+    name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent);
+    peer -- of a send or recv, the other rank in that group ("Dst Rank" / "Src Rank"; -1 when absent).
     """
 
     path: str
@@ -93,7 +94,8 @@ class Trace:
     has_shapes: bool = False
     warnings: list = field(default_factory=list)
     # What `perfsleuth run` / `profile()` recorded about the machine and the DataLoaders (the trace's
-    # top-level `perfsleuth` object, see commands/run_facts.py); {} for other traces.
+    # top-level `perfsleuth` object, see commands/run_facts.py, with the keys of `perfsleuth_final` that `run`
+    # wrote when it finished the file after the window); {} for other traces.
     run_metadata: dict = field(default_factory=dict)
 
     @property
@@ -189,7 +191,9 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
             name=str(name) if name is not None else "unknown device",
             compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
             memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
-    trace.run_metadata = validate.run_metadata(header.perfsleuth, trace.warnings)
+    meta, final = header.perfsleuth, header.perfsleuth_final  # the values measured after the window win
+    merged = {**meta, **final} if isinstance(meta, dict) and isinstance(final, dict) else meta
+    trace.run_metadata = validate.run_metadata(merged, trace.warnings)
     dist = header.distributedInfo
     if isinstance(dist, dict):
         trace.rank = _int_or_none(dist.get("rank"))

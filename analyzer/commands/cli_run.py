@@ -1,0 +1,150 @@
+"""The `run` command (`perfsleuth run [--verify] TARGET ...`), registered on the group in commands/cli.py.
+
+Its own module because the command grew past what cli.py can hold under the 400-line rule: the
+profiled run (commands/run.py), then with --verify the experiments that measure the fixes
+(commands/verify.py), then the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from .cli import emit, main, output_options, say, user_errors
+from .run_config import RunConfig
+from .verify_config import VerifyConfig
+
+
+def verify_options(fn):
+    """--verify and its settings (docs/run.md#verify-measure-the-fixes)."""
+    fn = click.option("--verify-compile", is_flag=True,
+                      help="With --verify: also try torch.compile of the top module (its compile time is reported "
+                           "apart, as warm-up).")(fn)
+    fn = click.option("--verify-budget", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+                      help="With --verify: stop starting experiments after this long [default: the plan's estimated "
+                           f"cost x {VerifyConfig.budget_margin:g}, from the measured step time, at least "
+                           f"{VerifyConfig.min_budget_s:.0f} s, at most {VerifyConfig.max_budget_s:.0f} s].")(fn)
+    fn = click.option("--verify-steps", type=click.IntRange(1), default=None, metavar="N",
+                      help="With --verify: timed steps per window [default: about "
+                           f"{VerifyConfig.window_s:g} s of steps, {VerifyConfig.min_steps}-{VerifyConfig.max_steps}].")(fn)
+    fn = click.option("--verify-pairs", type=click.IntRange(1), default=None, metavar="N",
+                      help=f"With --verify: baseline/variant pairs per fix [default: {VerifyConfig.pairs}; fewer "
+                           "only if you ask: the spread of fewer pairs says little].")(fn)
+    fn = click.option("--verify", is_flag=True,
+                      help="After the report, measure each fix perfsleuth can apply without editing the script "
+                           "(DataLoader workers, threads, optimizer flags, ...): the script runs again, baseline and "
+                           "variant alternating, without the profiler. See `perfsleuth docs run`.")(fn)
+    return fn
+
+
+def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
+    given = [name for name, v in (("--verify-pairs", pairs), ("--verify-steps", steps), ("--verify-budget", budget),
+                                  ("--verify-compile", compile_ or None)) if v is not None]
+    if given and not verify:
+        raise UsageError(f"{given[0]} needs --verify")
+    return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
+@click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
+              help="Steps run before profiling, timed without the profiler (the unprofiled step time).")
+@click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
+              help="Steps traced and discarded (profiler start-up).")
+@click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
+              help="Steps recorded and analyzed.")
+@click.option("--after", type=click.IntRange(0), default=RunConfig.after, show_default=True,
+              help="Steps run after the recorded window, timed without the profiler (with --wait's: the baseline).")
+@click.option("--no-stack", is_flag=True,
+              help="No Python stacks at all: skips the short stacks window after the analysed one, so findings "
+                   "carry no source lines.")
+@click.option("--no-shapes", is_flag=True,
+              help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
+@click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
+@click.option("--no-fallback-window", "no_fallback", is_flag=True,
+              help="Record nothing before the first step (faster when the script runs many torch ops before "
+                   "it, e.g. preprocessing); a script without any step then gets no report.")
+@verify_options
+@output_options
+@click.argument("target")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@user_errors
+def run_command(target, script_args, module, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
+                out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
+                verify_budget=None, verify_compile=False) -> None:
+    """Profile a training script unchanged and report (perfsleuth options go before TARGET).
+
+    \b
+    Examples:
+      perfsleuth run train.py --lr 0.1
+      perfsleuth run --active 10 -o prof/ -m mypkg.train --config base.yaml
+    The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
+    stops once wait + warmup + active + after steps, then 2 with Python stacks for source lines,
+    are done, and says so; --full lets it finish. Every step is timed with and
+    without the profiler. Steps come from optimizer.step(), DataLoader batches or the repeated
+    outermost model call; a script with none is analysed whole, as one window. Needs PyTorch.
+    With --verify, the fixes it can apply without editing the script are then measured: the
+    script runs again, baseline and variant alternating, without the profiler (its side effects
+    repeat); each finding gets "measured 1.41x (1.35-1.52x, 3 pairs)".
+    Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
+    """
+    from ..trace.companion import companion_name
+    from . import run as runner
+    from . import run_outputs, run_paths
+    from .target import resolve_target
+
+    config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
+                       stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
+                       stop_after_window=not full, fallback_window=not no_fallback)
+    checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
+    job = resolve_target(target, script_args, module)
+    runner.require_torch()
+    folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
+    run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
+    before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
+    outcome = runner.run_script(job, config, folder)
+    interrupted = None
+    if outcome.user_traceback:
+        click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
+    if outcome.report is not None:
+        if outcome.export_error:  # the trace went to a temporary folder: the reports go beside it
+            folder, json_path, html_path, markdown_path = outcome.trace_path.parent, None, None, None
+            before = run_outputs.snapshot(run_outputs.targets(folder, None, None, None))
+        if verify:
+            interrupted = _verify(outcome, job, folder, checks)
+        data = emit(outcome.report, out_dir=None)
+        written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
+                                                  markdown_path=markdown_path, force=force)
+        stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
+        for p in [*written, outcome.trace_path]:
+            say(f"wrote {p}")
+        if stacks.is_file():
+            say(f"wrote {stacks} (Python stacks, for source lines)")
+        if note:
+            say(f"perfsleuth: {note}", err=True)
+    if outcome.message:
+        say(f"perfsleuth: {outcome.message}", err=True)
+    sys.exit(interrupted or outcome.exit_code)
+
+
+def _verify(outcome, job, folder: Path, config: VerifyConfig):
+    """Measure the report's fixes (commands/verify.py); the exit code of an interruption, else None."""
+    from .verify import under_torchrun, verify_report
+
+    def progress(line: str) -> None:
+        say(f"perfsleuth: {line}", err=True)
+
+    if under_torchrun():
+        progress("verify: not run: --verify runs the script alone, not under torchrun")
+    elif outcome.exit_code not in (0, None) or outcome.whole_run:
+        why = "the script had no step boundary" if outcome.whole_run else "the profiled run did not end cleanly"
+        progress(f"verify: not run: {why}")
+    else:
+        if config.pairs < VerifyConfig.pairs:
+            progress(f"verify: {config.pairs} pair(s) per fix, as asked: fewer than {VerifyConfig.pairs}, the spread "
+                     "says little")
+        return verify_report(outcome.report, job, folder, config, progress)
+    return None

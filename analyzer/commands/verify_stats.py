@@ -1,0 +1,86 @@
+"""From timed windows to a measurement (`perfsleuth run --verify`): pure functions, no torch.
+
+A window's time is the mean of its timed steps (a loader with workers makes some steps wait and not
+others: the mean is the throughput). Windows alternate A B A B ...; each A with the B after it is a pair,
+and its ratio is A's mean step over B's: above 1 the variant is faster. The measured speed-up is the
+median of the pair ratios; low and high are the smallest and largest. When they lie on both sides of
+1.0 the outcome is "noise" (no difference beyond noise); else faster / no gain / slower by
+report/numbers.py's NO_GAIN and SLOWER.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+from ..report.numbers import NO_GAIN, SLOWER
+
+NOISE_NOTE = "no difference beyond noise"
+
+
+def window_mean(w: dict) -> Optional[float]:
+    steps = [float(x) for x in w.get("step_us") or []]
+    return sum(steps) / len(steps) if steps else None
+
+
+def pairs(windows: list) -> list:
+    """[(A window, B window)] in order: each baseline window with the variant window right after it."""
+    out, pending = [], None
+    for w in sorted(windows, key=lambda w: w["window"]):
+        if w["variant"] == "A":
+            pending = w
+        elif pending is not None and w["window"] == pending["window"] + 1 and window_mean(w) and window_mean(pending):
+            out.append((pending, w))
+            pending = None
+    return out
+
+
+def ratio(pair: tuple) -> float:
+    a, b = pair
+    return round(window_mean(a) / window_mean(b), 4)
+
+
+def outcome(ratios: list) -> tuple:
+    """(outcome, note) of a list of pair ratios."""
+    low, high, mid = min(ratios), max(ratios), statistics.median(ratios)
+    if low <= 1.0 <= high and low < high:
+        return "noise", NOISE_NOTE
+    if mid < SLOWER:
+        return "slower", "tried: slower on this machine; don't apply"
+    if mid <= NO_GAIN:
+        return "no gain", "tried: no gain on this machine"
+    return "faster", ""
+
+
+def _median(values: list) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Optional[float],
+             step_us: Optional[float]) -> Optional[dict]:
+    """The `verified` object of an experiment's windows (None without a complete pair). `step_us`: the
+    run's unprofiled median step, for the saving; `forecast`: the finding's forecast speed-up."""
+    done = pairs(windows)
+    if not done:
+        return None
+    ratios = [ratio(p) for p in done]
+    speedup = round(statistics.median(ratios), 4)
+    kind, note = outcome(ratios)
+    variants = [b for _, b in done]
+    bases = [a for a, _ in done]
+    first = min((w for w in windows if w["variant"] == "B"), key=lambda w: w["window"])
+    return {
+        "speedup": speedup, "low": min(ratios), "high": max(ratios), "pairs": len(ratios), "pair_ratios": ratios,
+        "steps_per_window": steps, "variant": variant, "how": how,
+        "forecast_ratio": round(forecast / speedup, 3) if forecast and speedup else None,
+        "outcome": kind, "note": note,
+        "load": [[a.get("load", [None])[0], b.get("load", [None, None])[-1]] for a, b in done],
+        "others_cores": [[a.get("others_cores"), b.get("others_cores")] for a, b in done],
+        "warmup_us": {"baseline": _median([w.get("warmup_us") for w in bases]),
+                      "variant": _median([w.get("warmup_us") for w in variants]),
+                      "first_variant": first.get("warmup_us")},
+        "step_us": {"baseline": _median([window_mean(a) for a in bases]),
+                    "variant": _median([window_mean(b) for b in variants])},
+        "saving_us": round(step_us * (1 - 1 / speedup), 3) if step_us else None,
+    }
