@@ -64,7 +64,8 @@ def test_a_fix_that_helps_is_measured_faster(tmp_path):
     # the script's own output: once on the terminal (the profiled run), the experiments' in the log
     assert proc.stdout.count("loader_heavy: started") == 1
     log = (out / "verify" / "children.log").read_text()
-    assert log.count("loader_heavy: started") == 12  # 2 worker counts x 6 windows
+    counts = len(experiments(rep, "num_workers"))  # the forecast's count, and the one that fits the cores if other
+    assert counts in (1, 2) and log.count("loader_heavy: started") == 6 * counts  # 6 windows each
     assert rep["verify"]["log"] == str(out / "verify" / "children.log") and str(out / "verify") in proc.stderr
 
 
