@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, PYTHON, RUNTIME, Trace
 from ..trace.names import OWN_SPAN
-from ..trace.selection import of_kind
+from ..trace.selection import by_name, of_kind
 from . import intervals as iv
 from .machine import Machine
 from .timeline import Timeline, build_timeline
@@ -72,7 +72,7 @@ class Inputs:
         """`ops` of the main thread: the thread of the step annotations, else the busiest one."""
         def make():
             ops = self.ops
-            steps = ops[ops["name"].str.startswith("ProfilerStep#")]
+            steps = ops[self.name_starts("ProfilerStep#")]
             cpu = ops[ops["kind"].to_numpy() == CPU_OP]
             if len(steps):
                 main = (steps["pid"].iloc[0], steps["tid"].iloc[0])
@@ -103,9 +103,13 @@ class Inputs:
 
     def spans(self, prefix: str) -> iv.Intervals:
         """Merged spans of the window's ops/annotations whose name starts with `prefix`."""
-        ops = self.ops
-        hit = ops[ops["name"].str.startswith(prefix)]
+        hit = self.ops[self.name_starts(prefix)]
         return iv.merge(hit["ts"].to_numpy(np.int64), hit["end"].to_numpy(np.int64))
+
+    def name_starts(self, prefix) -> np.ndarray:
+        """Per row of `ops`: its name starts with `prefix` (a string or a tuple of them)."""
+        names = self.cached("op_names", lambda: self.ops["name"].astype("category"))  # each name tested once
+        return by_name(names, lambda name: name.startswith(prefix))
 
     def classes(self) -> dict:
         """Per device node: kernel family and dtype (from the facts layer), or unknowns."""

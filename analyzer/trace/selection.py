@@ -58,3 +58,18 @@ def of_kind(ev: pd.DataFrame, *kinds: int) -> pd.DataFrame:
 def derived(ev: pd.DataFrame, key: tuple, make: Callable[[], object]):
     """Anything computed from the event table `ev` once per analysis (inside `memo()`), like `of_kind`."""
     return _memoised(ev, ("derived",) + key, make)
+
+
+def by_name(names, test: Callable[[str], object]) -> np.ndarray:
+    """Boolean per row: `bool(test(name))`, called once per distinct name instead of once per row (a
+    missing name matches nothing, as pandas' string methods have it; the event table has none).
+    `names`: a categorical or object Series, or an array of names."""
+    if isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype):
+        codes, uniques = names.cat.codes.to_numpy(), names.cat.categories
+    else:
+        codes, uniques = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=True)
+    present = np.bincount(codes + 1, minlength=len(uniques) + 1) > 0  # [0]: missing names (code -1)
+    hit = np.zeros(len(uniques) + 1, bool)
+    for i in np.flatnonzero(present[1:]) + 1:
+        hit[i] = bool(test(str(uniques[i - 1])))
+    return hit[codes + 1]
