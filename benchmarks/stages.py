@@ -79,6 +79,7 @@ if detail:
             for other in list(sys.modules.values()):
                 if owner is mod and getattr(other, "__name__", "").startswith("perfsleuth") and getattr(other, name, None) is fn:
                     setattr(other, name, getattr(owner, name))
+t1 = time.perf_counter()  # the wrapping imported modules the analysis would import: counted as imports
 with without_huge_pages():
     buf = kineto.read_file(path)
     header, outs, _ = document.decode_events(path, buf, [], T._chunk_frame, jobs)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..facts.core import FACTS, REQUIREMENTS
-from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+from ..facts.requirements import REQUIREMENTS
 from ..report.escape import terminal
 from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
@@ -71,6 +70,8 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
 
 
 def facts_markdown() -> str:
+    from ..facts.core import FACTS  # the providers' registries: numpy and pandas, for --markdown only
+
     out = ["| fact | unit | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | {unit} | {desc} |" for name, (unit, desc) in FACTS.items()]
     out += ["", "Evidence tables (lists of rows) usable in templates and as `locations`: "
@@ -79,6 +80,8 @@ def facts_markdown() -> str:
 
 
 def dtype_table_markdown() -> str:
+    from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+
     out = ["| cpu_op `Input type` (first tensor) | dtype |", "|---|---|"]
     out += [f"| `{k}` | {v} |" for k, v in INPUT_TYPE_DTYPES.items()]
     out += ["", "| kernel name matches (case-insensitive, first row wins) | dtype |", "|---|---|"]
