@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, PYTHON, RUNTIME, Trace
-from ..trace.names import OWN_SPAN
-from ..trace.selection import by_name, of_kind
+from ..trace.names import OWN_SPAN, name_mask
+from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
 from .machine import Machine
 from .timeline import Timeline, build_timeline
@@ -109,7 +109,7 @@ class Inputs:
     def name_starts(self, prefix) -> np.ndarray:
         """Per row of `ops`: its name starts with `prefix` (a string or a tuple of them)."""
         names = self.cached("op_names", lambda: self.ops["name"].astype("category"))  # each name tested once
-        return by_name(names, lambda name: name.startswith(prefix))
+        return name_mask(names, lambda name: name.startswith(prefix))
 
     def classes(self) -> dict:
         """Per device node: kernel family and dtype (from the facts layer), or unknowns."""
@@ -127,7 +127,8 @@ def choose_steps(steps: pd.DataFrame, trace: Trace, max_steps: int = MAX_STEPS) 
     the median step."""
     steps = steps.sort_values("start").reset_index(drop=True)
     n = len(steps)
-    ts = np.sort(of_kind(trace.events, RUNTIME, *DEVICE_KINDS)["ts"].to_numpy())
+    ev = trace.events  # the start times only: no selection of whole rows
+    ts = np.sort(ev["ts"].to_numpy()[kind_mask(ev, (RUNTIME, *DEVICE_KINDS))])
     lo = np.searchsorted(ts, steps["host_start"].to_numpy(np.int64))
     hi = np.searchsorted(ts, steps["host_end"].to_numpy(np.int64))
     per_step = 2.0 * float(np.median(hi - lo)) if n else 0.0  # runtime calls and about as many device nodes

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON, RUNTIME, Trace
 from ..trace.names import SYNC_CALLS, name_mask
-from ..trace.selection import of_kind
+from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
 
 WARMUP, STEADY, PARTIAL = "warmup", "steady", "partial"
@@ -97,7 +97,6 @@ def _evidence(trace: Trace, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     """Per step: event counts per EVIDENCE kind (n × 5), and the host time they cover (ns, merged)."""
     ev = trace.events
     rt = of_kind(ev, RUNTIME)
-    marks = of_kind(ev, ANNOTATION, CPU_OP, PYTHON)
     ops = of_kind(ev, CPU_OP)
     syncs = rt[rt["name"].isin(SYNC_CALLS)]
     in_conv = iv.covers(_span(ops[name_mask(ops["name"], lambda s: bool(_CONV.search(s)))]),
@@ -106,7 +105,7 @@ def _evidence(trace: Trace, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
              rt[name_mask(rt["name"], lambda s: bool(_SETUP.match(s)))],
              rt[name_mask(rt["name"], lambda s: bool(_MODULE.match(s)))],
              syncs[in_conv],
-             marks[name_mask(marks["name"], lambda s: bool(_COMPILE.search(s)))]]
+             ev[kind_mask(ev, (ANNOTATION, CPU_OP, PYTHON)) & name_mask(ev["name"], lambda s: bool(_COMPILE.search(s)))]]
     counts = np.zeros((len(start), len(kinds)), dtype=np.int64)
     for j, df in enumerate(kinds):
         ts = df["ts"].to_numpy(np.int64)

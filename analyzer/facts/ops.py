@@ -17,6 +17,7 @@ from ..analysis.loops import OPTIMIZER, describe, evidence, loop_ops, not_the_st
 from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
+from ..trace.selection import rows
 from .common import Context, span, thread_key
 from .locations import optimizer_sites, sites
 
@@ -70,7 +71,7 @@ def dispatched(ctx: Context) -> pd.DataFrame:
     record_function labels that old traces store as ops (`ProfilerStep#3`, `Optimizer.step#SGD.step`)."""
     def make() -> pd.DataFrame:
         ops = ctx.kind(CPU_OP)
-        return ops[name_mask(ops["name"], lambda n: "::" in n)]
+        return rows(ops, name_mask(ops["name"], lambda n: "::" in n))
 
     return ctx.cached("dispatched_ops", make)
 

@@ -50,26 +50,28 @@ def kind_mask(ev: pd.DataFrame, kinds) -> np.ndarray:
 
 
 def of_kind(ev: pd.DataFrame, *kinds: int) -> pd.DataFrame:
-    """The rows of `ev` whose kind is one of `kinds`, in table order with their index."""
+    """The rows of `ev` whose kind is one of `kinds`, in table order with their index. Kinds the table
+    has no event of are left out of the memo's key: (cpu ops, annotations, python functions) of a trace
+    without stacks is the same selection as (cpu ops, annotations), made once."""
     kinds = tuple(sorted(set(kinds)))
-    return _memoised(ev, ("kind",) + kinds, lambda: ev[kind_mask(ev, kinds)])
+    counts = _memoised(ev, ("kind counts",), lambda: np.bincount(ev["kind"].to_numpy().astype(np.intp)))
+    present = tuple(k for k in kinds if 0 <= k < len(counts) and counts[k]) or kinds
+    return _memoised(ev, ("kind",) + present, lambda: ev[kind_mask(ev, present)])
+
+
+def rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """`frame[mask]`, without a copy where the rows kept are all of them (the frame itself) or one run of
+    consecutive rows (a slice, a view): the events inside the steady steps are most often all but a
+    few at either end. Like a selection, the result must not be modified in place."""
+    idx = np.flatnonzero(mask)
+    if len(idx) == len(frame):
+        return frame
+    if len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+        return frame.iloc[idx[0]: idx[-1] + 1]
+    return frame[mask]
 
 
 def derived(ev: pd.DataFrame, key: tuple, make: Callable[[], object]):
     """Anything computed from the event table `ev` once per analysis (inside `memo()`), like `of_kind`."""
     return _memoised(ev, ("derived",) + key, make)
 
-
-def by_name(names, test: Callable[[str], object]) -> np.ndarray:
-    """Boolean per row: `bool(test(name))`, called once per distinct name instead of once per row (a
-    missing name matches nothing, as pandas' string methods have it; the event table has none).
-    `names`: a categorical or object Series, or an array of names."""
-    if isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype):
-        codes, uniques = names.cat.codes.to_numpy(), names.cat.categories
-    else:
-        codes, uniques = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=True)
-    present = np.bincount(codes + 1, minlength=len(uniques) + 1) > 0  # [0]: missing names (code -1)
-    hit = np.zeros(len(uniques) + 1, bool)
-    for i in np.flatnonzero(present[1:]) + 1:
-        hit[i] = bool(test(str(uniques[i - 1])))
-    return hit[codes + 1]
