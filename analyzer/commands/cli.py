@@ -226,6 +226,7 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from ..trace.cluster import check_scheduler
     from ..trace.sources import display_name
     from .gates import check_report, known_rule_slugs, parse_fail_on
+    from .progress import FolderProgress
 
     check_scheduler(scheduler)
     config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
@@ -234,11 +235,14 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
                   force=force)
     if scheduler in (None, "local"):  # processes on this machine
         jobs = _jobs(jobs)
+    folder = FolderProgress()  # a line per trace of a folder, and the folder's bar (on a terminal)
     try:
         result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
-                              scheduler=scheduler)
+                              scheduler=scheduler, on_file=folder)
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
+    finally:
+        folder.close()
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                 force=force, details=details)
     exit_on_gate_failures(check_report(data, gates))

@@ -94,6 +94,7 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     from ..trace.companion import companion_name
     from . import run as runner
     from . import run_outputs, run_paths
+    from .progress import PhaseLine
     from .target import resolve_target
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
@@ -105,7 +106,8 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
-    outcome = runner.run_script(job, config, folder)
+    phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
+    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None)
     interrupted = None
     if outcome.user_traceback:
         click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
