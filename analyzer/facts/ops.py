@@ -56,14 +56,25 @@ def outermost(ops: pd.DataFrame) -> pd.DataFrame:
         return ops
     key = thread_key(ops)
     order = np.lexsort((ops["ts"].to_numpy(np.int64), key))
-    o = ops.iloc[order]
-    k, ts, end = key[order], o["ts"].to_numpy(np.int64), o["end"].to_numpy(np.int64)
-    run_max = pd.Series(end).groupby(k).cummax().to_numpy()  # latest end so far within each thread
+    k, ts, end = key[order], ops["ts"].to_numpy(np.int64)[order], ops["end"].to_numpy(np.int64)[order]
+    first_of_thread = np.r_[True, k[1:] != k[:-1]]
+    run_max = _cummax_by_run(end, first_of_thread)  # latest end so far within each thread
     prev = np.empty_like(run_max)
     prev[0] = np.iinfo(np.int64).min
     prev[1:] = run_max[:-1]
-    first_of_thread = np.r_[True, k[1:] != k[:-1]]
-    return o[first_of_thread | (ts >= prev)]
+    return ops.iloc[order[first_of_thread | (ts >= prev)]]  # one copy, of the rows kept
+
+
+def _cummax_by_run(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running maximum of int64 `values`, restarted where `starts` is set (runs of one thread): one
+    accumulate over the values lifted by run (run r by r x the span), exact in int64."""
+    run = np.cumsum(starts) - 1
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if int(run[-1]) >= (1 << 62) // span:  # would overflow: the groupby (never on real traces)
+        return pd.Series(values).groupby(run).cummax().to_numpy()
+    lift = run * np.int64(span)
+    return np.maximum.accumulate(values - low + lift) - lift + low
 
 
 def dispatched(ctx: Context) -> pd.DataFrame:
