@@ -14,10 +14,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..trace.lookup import FirstRow
+from ..trace.lookup import by_id
 from ..trace.model import CPU_OP, KERNEL, RUNTIME
 from ..trace.names import is_comm, is_memory_kernel, used_categories
-from ..trace.selection import derived, of_kind
+from ..trace.selection import of_kind
 from .common import Context, innermost_enclosing
 
 # GEMM: cuBLAS/cuBLASLt/CUTLASS names; ROCm: rocBLAS/hipBLASLt (Tensile `Cijk_…`), Composable Kernel.
@@ -112,14 +112,13 @@ def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd
     """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops`."""
     ev = ctx.trace.events
     rt = of_kind(ev, RUNTIME)
-    by_corr, by_ext = derived(ev, ("launch joins",), lambda: _launch_joins(ev))
-    row = by_corr.find(kernels["corr"].to_numpy())  # the first runtime call with the kernel's correlation id
+    row = by_id(ev, (RUNTIME,), "corr").find(kernels["corr"].to_numpy())  # the kernel's first runtime call
     ops = of_kind(ev, CPU_OP).reset_index(drop=True)
     found = row >= 0
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
     calls = pd.DataFrame({c: rt[c].to_numpy(np.int64)[row[found]] for c in ("ts", "pid", "tid", "ext")})
-    idx = by_ext.find(calls["ext"].to_numpy())  # the first op with the call's External id
+    idx = by_id(ev, (CPU_OP,), "ext").find(calls["ext"].to_numpy())  # the first op with the call's External id
     c = np.clip(idx, 0, None)
     ok = (idx >= 0) & (ops["ts"].to_numpy()[c] <= calls["ts"].to_numpy()) & (
         ops["end"].to_numpy()[c] >= calls["ts"].to_numpy()) & (ops["tid"].to_numpy()[c] == calls["tid"].to_numpy())
@@ -130,17 +129,6 @@ def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd
     out = np.full(len(kernels), -1, dtype=np.int64)
     out[found] = idx
     return pd.DataFrame({"op": out}), ops
-
-
-def _launch_joins(ev: pd.DataFrame) -> tuple[FirstRow, FirstRow]:
-    """(runtime calls by correlation id, cpu ops by External id): positions of the first of each, in
-    the RUNTIME and CPU_OP selections; made once per analysis (facts and forecasts both join kernels)."""
-    corr = of_kind(ev, RUNTIME)["corr"].to_numpy(np.int64)
-    ext = of_kind(ev, CPU_OP)["ext"].to_numpy(np.int64)
-    with_corr, with_ext = np.flatnonzero(corr >= 0), np.flatnonzero(ext >= 0)
-    by_corr, by_ext = FirstRow(corr[with_corr]), FirstRow(ext[with_ext])
-    by_corr.rows, by_ext.rows = with_corr[by_corr.rows], with_ext[by_ext.rows]  # positions in the selections
-    return by_corr, by_ext
 
 
 def gemm_dtypes(ctx: Context, gemm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

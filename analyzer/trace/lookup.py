@@ -27,3 +27,27 @@ class FirstRow:
         k = np.searchsorted(self.ids, q)
         kc = np.minimum(k, self.ids.size - 1)
         return np.where(self.ids[kc] == q, self.rows[kc], -1).astype(np.int64)
+
+    def get(self, ids, values: np.ndarray, missing) -> np.ndarray:
+        """`values` (a column of the rows) at the first row of each id; `missing` where none has it."""
+        rows = self.find(ids)
+        found = rows >= 0
+        out = np.full(rows.shape, missing, dtype=np.result_type(values.dtype, np.min_scalar_type(missing)))
+        out[found] = values[rows[found]]
+        return out
+
+
+def by_id(ev, kinds: tuple, column: str) -> FirstRow:
+    """The first event of `kinds` with each id in `column` (ids >= 0), as positions in `of_kind(ev,
+    *kinds)`: made once per analysis (the runtime call of each correlation id serves the steps, the
+    device backlog, the replay's nodes and the kernels' launching ops)."""
+    from .selection import derived, of_kind
+
+    def make() -> FirstRow:
+        ids = of_kind(ev, *kinds)[column].to_numpy(np.int64)
+        keep = np.flatnonzero(ids >= 0)
+        found = FirstRow(ids[keep])
+        found.rows = keep[found.rows]
+        return found
+
+    return derived(ev, ("first by id", tuple(sorted(kinds)), column), make)
