@@ -115,14 +115,18 @@ class _Solver:
             self.acc[lo:hi] = np.cumsum(g.a[lo:hi])
 
     def _prepare(self, r: int, lo: int, hi: int) -> list:
-        """What a range's recomputation reads, found once per block: [r, lo, hi, edges, deps, stamp]."""
+        """What a range's recomputation reads, found once per block: [r, lo, hi, edges, deps, stamp, base].
+        `base` is ready + b - acc of the nodes without edges; `edges` the nodes with some, their floor,
+        b and acc, and the edges (sorted by destination) with the first edge of each node."""
         e0, e1 = (int(x) for x in np.searchsorted(self.dst, (lo, hi)))
+        b, acc = self.g.b[lo:hi], self.acc[lo:hi]
+        base = self.floor[lo:hi] + b - acc  # ready + b - acc where no edge comes in
         edges = None
         if e1 > e0:
             starts = np.flatnonzero(self.first[e0:e1])
-            edges = (self.dst[e0:e1][starts] - lo, starts, self.src[e0:e1], self.lag[e0:e1])
+            at = self.dst[e0:e1][starts] - lo
+            edges = (at, self.floor[lo:hi][at], b[at], acc[at], starts, self.src[e0:e1], self.lag[e0:e1])
         deps = frozenset(np.unique(self.src_resource[e0:e1]).tolist())
-        base = self.floor[lo:hi] + self.g.b[lo:hi] - self.acc[lo:hi]  # ready + b - acc without the edges
         return [r, lo, hi, edges, deps, None, base]
 
     def _range(self, job: list) -> bool:
@@ -132,19 +136,18 @@ class _Solver:
             return False  # nothing it reads changed since it was computed: it would come out the same
         self.stamp += 1
         job[5] = self.stamp
-        ready = self.floor[lo:hi].copy()
-        if edges is not None:
-            at, starts, src, lag = edges
-            ready[at] = np.maximum(ready[at], np.maximum.reduceat(self.end[src] + lag, starts))
-            rel = ready + self.g.b[lo:hi] - self.acc[lo:hi]
+        if edges is not None:  # the same sums as (max(floor, edges) + b) - acc over the whole range
+            at, floor, b, acc_at, starts, src, lag = edges
+            rel = base.copy()
+            rel[at] = (np.maximum(floor, np.maximum.reduceat(self.end[src] + lag, starts)) + b) - acc_at
         else:
             rel = base
-        acc = self.acc[lo:hi]
-        best = np.maximum(np.maximum.accumulate(rel), self.carry[r])
-        new = acc + best
-        old = self.end[lo:hi]
-        moved = bool(np.any(np.abs(new - old) > TOLERANCE_NS))
-        if moved or not np.array_equal(new, old):
+        best = np.maximum.accumulate(rel)
+        np.maximum(best, self.carry[r], out=best)
+        new = self.acc[lo:hi] + best
+        diff = new - self.end[lo:hi]  # new ends are finite (the carry is): never -inf - -inf
+        moved = bool((np.abs(diff) > TOLERANCE_NS).any())
+        if moved or bool(diff.any()):  # changed at all, however little: what reads these ends must rerun
             self.changed_at[r] = self.stamp
         self.end[lo:hi] = new
         self.last_best[r] = float(best[-1])
