@@ -21,7 +21,7 @@ from ..trace.names import name_mask
 from ..trace.selection import of_kind
 from .common import Context, covered_ns, intersect, span, subtract
 from .locations import location_rows, sites, startup_names, user_frames
-from .ops import dispatched, outermost
+from .ops import dispatched, top_ops
 
 # Device memory allocation and release (not the stream-ordered *Async pool calls, which are cheap).
 ALLOC_CALLS = re.compile(r"^(?:cuda|hip)(?:Malloc|Free|MallocManaged|ExtMallocWithFlags)$|^cuMem(?:Alloc|Free)(?:_v2)?$")
@@ -101,7 +101,7 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
     alloc, launch = _named(rt, ALLOC_CALLS), _named(rt, LAUNCH_CALLS)
     consumers = _by_name(ctx, rt, host, "runtime call")
     after_rt = subtract(host, span(rt))
-    top = ctx.cached("outermost_ops", lambda: outermost(dispatched(ctx)))  # op_facts' own
+    top = top_ops(ctx)
     consumers += _by_name(ctx, top, after_rt, "op")[:MAX_OPS_NAMED]
     rest = subtract(after_rt, span(top))
     python_ns = iv.total(rest)
