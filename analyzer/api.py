@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
-from .analysis.jobs import group_jobs
 from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
-from .analysis.stragglers import analyze_ranks
 from .analysis.tables import time_share, top_kernels, top_ops
 from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
@@ -304,6 +302,9 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
+    from .analysis.jobs import group_jobs  # the cross-rank analysis: only for several traces
+    from .analysis.stragglers import analyze_ranks
+
     config = config or Config()
     summaries = [r.rank_summary for r in result.reports]
     grouping = group_jobs(summaries, config)

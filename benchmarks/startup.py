@@ -71,31 +71,40 @@ def import_profile(script: str, args: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--perfsleuth", default=shutil.which("perfsleuth", path=str(Path(sys.executable).parent)))
+    ap.add_argument("--perfsleuth", action="append", default=[], metavar="SCRIPT",
+                    help="a console script to time (repeatable: installs are interleaved run by run) "
+                         "[default: this interpreter's]")
     ap.add_argument("--trace", type=Path, default=SMALL)
     args = ap.parse_args()
+    scripts = args.perfsleuth or [shutil.which("perfsleuth", path=str(Path(sys.executable).parent))]
     cmds = commands(args.trace)
     load = os.getloadavg()
-    times: dict = {k: [] for k in cmds}
-    for argv in cmds.values():  # warm-up: writes the bytecode caches
-        wall([args.perfsleuth, *argv])
+    times: dict = {(s, k): [] for s in scripts for k in cmds}
+    for s in scripts:
+        for argv in cmds.values():  # warm-up: writes the bytecode caches
+            wall([s, *argv])
     for _ in range(args.repeat):
-        for name, argv in cmds.items():
-            times[name].append(wall([args.perfsleuth, *argv]))
+        for s in scripts:
+            for name, argv in cmds.items():
+                times[(s, name)].append(wall([s, *argv]))
     load_after = os.getloadavg()
     pandas = sorted(wall([sys.executable, "-c", "import pandas"]) for _ in range(5))
-    print(f"`{args.perfsleuth}`, {args.repeat} runs each, interleaved; `python -c 'import pandas'` alone: "
-          f"{pandas[0]:.3f} s (best of 5); load average {load[0]:.2f} before, "
-          f"{load_after[0]:.2f} after ({os.cpu_count()} cores)\n")
-    profiles = {name: import_profile(args.perfsleuth, argv) for name, argv in cmds.items()}
-    groups = [g for g in (*GROUPS, "python and other") if any(g in p["spent"] for p in profiles.values())]
-    print("| command | min | median | imports (-X importtime) | " + " | ".join(groups) + " | pandas/numpy/torch imported |")
-    print("|---|--:|--:|--:|" + "--:|" * len(groups) + "---|")
-    for name in cmds:
-        ts, p = sorted(times[name]), profiles[name]
-        cells = " | ".join(f"{p['spent'].get(g, 0.0) * 1000:.0f} ms" if g in p["spent"] else "-" for g in groups)
-        print(f"| `{name}` | {ts[0]:.3f} s | {statistics.median(ts):.3f} s | {p['spent']['total'] * 1000:.0f} ms | "
-              f"{cells} | {', '.join(p['heavy']) or 'none'} |")
+    bare = sorted(wall([sys.executable, "-c", "pass"]) for _ in range(5))
+    print(f"{args.repeat} runs of each command, installs and commands interleaved; `python -c pass` "
+          f"{bare[0]:.3f} s and `python -c 'import pandas'` {pandas[0]:.3f} s (best of 5); load average "
+          f"{load[0]:.2f} before, {load_after[0]:.2f} after ({os.cpu_count()} cores)")
+    for s in scripts:
+        profiles = {name: import_profile(s, argv) for name, argv in cmds.items()}
+        groups = [g for g in (*GROUPS, "python and other") if any(g in p["spent"] for p in profiles.values())]
+        print(f"\n`{s}`:\n")
+        print("| command | min | median | imports (-X importtime) | " + " | ".join(groups) +
+              " | pandas/numpy/torch imported |")
+        print("|---|--:|--:|--:|" + "--:|" * len(groups) + "---|")
+        for name in cmds:
+            ts, p = sorted(times[(s, name)]), profiles[name]
+            cells = " | ".join(f"{p['spent'].get(g, 0.0) * 1000:.0f} ms" if g in p["spent"] else "-" for g in groups)
+            print(f"| `{name}` | {ts[0]:.3f} s | {statistics.median(ts):.3f} s | {p['spent']['total'] * 1000:.0f} ms | "
+                  f"{cells} | {', '.join(p['heavy']) or 'none'} |")
 
 
 if __name__ == "__main__":
