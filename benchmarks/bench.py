@@ -326,7 +326,8 @@ def targets(rows: list, other_htas: list) -> list:
     return [
         "", f"Against the targets on x10 ({row['mb']} MB, {row['events']:,} events):", "",
         "| target | result | met |", "|---|---|---|",
-        "| a/b ≤ 0.05 | " + ", ".join(f"{x:.3f} vs {n}" for x, (n, _) in zip(ab, htas)) + f" | {yes(max(ab) <= 0.05)} |",
+        "| a/b ≤ 0.05 | " + ", ".join(f"{x:.3f} vs {n}" for x, (n, _) in zip(ab, htas))
+        + f" | {yes(max(ab) <= 0.05)} |",
         f"| a/c ≤ 2 | {a['wall_s'] / c['wall_s']:.2f} | {yes(a['wall_s'] / c['wall_s'] <= 2)} |",
         "| peak memory ≤ ¼ HTA's | " + ", ".join(f"{x:.2f} of {n}'s" for x, (n, _) in zip(rb, htas))
         + f" | {yes(max(rb) <= 0.25)} |",

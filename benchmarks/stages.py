@@ -77,7 +77,8 @@ if detail:
             setattr(owner, name, timed(stage, fn))
             # names bound by `from x import f` in the modules that call it
             for other in list(sys.modules.values()):
-                if owner is mod and getattr(other, "__name__", "").startswith("perfsleuth") and getattr(other, name, None) is fn:
+                ours = getattr(other, "__name__", "").startswith("perfsleuth")
+                if owner is mod and ours and getattr(other, name, None) is fn:
                     setattr(other, name, getattr(owner, name))
 t1 = time.perf_counter()  # the wrapping imported modules the analysis would import: counted as imports
 with without_huge_pages():

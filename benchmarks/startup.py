@@ -34,7 +34,8 @@ HEAVY = ("pandas", "numpy", "torch")
 
 
 def commands(trace: Path) -> dict:
-    return {"--version": ["--version"], "rules": ["rules"], "docs": ["docs"], "analyze (small trace)": ["analyze", str(trace)]}
+    return {"--version": ["--version"], "rules": ["rules"], "docs": ["docs"],
+            "analyze (small trace)": ["analyze", str(trace)]}
 
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}

@@ -105,7 +105,8 @@ def _evidence(trace: Trace, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
              rt[name_mask(rt["name"], lambda s: bool(_SETUP.match(s)))],
              rt[name_mask(rt["name"], lambda s: bool(_MODULE.match(s)))],
              syncs[in_conv],
-             ev[kind_mask(ev, (ANNOTATION, CPU_OP, PYTHON)) & name_mask(ev["name"], lambda s: bool(_COMPILE.search(s)))]]
+             ev[kind_mask(ev, (ANNOTATION, CPU_OP, PYTHON))
+                & name_mask(ev["name"], lambda s: bool(_COMPILE.search(s)))]]
     counts = np.zeros((len(start), len(kinds)), dtype=np.int64)
     for j, df in enumerate(kinds):
         ts = df["ts"].to_numpy(np.int64)

@@ -146,9 +146,9 @@ def _device_nodes(trace: Trace, w0: int, w1: int, last: int):
     after `last` (the end of the last step, which includes the device work it launched)."""
     dev = of_kind(trace.events, *DEVICE_KINDS)
     near = dev[(dev["end"].to_numpy() > w0) & (dev["ts"].to_numpy() <= last)]
-    call_ts = by_id(trace.events, (RUNTIME,), "corr").get(  # the launching call's start
+    nodes = near[["ts", "end", "pid", "tid", "corr", "name", "kind", "bytes"]].reset_index(drop=True)
+    nodes["call_ts"] = by_id(trace.events, (RUNTIME,), "corr").get(  # the launching call's start (NaN: none)
         near["corr"].to_numpy(np.int64), of_kind(trace.events, RUNTIME)["ts"].to_numpy(np.float64), np.nan)
-    nodes = near[["ts", "end", "pid", "tid", "corr", "name", "kind", "bytes"]].reset_index(drop=True).assign(call_ts=call_ts)
     launch = nodes["call_ts"].to_numpy(np.float64)
     ts = nodes["ts"].to_numpy(np.float64)
     known = ~np.isnan(launch)

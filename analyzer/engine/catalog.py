@@ -47,7 +47,6 @@ _OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies
 CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
 
-
 def _num(v) -> str:
     """Compact number: 1,216 · 189 · 0.5 · 12,345,678 (no exponent)."""
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
