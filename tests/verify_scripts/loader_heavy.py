@@ -26,8 +26,8 @@ class Tokens(Dataset):
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=200)
-p.add_argument("--work", type=int, default=1000)
-p.add_argument("--hidden", type=int, default=512)
+p.add_argument("--work", type=int, default=4000)
+p.add_argument("--hidden", type=int, default=1536)
 p.add_argument("--time", action="store_true")
 args = p.parse_args()
 print("loader_heavy: started", flush=True)  # the script's own output: on the terminal once, in the log after
