@@ -1,6 +1,6 @@
 """Large-trace benchmark: perfsleuth vs HTA vs a bare JSON decode, in one run on one machine.
 
-    python benchmarks/bench.py [--source ../shared/traces/v100_df_index_resolver.json.gz]
+    python benchmarks/bench.py [--source fixtures/traces/real/v100_df_index_resolver.json.gz]
                                [--times 2 5 10 20] [--workdir /tmp/perfsleuth-bench] [--write docs/perf.md]
 
 For each replication factor it builds the trace (benchmarks/make_large.py), then runs, each in a
@@ -126,7 +126,7 @@ def machine() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=HERE.parent.parent / "shared/traces/v100_df_index_resolver.json.gz")
+    ap.add_argument("--source", type=Path, default=HERE.parent / "fixtures" / "traces" / "real" / "v100_df_index_resolver.json.gz")
     ap.add_argument("--times", type=int, nargs="+", default=[2, 5, 10, 20])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/perfsleuth-bench"))
     ap.add_argument("--write", type=Path, help="put the results between the bench markers of this Markdown file")

@@ -133,7 +133,7 @@ def test_every_perfsleuth_command_in_the_doc_parses(workflow):
 
 
 @pytest.fixture()
-def job(tmp_path, shared_traces):
+def job(tmp_path, real_traces):
     """A job folder as the workflow leaves it after profiling, and an environment with a perfsleuth
     on PATH (the CLI of this checkout) and a stand-in `gh` that records what it would post."""
     bin_dir = tmp_path / "bin"
@@ -145,7 +145,7 @@ def job(tmp_path, shared_traces):
     work = tmp_path / "work"
     for side, trace in (("prof-base", CONTROL), ("prof-head", TEST)):
         (work / side).mkdir(parents=True)
-        shutil.copy(shared_traces / trace, work / side / "trace.pt.trace.json.gz")
+        shutil.copy(real_traces / trace, work / side / "trace.pt.trace.json.gz")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GITHUB_OUTPUT": str(tmp_path / "out"),
            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"), "GH_LOG": str(tmp_path / "gh.log"),
            "POSTED": str(tmp_path / "posted.md"), "PR": "42", "GH_TOKEN": "t", "LC_ALL": "C.UTF-8"}
@@ -174,9 +174,9 @@ def test_compare_step_records_the_gate_and_writes_the_comment(steps, job):
     assert json.loads((work / "diff.json").read_text())["verdict"]["changed"] is True
 
 
-def test_banned_bottleneck_step(steps, job, shared_traces):
+def test_banned_bottleneck_step(steps, job, real_traces):
     work, env, tmp = job
-    shutil.copy(shared_traces / SYNC_BOUND, work / "prof-head" / "trace.pt.trace.json.gz")
+    shutil.copy(real_traces / SYNC_BOUND, work / "prof-head" / "trace.pt.trace.json.gz")
     p = _run_step(steps["Check banned bottlenecks"], work, env)
     assert p.returncode == 0, p.stderr
     assert (tmp / "out").read_text() == "exit=1\n"

@@ -217,11 +217,11 @@ def test_report_set_renders_an_index_and_each_report_with_unique_ids():
 
 
 @pytest.mark.parametrize("name", ["sampled_rank0_of128.json.gz", "a100_trace_diff_control.json.gz"])
-def test_real_trace_report(shared_traces, name):
+def test_real_trace_report(real_traces, name):
     """A real trace end to end: the 1.8 MB sampled trace and the 35 MB one both give pages far under 1 MB."""
     from perfsleuth.api import analyze_path
 
-    report = analyze_path(shared_traces / name).to_dict()
+    report = analyze_path(real_traces / name).to_dict()
     html = render_html(report)
     assert len(html.encode()) < 200_000
     assert f'<span class="badge c-{report["verdict"].removesuffix("-bound")}">{report["verdict"]}</span>' in html

@@ -155,11 +155,11 @@ def test_report_set_has_an_overview_and_stays_under_the_limit():
     assert re.search(r"_… \d+ more trace summaries in report\.json\._", md)
 
 
-def test_real_trace_summary(shared_traces):
+def test_real_trace_summary(real_traces):
     from perfsleuth.api import analyze_path
     from perfsleuth.report.escape import md_text
 
-    report = analyze_path(shared_traces / "a100_trace_diff_control.json.gz").to_dict()
+    report = analyze_path(real_traces / "a100_trace_diff_control.json.gz").to_dict()
     md = render_markdown(report)
     assert md.startswith("### perfsleuth: `communication-bound` (moderate) · median step **76.76 ms** · device busy "
                          "**83.6%**\n\n> moderately communication-bound: 19% of each step waits for collectives with no "
