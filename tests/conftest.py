@@ -11,6 +11,14 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+
+@pytest.fixture(autouse=True)
+def _not_on_ci(monkeypatch):
+    """`perfsleuth run` times more unprofiled steps when the CI variable is set (RunConfig.measure_ci): the tests
+    run the same on CI and off it, and those of that default set CI themselves."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 # fixtures/ (synthetic trace generator, scenario scripts) and tests/ helpers import from the checkout.
 for p in (ROOT, ROOT / "tests"):

@@ -2,7 +2,6 @@
 source and licence, and nothing in tests/, fixtures/, scripts/ or benchmarks/ reads beside the checkout."""
 
 import re
-from pathlib import Path
 
 from conftest import REAL_TRACES, ROOT
 
