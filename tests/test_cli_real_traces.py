@@ -103,12 +103,18 @@ def test_directory_gives_one_report_per_trace(real_traces, tmp_path):
     assert lines[4].split()[:2] == ["-", "host-bound"] and lines[4].endswith("  mi250_rocm_minitoy.json.gz")
     # the top finding with the number its report shows (exposed-communication has no forecast), never "up to"
     assert lines[3].split()[1] == cpu["verdict"] and f" {cpu['findings'][0]['rule']} (no forecast) " in lines[3]
-    assert lines[5:] == ["", "(perfsleuth analyze DIR --verbose prints each trace's full report)", f"wrote {out}"]
+    assert lines[5:] == ["", "(perfsleuth analyze DIR --details prints each trace's full report)", f"wrote {out}"]
     assert "verdict:" not in result.stdout
-    verbose = CliRunner().invoke(main, ["analyze", str(d), "--verbose"], catch_exceptions=False)
+    verbose = CliRunner().invoke(main, ["analyze", str(d), "--details"], catch_exceptions=False)
     assert verbose.exit_code == 0 and verbose.stdout.startswith("\n".join(lines[:5]) + "\n\nperfsleuth 0.1.0 — ")
     assert verbose.stdout.count("verdict:") == 2
     assert verbose.stdout.index("cpu_only_tiny") < verbose.stdout.index("verdict: ") < verbose.stdout.rindex("mi250")
+    # --verbose, its old name, still works and says the new one; -v is logging only
+    old = CliRunner().invoke(main, ["analyze", str(d), "--verbose"], catch_exceptions=False)
+    assert (old.exit_code, old.stdout) == (0, verbose.stdout)
+    assert old.stderr == "perfsleuth: analyze --verbose is now --details (-v before the command is more logging)\n"
+    assert "--verbose" not in CliRunner().invoke(main, ["analyze", "--help"]).stdout
+    assert "-v, --verbose" in CliRunner().invoke(main, ["--help"]).stdout
 
 
 def test_console_script_runs(real_traces):

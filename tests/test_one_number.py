@@ -35,7 +35,7 @@ def test_the_index_the_reports_and_the_json_show_the_same_number(real_traces, tm
     for name in TRACES:
         shutil.copy(real_traces / name, folder / name)
     out = tmp_path / "out"
-    run = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(out), "--verbose", "-j", "1"],
+    run = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(out), "--details", "-j", "1"],
                              catch_exceptions=False)
     assert run.exit_code == 0, run.output
     data = json.loads((out / "report.json").read_text())

@@ -142,10 +142,10 @@ def render_set_index(data: dict) -> str:
 
 
 def render_terminal_set(data: dict, details: bool = False) -> str:
-    """A directory: the index first; each trace's full report after it with `details` (`--verbose`)."""
+    """A directory: the index first; each trace's full report after it with `details` (`--details`)."""
     parts = [render_set_index(data)]
     if details:
         parts += [render_terminal(rep) for rep in set_order(data.get("reports") or [])]
     else:
-        parts.append("(perfsleuth analyze DIR --verbose prints each trace's full report)")
+        parts.append("(perfsleuth analyze DIR --details prints each trace's full report)")
     return "\n\n".join(parts)
