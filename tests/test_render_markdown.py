@@ -155,6 +155,26 @@ def test_report_set_has_an_overview_and_stays_under_the_limit():
     assert re.search(r"_… \d+ more trace summaries in report\.json\._", md)
 
 
+def test_a_directorys_summary_shows_paths_inside_it_not_the_machines(tmp_path, monkeypatch):
+    """A runner's folder (/home/runner/work/...) never reaches a pull-request comment: the rows and each
+    trace's line show the path inside the folder, the heading the folder as seen from the working directory."""
+    root = tmp_path / "work" / "repo" / "prof"
+    reports = [make_report(findings=1) for _ in range(2)]
+    for i, r in enumerate(reports):
+        r["trace"]["path"] = str(root / "logs" / f"rank{i}.json.gz")
+    data = {"schema": "perfsleuth/report-set@1", "path": str(root), "reports": reports,
+            "skipped": [{"path": str(root / "bad.json"), "problem": "not a trace"}]}
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    md = render_markdown(data)
+    assert md.startswith("### perfsleuth: 2 traces in `repo/prof`\n")
+    assert "| `logs/rank0.json.gz` |" in md and "<sub>trace `logs/rank1.json.gz` ·" in md
+    assert "- skipped `bad.json`: not a trace" in md
+    assert str(tmp_path) not in md
+    # one report alone: its trace relative to the working directory too
+    assert "<sub>trace `repo/prof/logs/rank0.json.gz` ·" in render_markdown(reports[0])
+
+
 def test_real_trace_summary(real_traces):
     from perfsleuth.api import analyze_path
     from perfsleuth.report.escape import md_text

@@ -294,6 +294,19 @@ def set_order(reports: list) -> list:
     return sorted(reports, key=key)
 
 
+def shown_path(path) -> str:
+    """A report's (absolute) path as the terminal and summary.md show it: relative to the working directory when
+    it lies below it (no runner's or home folder in a pull-request comment), as given otherwise."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return text if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def member_path(path: str, root: str) -> str:
     """A trace's path inside its set's folder; as given when it lies elsewhere or either is relative."""
     if not (os.path.isabs(path) and os.path.isabs(root)):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
 from .present import (FORECAST_NOTE, fmt_forecast, location_text, measurement_lines, member_path, set_apart, set_order,
-                      steady_steps, steps_text)
+                      shown_path, steady_steps, steps_text)
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -36,19 +34,6 @@ def _fmt_us(us) -> str:
 def _clean(text: str) -> str:
     """Names from traces are data: control characters escaped, bidi controls shown (escape.terminal)."""
     return terminal(text)
-
-
-def shown_path(path) -> str:
-    """A report's (absolute) path as the terminal shows it: relative to the working directory when it
-    lies below it, as given otherwise."""
-    text = str(path)
-    if not os.path.isabs(text):
-        return text
-    try:
-        rel = os.path.relpath(text)
-    except ValueError:  # another drive (Windows)
-        return text
-    return text if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
 def render_terminal(report: dict) -> str:
