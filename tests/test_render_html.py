@@ -120,7 +120,8 @@ def test_kernels_ops_metadata_and_warnings_are_shown():
 def test_no_findings_one_step_cpu_only():
     html = render_html(make_report(steps=1, findings=0, kernels=0, ops=0, device=False))
     assert bars(html) == ["1"]
-    assert 'id="no-findings">No findings: no rule fired on this trace.' in html
+    assert '<h2>Findings: none</h2>' in html and 'id="no-findings">No rule fired on this trace.</p>' in html
+    assert '<div class="value small">None</div><div class="sub">no rule fired on this trace</div>' in html
     assert '<div class="value muted" id="device-busy">n/a</div><div class="sub">CPU-only trace</div>' in html
     assert "No device kernels in this trace." in html
     assert "host-bound" in html

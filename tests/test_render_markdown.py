@@ -50,10 +50,10 @@ def test_verdict_line_and_top_finding():
 def test_category_table_has_every_category_in_order():
     md = render_markdown(make_report())
     table = tables(md)[0]
-    assert table[0] == "| Category | Share | Mean per step |"
+    assert table[0] == "| Category | Share | Median per step | Mean per step |"
     assert [r.split("|")[1].strip() for r in table[2:]] == [
         "DataLoader", "Kernels", "Sync", "Transfer", "Host", "Communication", "Other"]
-    assert "| Kernels | 64.2% | 1.43 ms |" in table
+    assert "| Kernels | 64.2% | 1.43 ms | 1.43 ms |" in table
 
 
 def test_mermaid_pie_lists_nonzero_categories():
@@ -67,8 +67,8 @@ def test_cpu_only_pie_skips_zero_slices_and_says_n_a():
     md = render_markdown(make_report(device=False, findings=0))
     assert "device busy **n/a (CPU only)**" in md
     assert [line.split('"')[1] for line in mermaid(md)[1:]] == ["DataLoader", "Host", "Other"]
-    assert "**No findings:** no rule fired on this trace." in md
-    assert "None: no rule fired on this trace." in md
+    assert "**Findings: none** (no rule fired on this trace)" in md
+    assert "#### Findings: none\n\nNo rule fired on this trace.\n" in md
 
 
 def test_no_steps_gives_no_pie():

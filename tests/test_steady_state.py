@@ -162,7 +162,7 @@ def test_renderers_show_warm_up_apart(tmp_path):
     assert "steps: 4 steady + 1 warm-up (ProfilerStep)" in term
     assert "set apart (not in the shares, the verdict or the findings; step-outliers still counts them):" in term
     assert "  warm-up  ProfilerStep#1: 5.0 ms, 25.0x the median steady step" in term
-    assert "kernel          90.0%    180.0 µs" in term  # the mean over the steady steps
+    assert "kernel          90.0%     180.0 µs    180.0 µs" in term  # median and mean over the steady steps
     md = render_markdown(d)
     assert "- warm-up `ProfilerStep#1`: 5.0 ms, 25.0x the median steady step" in md
     assert "| Kernels | 90.0% | 180 µs |" in md

@@ -122,7 +122,7 @@ def _headline(report: dict) -> str:
             lines.append(_forecast_block(combined, "All top fixes together (" + ", ".join(
                 str(r) for r in combined.get("rules") or []) + ")"))
     else:
-        lines.append("**No findings:** no rule fired on this trace.")
+        lines.append(f"**Findings: {present.NO_FINDINGS}** ({present.NO_FINDINGS_WHY})")
     return "\n\n".join(lines)
 
 
@@ -163,11 +163,12 @@ def _warnings(report: dict) -> str:
 def _categories(report: dict) -> str:
     share = (report.get("summary") or {}).get("time_share") or {}
     steps = present.steady_steps(report)
-    rows = ["| Category | Share | Mean per step |", "|:--|--:|--:|"]
+    rows = ["| Category | Share | Median per step | Mean per step |", "|:--|--:|--:|--:|"]
     pie = []
     for c in CATEGORIES:
-        total = sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in steps)
-        rows.append(f"| {CATEGORY_LABELS[c]} | {fmt_pct(share.get(c))} | {fmt_us(total / (len(steps) or 1))} |")
+        each = present.per_step(steps, c)
+        rows.append(f"| {CATEGORY_LABELS[c]} | {fmt_pct(share.get(c))} | {fmt_us(each['median'])} "
+                    f"| {fmt_us(each['mean'])} |")
         value = number(share.get(c))
         if value is not None and value > 0:
             pie.append(f'    "{mermaid_label(CATEGORY_LABELS[c])}" : {value * 100:.1f}')
@@ -198,7 +199,7 @@ def _finding_list(report: dict) -> list[dict]:
 def _findings(report: dict, budget: int) -> str:
     findings = _finding_list(report)
     if not findings:
-        return "#### Findings\n\nNone: no rule fired on this trace."
+        return f"#### Findings: {present.NO_FINDINGS}\n\n{present.NO_FINDINGS_WHY.capitalize()}."
     parts = [f"#### Findings ({len(findings)})"]
     used = len(parts[0])
     shown = 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
-from .present import (FORECAST_NOTE, fmt_forecast, location_text, measurement_lines, member_path, set_apart, set_order,
-                      shown_path, steady_steps, steps_text)
+from .present import (FORECAST_NOTE, NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, location_text, measurement_lines,
+                      member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -49,13 +49,13 @@ def render_terminal(report: dict) -> str:
         + ("" if s.get("device_busy") is None else f"   device busy: {s['device_busy']:.0%}"),
         *[_clean(x) for x in measurement_lines(report) if x],
         "",
-        f"{'category':<14}{'share':>7}  {'per step':>10}  ",
+        f"{'category':<14}{'share':>7}  {'median/step':>11}  {'mean/step':>10}  ",
     ]
     steps = steady_steps(report)
     for c in CATEGORIES:
-        share = s["time_share"][c]
-        mean_us = sum(st["time_us"][c] for st in steps) / len(steps) if steps else 0.0
-        lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
+        share, each = s["time_share"][c], per_step(steps, c)
+        lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(each['median']):>11}  {_fmt_us(each['mean']):>10}  {bar(share)}")
+    lines.append("(median/step: like the step time above; share and mean/step: of all the steps' time together)")
     if t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     apart = set_apart(report)
@@ -91,6 +91,8 @@ def render_terminal(report: dict) -> str:
         lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
         if any(figures.verified_of(f) for f in findings):
             lines.append(f"  ({figures.MEASURED_NOTE})")
+    else:
+        lines += ["", f"findings: {NO_FINDINGS} ({NO_FINDINGS_WHY})"]
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in figures.shown_warnings(report, measurement_lines(report)):
