@@ -3,6 +3,7 @@ Markdown's escaping and length, and the output files."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -363,6 +364,19 @@ def test_a_trace_diffed_with_itself(real_traces):
     assert "verdict: communication-bound (unchanged)" in r.stdout
     assert "kernels: no per-step change" in r.stdout and "ops: no per-step change" in r.stdout
     assert r.stderr == ""
+    assert "None of the 174 compared changed." in render_diff_markdown(diff_paths(path, path))  # kernels
+
+
+def test_a_cpu_diff_says_there_are_no_kernels_on_either_side(tmp_path):
+    """CPU-only runs have no device kernels: said as such, never "None of 0 changed"."""
+    cpu = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "cpu"
+    r = CliRunner().invoke(main, ["diff", str(cpu / "dataloader_starved.pt.trace.json.gz"),
+                                  str(cpu / "few_workers.pt.trace.json.gz"), "--markdown", str(tmp_path / "d.md")],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "\nkernels: none in either run\n" in r.stdout and "ops slower (per step" in r.stdout
+    md = (tmp_path / "d.md").read_text(encoding="utf-8")
+    assert "\n**Kernels:** none in either run.\n" in md and "None of 0" not in md
 
 
 # ---------------------------------------------------------------- Markdown: escaping and length
