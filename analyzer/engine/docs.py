@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..errors import UsageError
 from ..facts.core import FACTS, REQUIREMENTS
 from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
@@ -37,6 +39,11 @@ def _severity_text(r: Rule) -> str:
     return r.severity + (f" ({extra})" if extra else "")
 
 
+def gpu_only(r: Rule) -> bool:
+    """The rule's condition is `device_is_gpu and ...`: it can never fire on a CPU-only trace."""
+    return re.match(r"\s*device_is_gpu\s*(and\b|$)", r.condition) is not None
+
+
 def rule_markdown(r: Rule, heading: str = "#") -> str:
     """A rule's docs with the fixed sections (ruff style)."""
     out = [f"{heading} `{r.slug}`: {r.title}", "",
@@ -63,7 +70,9 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
         applies = f" and `{r.applies}` holds" if r.applies else ""
         out += [f"Requires {needs}. Without it, when the rule does not fire{applies}, the report lists it under "
                 "`not_checked`.", ""]
-    if r.cpu:
+    if gpu_only(r):  # its CPU wording (for rule files that drop the gate) is never shown: not documented as if it were
+        out += ["On CPU-only traces: never fires (its condition requires `device_is_gpu`).", ""]
+    elif r.cpu:
         out += ["On CPU-only traces: " + "; ".join(f"{k.replace('_', ' ')} \"{v}\"" for k, v in r.cpu.items()) + ".", ""]
     if r.locations:
         out += [f"Source locations: `{r.locations}` (with python stacks).", ""]
