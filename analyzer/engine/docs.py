@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..config import CATEGORIES
 from ..errors import UsageError
 from ..facts.core import FACTS, REQUIREMENTS
 from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
@@ -12,6 +13,20 @@ from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
 GENERATED_BEGIN = "<!-- BEGIN GENERATED: perfsleuth rules --markdown -->"
 GENERATED_END = "<!-- END GENERATED -->"
+
+
+RULE_LIST_BEGIN = "<!-- BEGIN GENERATED: rule list (python scripts/readme_sample.py) -->"
+
+
+def rule_list(rules: list) -> str:
+    """The README's list of the catalogue's rules, by category in report order (scripts/readme_sample.py writes
+    it between RULE_LIST_BEGIN and GENERATED_END; tests/test_readme.py checks it)."""
+    by: dict = {}
+    for r in rules:
+        by.setdefault(r.category, []).append(r.slug)
+    order = [c for c in CATEGORIES if c in by] + sorted(set(by) - set(CATEGORIES))
+    parts = [f"{c}: " + ", ".join(f"`{s}`" for s in by[c]) for c in order]
+    return f"The {len(rules)} rules of the catalogue, by category — " + "; ".join(parts) + "."
 
 
 def find_rule(rules: list, slug: str) -> Rule:
