@@ -228,3 +228,7 @@ def test_run_words_are_split_as_a_shell_would_and_never_run():
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[--name][a b][$(touch pwned)][x;y]"
     assert not (Path(__file__).parent / "pwned").exists()
+    bad = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", words], capture_output=True,
+                         text=True, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OPTIONS": "",
+                                         "ARGS": "--name 'a b"}, timeout=60)
+    assert bad.returncode != 0 and "No closing quotation" in bad.stderr and bad.stdout == ""
