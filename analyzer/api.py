@@ -70,7 +70,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
-                          float(facts.values["step_us"]))
+                          float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
     _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)

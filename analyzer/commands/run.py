@@ -27,6 +27,7 @@ from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_
                           RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
 from .signals import as_interrupts, exit_code, signal_name
+from .compile_facts import CompileWatch
 from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
@@ -85,6 +86,7 @@ class ProfileSession:
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
         self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
+        self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
 
     @property
     def source(self) -> Optional[str]:
@@ -154,7 +156,8 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
-                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir), **extra}
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
+                **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
     def _closure_returned(self) -> None:
         """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
@@ -172,7 +175,9 @@ class ProfileSession:
         try:
             self._advance()
         finally:
-            self.step_clock.leave(self.steps, self._phase())
+            phase = self._phase()
+            self.step_clock.leave(self.steps, phase)
+            self._compile.boundary(phase)
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
 
@@ -258,7 +263,9 @@ class ProfileSession:
         raw, self._raw = self._raw, None
         if raw is None:
             return
-        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata()})
+        compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
+        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
+                                                                    **({"compile": compiled} if compiled else {})})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)

@@ -23,6 +23,7 @@ from typing import Iterable, Optional
 import tomllib
 from jinja2 import StrictUndefined, TemplateError, meta
 
+from ..analysis.fc_compile import WINDOW_MODELS
 from ..analysis.forecast import MODELS
 from ..config import CATEGORIES
 from ..errors import TraceError, UsageError
@@ -40,7 +41,7 @@ DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Exa
 # Evidence tables rules may name (templates, `locations`); the *_sites ones are source locations.
 TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers", "host_sites",
           "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites", "zero_grad_sites",
-          "pageable_copy_sites", "blocking_copy_sites")
+          "pageable_copy_sites", "blocking_copy_sites", "recompile_reasons", "graph_break_reasons")
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
@@ -219,8 +220,8 @@ def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
         _fail(where, f"evidence names unknown fact(s) {', '.join(map(str, bad))}")
     if raw.get("locations") and raw["locations"] not in TABLES:
         _fail(where, f"locations names unknown evidence table '{raw['locations']}'")
-    if raw.get("forecast") and raw["forecast"] not in MODELS:
-        _fail(where, f"forecast names unknown model '{raw['forecast']}' (known: {', '.join(sorted(MODELS))})")
+    if raw.get("forecast") and raw["forecast"] not in MODELS and raw["forecast"] not in WINDOW_MODELS:
+        _fail(where, f"forecast names unknown model '{raw['forecast']}' (known: {', '.join(sorted({*MODELS, *WINDOW_MODELS}))})")
     when = raw.get("severity_when", {})
     rule = Rule(slug=raw["slug"], title=raw["title"], category=raw["category"], severity=raw["severity"],
                 condition=raw["condition"], saving_us=raw["saving_us"], saving_basis=raw["saving_basis"],

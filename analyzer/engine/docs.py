@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..analysis.fc_compile import WINDOW_MODELS
 from ..config import CATEGORIES
 from ..errors import UsageError
 from ..facts.core import FACTS, REQUIREMENTS
@@ -77,7 +78,9 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
         out.append("")
     out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
             f"Ceiling (JSON `ceiling`, never the finding's number): `{r.saving_us}` per step ({r.saving_basis}).", "",
-            (f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
+            (f"Forecast: model `{r.forecast}` — {WINDOW_MODELS[r.forecast].__doc__} ([compile.md](compile.md))."
+             if r.forecast in WINDOW_MODELS else
+             f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
              "([forecast.md](forecast.md))." if r.forecast else
              "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
     if r.requires:

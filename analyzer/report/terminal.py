@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
-from .present import (FORECAST_NOTE, NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, location_text, measurement_lines,
+from .present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 
 BAR_WIDTH = 30
@@ -88,7 +88,7 @@ def render_terminal(report: dict) -> str:
         if isinstance(combined, dict) and combined.get("speedup") is not None:
             rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
             lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
-        lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
+        lines.append(f"  ({forecast_note(findings)}; assumptions in the JSON, HTML and Markdown reports)")
         if any(figures.verified_of(f) for f in findings):
             lines.append(f"  ({figures.MEASURED_NOTE})")
     else:
