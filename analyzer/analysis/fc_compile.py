@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
-from .forecast import MAX_RANGE, no_forecast, unreliable
+from .forecast_object import MAX_RANGE, no_forecast, unreliable
 
 DYNAMIC_COST = 0.10  # low: the step outside compilation runs this much slower on a graph for symbolic shapes
 
@@ -76,6 +74,8 @@ def no_compile_after_warmup(values: dict, tables: dict) -> dict:
 
 def compiled_not_eager(values: dict, tables: dict) -> dict:
     """not a replay: the steady steps that ran a frame eager take the time of the ones that ran compiled"""
+    import numpy as np  # here: `perfsleuth rules` reads this module's docstrings without numpy
+
     model = "compiled-not-eager"
     rows = [r for r in tables.get("compile_step_times") or [] if isinstance(r, dict)]
     eager = np.array([r["us"] for r in rows if r.get("eager")], dtype=np.float64)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON, RUNTIME, Trace
 from ..trace.names import SYNC_CALLS, is_compile_event, name_mask
-from ..trace.selection import of_kind
+from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
 from .compiling import Compiling, compiling_of, ids_in, per_step
 
@@ -122,7 +122,6 @@ def _evidence(trace: Trace, start: np.ndarray, end: np.ndarray, comp: Compiling)
     (compile time outside recompilations) cover (ns, merged); the host time they alone cover."""
     ev = trace.events
     rt = of_kind(ev, RUNTIME)
-    marks = of_kind(ev, ANNOTATION, CPU_OP, PYTHON)
     ops = of_kind(ev, CPU_OP)
     syncs = rt[rt["name"].isin(SYNC_CALLS)]
     in_conv = iv.covers(_span(ops[name_mask(ops["name"], lambda s: bool(_CONV.search(s)))]),
@@ -131,7 +130,8 @@ def _evidence(trace: Trace, start: np.ndarray, end: np.ndarray, comp: Compiling)
              rt[name_mask(rt["name"], lambda s: bool(_SETUP.match(s)))],
              rt[name_mask(rt["name"], lambda s: bool(_MODULE.match(s)))],
              syncs[in_conv],
-             marks[name_mask(marks["name"], lambda s: bool(_COMPILE.search(s)) and not is_compile_event(s))]]
+             ev[kind_mask(ev, (ANNOTATION, CPU_OP, PYTHON))
+                & name_mask(ev["name"], lambda s: bool(_COMPILE.search(s)) and not is_compile_event(s))]]
     counts = np.zeros((len(start), len(kinds)), dtype=np.int64)
     for j, df in enumerate(kinds):
         ts = df["ts"].to_numpy(np.int64)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..trace.lookup import FirstRow
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import name_mask
 from ..trace.selection import of_kind
@@ -133,12 +134,10 @@ def _device_end_per_window(trace: Trace, host_start: np.ndarray, host_end: np.nd
     rt_ts = rt["ts"].to_numpy()[rt_ok]
     idx = np.searchsorted(host_start, rt_ts, side="right") - 1
     inside = (idx >= 0) & (rt_ts < host_end[np.clip(idx, 0, None)])
-    launch = pd.Series(idx[inside], index=rt_corr[rt_ok][inside])
-    launch = launch[~launch.index.duplicated()]
-    win = launch.reindex(dev_corr[dev_ok]).to_numpy()
-    ok = ~np.isnan(win)
+    call = FirstRow(rt_corr[rt_ok][inside]).find(dev_corr[dev_ok])  # the first launch of each correlation id
+    ok = call >= 0
     if ok.any():
-        np.maximum.at(out, win[ok].astype(np.int64), dev["end"].to_numpy()[dev_ok][ok])
+        np.maximum.at(out, idx[inside][call[ok]], dev["end"].to_numpy()[dev_ok][ok])
     return out
 
 

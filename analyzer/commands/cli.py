@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import sys
 import time
@@ -138,7 +139,27 @@ class ProgressBar:
             self.bar.__exit__(None, None, None)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose commands in `lazy` (name -> "module:command", relative to this package) are
+    imported when they are used: `perfsleuth --version`, `rules` or `docs` never load `run` and what
+    it imports (click's documented pattern for lazily loaded subcommands)."""
+
+    def __init__(self, *args, lazy: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx) -> list:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx, name: str):
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module, __package__), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy={"run": ".cli_run:run_command"},
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="perfsleuth")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
 def main(verbose: int) -> None:
@@ -206,6 +227,7 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from ..trace.cluster import check_scheduler
     from ..trace.sources import display_name
     from .gates import check_report, known_rule_slugs, parse_fail_on
+    from .progress import FolderProgress
 
     if old_details:
         say("perfsleuth: analyze --verbose is now --details (-v before the command is more logging)", err=True)
@@ -217,11 +239,14 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
                   force=force)
     if scheduler in (None, "local"):  # processes on this machine
         jobs = _jobs(jobs)
+    folder = FolderProgress()  # a line per trace of a folder, and the folder's bar (on a terminal)
     try:
         result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
-                              scheduler=scheduler)
+                              scheduler=scheduler, on_file=folder)
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
+    finally:
+        folder.close()
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                 force=force, details=details)
     exit_on_gate_failures(check_report(data, gates))
@@ -238,7 +263,7 @@ def _jobs(jobs):
     return jobs
 
 
-# Further commands register here (rules, run, diff).
+# Further commands: rules, docs, diff below; run in commands/cli_run.py (imported when used).
 
 
 @main.command("rules")
@@ -327,11 +352,5 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     exit_on_gate_failures(check_regression(result, threshold))
 
 
-from . import cli_run  # noqa: E402,F401  registers `run` on the group (commands/cli_run.py)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    # `python -m perfsleuth.commands.cli`: `run` is registered (by cli_run) on the package's module, not on this copy
-    from perfsleuth.commands.cli import main as package_main
-
-    package_main()
+    main()

@@ -1,4 +1,4 @@
-"""The `run` command (`perfsleuth run [--verify] TARGET ...`), registered on the group in commands/cli.py.
+"""The `run` command (`perfsleuth run [--verify] TARGET ...`), loaded by the group in commands/cli.py when used.
 
 Its own module because the command grew past what cli.py can hold under the 400-line rule: the
 profiled run (commands/run.py), then with --verify the experiments that measure the fixes
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from .cli import emit, main, output_options, say, user_errors
+from .cli import emit, output_options, say, user_errors
 from .run_config import RunConfig, unprofiled_steps
 from .verify_config import VerifyConfig
 
@@ -48,7 +48,7 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
     return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
 
 
-@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--measure", type=click.IntRange(2), default=None, metavar="N",
               help="Unprofiled steps to time, half before the recorded window and half after it: the step time "
@@ -104,6 +104,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     from ..trace.companion import companion_name
     from . import run as runner
     from . import run_outputs, run_paths
+    from .progress import PhaseLine
     from .target import resolve_target
 
     wait, after = unprofiled_steps(measure, wait, after)
@@ -116,7 +117,8 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
-    outcome = runner.run_script(job, config, folder)
+    phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
+    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None)
     interrupted = None
     if outcome.user_traceback:
         click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it

@@ -14,11 +14,12 @@ script that swallows it (bare `except:`) gets it again at its next step.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
 from . import code_sites, run_facts, run_outputs
@@ -87,6 +88,8 @@ class ProfileSession:
         self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
         self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
+        self.on_phase: Optional[Callable[[str, str], None]] = None  # progress.PhaseLine under `perfsleuth run`
+        self._said: Optional[tuple] = None  # the phase last told to on_phase
 
     @property
     def source(self) -> Optional[str]:
@@ -122,6 +125,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
+        self._say_phase(WAIT if self.config.wait else WARMUP)
         self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
@@ -178,8 +182,24 @@ class ProfileSession:
             phase = self._phase()
             self.step_clock.leave(self.steps, phase)
             self._compile.boundary(phase)
+        self._say_phase(phase)
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
+
+    def _say_phase(self, phase: str) -> None:
+        """The phase the run is in, in words, to `on_phase` (a line on the terminal when it changes)."""
+        c = self.config
+        said = {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
+                WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+                ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+                AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),
+                STACKS: ("profiling", f"{c.stacks_window} steps with Python stacks (source lines)")}.get(phase)
+        if said is not None and self.on_phase is not None and not self.done and said != self._said:
+            self._said = said
+            # perfsleuth's own time where a window may record it; never in the light recording, where
+            # any op would count as the script's torch work (a script that ran none says so)
+            with run_facts.own_span() if self._light is None else contextlib.nullcontext():
+                self.on_phase(*said)
 
     def _phase(self) -> str:
         """The phase of the step that starts now (step_clock.py)."""
@@ -264,6 +284,8 @@ class ProfileSession:
         if raw is None:
             return
         compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
+        if self.on_phase is not None:
+            self.on_phase("writing", f"the trace ({self.trace_path.name})")
         written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
                                                                     **({"compile": compiled} if compiled else {})})
         self.trace_written = written is not None
@@ -305,11 +327,14 @@ class ProfileSession:
 
 
 # --- running a script --------------------------------------------------------------------------
-def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
-    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
+def run_script(target: Target, config: RunConfig, out_dir: Path,
+               on_phase: Optional[Callable[[str, str], None]] = None) -> RunOutcome:
+    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded.
+    `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing."""
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
+    session.on_phase = on_phase if rank in (None, 0) else None  # rank 0 speaks for the job
     ended = "finished"
     with _script_environment(target), as_interrupts():
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
@@ -335,5 +360,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
+    if session.on_phase is not None and session.trace_written:
+        session.on_phase("analysing", outcome.trace_path.name)
     conclude(outcome, ended, session.window_done, config)
     return outcome

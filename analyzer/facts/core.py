@@ -33,6 +33,7 @@ from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
 from .ops import OP_FACTS, op_facts
+from .requirements import REQUIREMENTS  # noqa: F401  (re-exported: rules name them)
 from .threads import THREAD_FACTS, thread_facts
 
 CORE_FACTS = {
@@ -74,18 +75,6 @@ for _c in CATEGORIES:
 
 FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
                **COMPILE_FACTS}
-
-# What a rule may declare it `requires` (rules/*.toml): name -> (the bool fact that says the trace has
-# it, why the rule could not be checked without it). A rule that requires something the trace lacks and
-# that applies to the trace is listed as not checked (docs/rules.md), never skipped silently.
-REQUIREMENTS = {
-    "device_generation": ("device_generation_known", "device generation unknown (no deviceProperties, and no "
-                          "architecture in the device name or the kernel names)"),
-    "run_metadata": ("has_run_metadata", "cores, threads and DataLoader workers unknown (recorded only by "
-                     "`perfsleuth run` or `perfsleuth.profile()`)"),
-    "stacks": ("has_stacks", "no Python stacks (record with with_stack=True)"),
-    "shapes": ("has_shapes", "no input shapes or types (record with record_shapes=True)"),
-}
 
 
 @dataclass

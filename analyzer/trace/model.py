@@ -23,6 +23,7 @@ from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from . import document, files, kineto, sources, validate
+from .hugepages import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ _KIND_OF_CAT = {
     "cuda_sync": DEVICE_SYNC,
 }
 TRACE_SUFFIXES = (".json", ".json.gz")
+TRIM_AFTER_ENTRIES = 200_000  # a load this large leaves tens of MB of freed heap (hugepages.release_free_memory)
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -71,7 +73,8 @@ class Trace:
     ts, end, dur -- int64 ns relative to `t0_us`;  kind -- int8 code into KIND_NAMES;
     name -- categorical;  pid, tid -- int64 (-1 where the trace used a string);
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
-    py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
+    py_id, py_parent -- python_function tree links (-1 when absent; int8 -1 throughout when the trace has none,
+    as seq and peer);  in_type -- categorical
     "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
     name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent);
     peer -- of a send or recv, the other rank in that group ("Dst Rank" / "Src Rank"; -1 when absent).
@@ -152,6 +155,8 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     frames = [_take_chunk(out, trace) for out in outs]
     del outs
     trace.events = _assemble(frames, trace)
+    if entries >= TRIM_AFTER_ENTRIES:
+        release_free_memory()  # the decode's freed chunks, before the analysis builds on top of them
     if trace.events.empty:
         if any("not event objects" in w for w in trace.warnings):
             raise TraceError(path, "not a PyTorch profiler trace (traceEvents holds no event objects)")
@@ -228,6 +233,9 @@ def _kinds(cats: list) -> np.ndarray:
 
 _FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
 _NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
+# Ids most traces have none of (no Python stacks, no collectives): int8 -1 then, which every selection and
+# copy of the table carries at 4 bytes a row instead of 32 (readers convert with .to_numpy(np.int64)).
+_SPARSE = ("py_id", "py_parent", "seq", "peer")
 _ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "pg", "end")  # the frame's columns
 
 
@@ -295,6 +303,9 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
         for k in list(cols):
             cols[k] = cols[k][~dup]
     cols["end"] = cols["ts"] + cols["dur"]
+    for k in _SPARSE:  # a column no event of the trace has a value in: -1 in one byte, not eight
+        if not (cols[k] != -1).any():
+            cols[k] = np.full(cols[k].size, -1, dtype=np.int8)
     return pd.DataFrame({k: cols[k] for k in _ORDER}, copy=False)  # no consolidating copy
 
 

@@ -72,8 +72,12 @@ def used_categories(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.flatnonzero(present)
 
 
-def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
-    """Evaluate `predicate` once per distinct name the rows use, map back to rows."""
+def name_mask(names, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Evaluate `predicate` once per distinct name the rows use, map back to rows (a missing name
+    matches nothing). `names`: a categorical Series, or any Series or array of str (factorized first)."""
+    if not (isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype)):
+        codes, uniques = pd.factorize(np.asarray(names, dtype=object))
+        names = pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object)))
     codes, used = used_categories(names)
     hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)  # the last entry: missing names (-1)
     hit[used] = [bool(predicate(c)) for c in names.cat.categories.take(used).tolist()]
