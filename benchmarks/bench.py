@@ -1,6 +1,6 @@
 """Large-trace benchmark: perfsleuth vs HTA vs a bare JSON decode, in one run on one machine.
 
-    python benchmarks/bench.py [--source ../shared/traces/v100_df_index_resolver.json.gz]
+    python benchmarks/bench.py [--source fixtures/traces/real/v100_df_index_resolver.json.gz]
                                [--times 1 2 5 10 20] [--workdir /tmp/perfsleuth-bench] [--write docs/perf.md]
     python benchmarks/bench.py --check [--against docs/perf.md] [--tolerance 0.2]
 
@@ -138,7 +138,8 @@ def machine() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=HERE.parent.parent / "shared/traces/v100_df_index_resolver.json.gz")
+    ap.add_argument("--source", type=Path,
+                    default=HERE.parent / "fixtures" / "traces" / "real" / "v100_df_index_resolver.json.gz")
     ap.add_argument("--times", type=int, nargs="+", default=[1, 2, 5, 10, 20])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/perfsleuth-bench"))
     ap.add_argument("--write", type=Path, help="put the results between the bench markers of this Markdown file")

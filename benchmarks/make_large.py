@@ -1,6 +1,6 @@
 """Build large traces by replicating the steps of a real trace.
 
-    python benchmarks/make_large.py ../shared/traces/v100_df_index_resolver.json.gz OUTDIR --times 2 5 10 20
+    python benchmarks/make_large.py fixtures/traces/real/v100_df_index_resolver.json.gz OUTDIR --times 2 5 10 20
 
 Each copy of the events is shifted by the trace's span (so copies follow each other in time), and its
 correlation ids, External ids, flow ids and ProfilerStep numbers are renumbered so that the copies do

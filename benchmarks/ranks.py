@@ -3,7 +3,7 @@ two local worker processes, and a Dask LocalCluster of two workers.
 
     python benchmarks/ranks.py --ranks 1 2 4 8 --write docs/perf.md
 
-The rank traces are copies of ../shared/traces/v100_df_index_resolver.json.gz (216k events, 53.7 MB
+The rank traces are copies of fixtures/traces/real/v100_df_index_resolver.json.gz (216k events, 53.7 MB
 of JSON as Kineto wrote it), each with its own rank in distributedInfo (so every copy is a different
 rank of one job to the cross-rank analysis: all collectives match, nobody waits). Each configuration runs
 `perfsleuth analyze DIR` in a fresh interpreter (imports and, for Dask, the cluster's start-up
@@ -27,7 +27,7 @@ from pathlib import Path
 import re
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE.parent.parent / "shared" / "traces" / "v100_df_index_resolver.json.gz"
+SOURCE = HERE.parent / "fixtures" / "traces" / "real" / "v100_df_index_resolver.json.gz"
 CONFIGS = {"1 worker": ["-j", "1"], "2 workers": ["-j", "2"], "LocalCluster (2 workers)": ["-j", "2", "--scheduler", "local"]}
 DIST = re.compile(rb'"distributedInfo": \{[^}]*\}')
 BEGIN, END = "<!-- ranks-bench:begin (written by benchmarks/ranks.py --write) -->", "<!-- ranks-bench:end -->"

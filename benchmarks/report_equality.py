@@ -4,7 +4,7 @@
     python benchmarks/report_equality.py compare OLD NEW       # every difference, path by path
 
 `dump` analyses (in this interpreter, so run it with the version to check: a venv with the old code,
-then one with the new) every trace under ../shared/traces and fixtures/traces (stacks companions are
+then one with the new) every trace under fixtures/traces (stacks companions are
 read through their main trace, not on their own) and every folder of rank traces, one worker, and
 writes each report dict as JSON. Fields that hold timings of the analysis itself would be left out
 (TIMING); report@1 has none today. `compare` lists every value that differs; exit 1 when any does.
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOTS = (HERE.parent.parent / "shared" / "traces", HERE.parent / "fixtures" / "traces")
+ROOTS = (HERE.parent / "fixtures" / "traces",)
 TIMING = frozenset({"elapsed_s", "analysis_s", "wall_s"})  # keys dropped before comparing
 
 

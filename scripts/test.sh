@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine, then run it.
 #   bash scripts/test.sh [pytest args]
-# Needs ../shared/traces beside the checkout (the real GPU traces the integration tests read).
+# Needs nothing beside the checkout: the real traces the tests read are in fixtures/traces/real/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

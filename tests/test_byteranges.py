@@ -128,13 +128,13 @@ def test_bad_json_in_a_range_reports_like_the_sequential_path(tmp_path, small_ra
 
 
 @pytest.mark.parametrize("gz", [True, False])
-def test_real_trace_through_ranges_equals_sequential(shared_traces, monkeypatch, tmp_path, gz):
+def test_real_trace_through_ranges_equals_sequential(real_traces, monkeypatch, tmp_path, gz):
     monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 20)
     monkeypatch.setattr(byteranges, "RANGE_BYTES", 4 << 20)  # 14 ranges of the 54 MB document
-    path = shared_traces / "v100_df_index_resolver.json.gz"
+    path = real_traces / "v100_df_index_resolver.json.gz"
     if not gz:
         path = tmp_path / "v100.json"
-        path.write_bytes(gzip.decompress((shared_traces / "v100_df_index_resolver.json.gz").read_bytes()))
+        path.write_bytes(gzip.decompress((real_traces / "v100_df_index_resolver.json.gz").read_bytes()))
     calls = _spy_on_plan(monkeypatch)
     par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
     assert calls == ["inflating" if gz else "ranges", "split"]

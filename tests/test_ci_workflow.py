@@ -1,5 +1,5 @@
-"""docs/ci.md: the GitHub Actions workflow parses, has the steps the docs promise, uses options the CLI
-really has, and its shell steps work: they are run here with the real CLI and a stand-in `gh`."""
+"""docs/ci.md's long-form workflow (the fallback to the action): it parses, has the steps the docs promise, uses
+options the CLI really has, and its shell steps work: they are run here with the real CLI and a stand-in `gh`."""
 
 import json
 import os
@@ -18,7 +18,9 @@ from perfsleuth.report.diff_view import MAX_CHARS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
 GITHUB_COMMENT_LIMIT = 65_536
-CONTROL, TEST, SYNC_BOUND = "a100_trace_diff_control.json.gz", "v100_trace_diff_test.json.gz", "a100_rank0_of16_nccl.json.gz"
+CONTROL, TEST = "a100_trace_diff_control.json.gz", "v100_trace_diff_test.json.gz"
+# a CPU run (the runner docs/ci.md shows): the loader is the bottleneck, the DataLoader has no workers
+LOADER_BOUND = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "cpu" / "dataloader_starved.pt.trace.json.gz"
 
 
 def _blocks(lang):
@@ -27,9 +29,11 @@ def _blocks(lang):
 
 @pytest.fixture(scope="module")
 def workflow():
+    """The long form (the fallback after the action, whose own test is tests/test_action.py)."""
     blocks = _blocks("yaml")
-    assert len(blocks) == 1, "docs/ci.md holds exactly one ```yaml block: the workflow"
-    return yaml.safe_load(blocks[0])
+    assert len(blocks) == 2, "docs/ci.md holds two ```yaml blocks: the workflow with the action, then the long form"
+    assert "/perfsleuth@" in blocks[0] and "Profile the base branch" in blocks[1]
+    return yaml.safe_load(blocks[1])
 
 
 @pytest.fixture(scope="module")
@@ -125,15 +129,15 @@ def test_every_perfsleuth_command_in_the_doc_parses(workflow):
         if argv[0] == "diff":
             assert ctx.params["regression"] == "10%" and ctx.params["markdown_path"] == "diff.md"
             assert ctx.params["json_path"] == "diff.json"
-        if argv[0] == "analyze":
-            assert ctx.params["fail_on"] == ("sync-bound,item-sync",)
+        if argv[0] == "analyze":  # gates a CPU runner can trip (no sync, no item-sync without a GPU)
+            assert ctx.params["fail_on"] == ("dataloader-bound,num-workers",)
 
 
 # ---------------------------------------------------------------- the shell steps, run for real
 
 
 @pytest.fixture()
-def job(tmp_path, shared_traces):
+def job(tmp_path, real_traces):
     """A job folder as the workflow leaves it after profiling, and an environment with a perfsleuth
     on PATH (the CLI of this checkout) and a stand-in `gh` that records what it would post."""
     bin_dir = tmp_path / "bin"
@@ -145,7 +149,7 @@ def job(tmp_path, shared_traces):
     work = tmp_path / "work"
     for side, trace in (("prof-base", CONTROL), ("prof-head", TEST)):
         (work / side).mkdir(parents=True)
-        shutil.copy(shared_traces / trace, work / side / "trace.pt.trace.json.gz")
+        shutil.copy(real_traces / trace, work / side / "trace.pt.trace.json.gz")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GITHUB_OUTPUT": str(tmp_path / "out"),
            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"), "GH_LOG": str(tmp_path / "gh.log"),
            "POSTED": str(tmp_path / "posted.md"), "PR": "42", "GH_TOKEN": "t", "LC_ALL": "C.UTF-8"}
@@ -174,15 +178,15 @@ def test_compare_step_records_the_gate_and_writes_the_comment(steps, job):
     assert json.loads((work / "diff.json").read_text())["verdict"]["changed"] is True
 
 
-def test_banned_bottleneck_step(steps, job, shared_traces):
+def test_banned_bottleneck_step(steps, job):
+    """The documented gates trip on a CPU run that the loader starves (fixtures/traces/cpu, recorded here)."""
     work, env, tmp = job
-    shutil.copy(shared_traces / SYNC_BOUND, work / "prof-head" / "trace.pt.trace.json.gz")
+    shutil.copy(LOADER_BOUND, work / "prof-head" / "trace.pt.trace.json.gz")
     p = _run_step(steps["Check banned bottlenecks"], work, env)
     assert p.returncode == 0, p.stderr
     assert (tmp / "out").read_text() == "exit=1\n"
-    # the trace is host-bound now (its sync is passed over: removing it is forecast at 1.005x); its
-    # item-sync finding still trips the gate
-    assert p.stderr == "perfsleuth: gate failed: finding item-sync (--fail-on item-sync)\n"
+    assert p.stderr == ("perfsleuth: gate failed: verdict dataloader-bound (--fail-on dataloader-bound); "
+                        "finding num-workers (--fail-on num-workers)\n")
 
 
 def test_summary_and_comment_steps(steps, job):

@@ -1,4 +1,4 @@
-"""Integration: the real CLI on the real traces in ../shared/traces."""
+"""Integration: the real CLI on the real traces in fixtures/traces/real."""
 
 import gzip
 import json
@@ -50,13 +50,13 @@ def analyze_json(path, tmp_path):
     return result, json.loads(out.read_text())
 
 
-def test_expected_table_covers_every_shared_trace(shared_traces):
-    assert sorted(p.name for p in shared_traces.glob("*.json.gz")) == sorted(EXPECTED)
+def test_expected_table_covers_every_real_trace(real_traces):
+    assert sorted(p.name for p in real_traces.glob("*.json.gz")) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_real_trace(name, shared_traces, tmp_path):
-    result, rep = analyze_json(shared_traces / name, tmp_path)
+def test_real_trace(name, real_traces, tmp_path):
+    result, rep = analyze_json(real_traces / name, tmp_path)
     n_steps, source, dtype, device, rank, world = EXPECTED[name]
     assert rep["schema"] == "perfsleuth/report@1"
     assert len(rep["steps"]) == n_steps
@@ -81,11 +81,11 @@ def test_real_trace(name, shared_traces, tmp_path):
         assert "warning:" in result.output
 
 
-def test_directory_gives_one_report_per_trace(shared_traces, tmp_path):
+def test_directory_gives_one_report_per_trace(real_traces, tmp_path):
     d = tmp_path / "tb_logs"
     d.mkdir()
     for name in ("mi250_rocm_minitoy.json.gz", "cpu_only_tiny.pt.trace.json.gz"):
-        shutil.copy(shared_traces / name, d / name)
+        shutil.copy(real_traces / name, d / name)
     (d / "notes.txt").write_text("not a trace")
     out = tmp_path / "set.json"
     result = CliRunner().invoke(main, ["analyze", str(d), "--json", str(out)], catch_exceptions=False)
@@ -103,18 +103,24 @@ def test_directory_gives_one_report_per_trace(shared_traces, tmp_path):
     assert lines[4].split()[:2] == ["-", "host-bound"] and lines[4].endswith("  mi250_rocm_minitoy.json.gz")
     # the top finding with the number its report shows (exposed-communication has no forecast), never "up to"
     assert lines[3].split()[1] == cpu["verdict"] and f" {cpu['findings'][0]['rule']} (no forecast) " in lines[3]
-    assert lines[5:] == ["", "(perfsleuth analyze DIR --verbose prints each trace's full report)", f"wrote {out}"]
+    assert lines[5:] == ["", "(perfsleuth analyze DIR --details prints each trace's full report)", f"wrote {out}"]
     assert "verdict:" not in result.stdout
-    verbose = CliRunner().invoke(main, ["analyze", str(d), "--verbose"], catch_exceptions=False)
+    verbose = CliRunner().invoke(main, ["analyze", str(d), "--details"], catch_exceptions=False)
     assert verbose.exit_code == 0 and verbose.stdout.startswith("\n".join(lines[:5]) + "\n\nperfsleuth 0.1.0 — ")
     assert verbose.stdout.count("verdict:") == 2
     assert verbose.stdout.index("cpu_only_tiny") < verbose.stdout.index("verdict: ") < verbose.stdout.rindex("mi250")
+    # --verbose, its old name, still works and says the new one; -v is logging only
+    old = CliRunner().invoke(main, ["analyze", str(d), "--verbose"], catch_exceptions=False)
+    assert (old.exit_code, old.stdout) == (0, verbose.stdout)
+    assert old.stderr == "perfsleuth: analyze --verbose is now --details (-v before the command is more logging)\n"
+    assert "--verbose" not in CliRunner().invoke(main, ["analyze", "--help"]).stdout
+    assert "-v, --verbose" in CliRunner().invoke(main, ["--help"]).stdout
 
 
-def test_console_script_runs(shared_traces):
+def test_console_script_runs(real_traces):
     exe = shutil.which("perfsleuth")
     assert exe, "the perfsleuth console script is installed by `pip install -e .`"
-    proc = subprocess.run([exe, "analyze", str(shared_traces / "mi250_rocm_minitoy.json.gz")],
+    proc = subprocess.run([exe, "analyze", str(real_traces / "mi250_rocm_minitoy.json.gz")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "verdict: HOST-BOUND" in proc.stdout
@@ -153,10 +159,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         assert "Traceback" not in result.output
 
 
-def test_existing_json_is_not_overwritten(shared_traces, tmp_path):
+def test_existing_json_is_not_overwritten(real_traces, tmp_path):
     out = tmp_path / "report.json"
     out.write_text("precious")
-    result = CliRunner().invoke(main, ["analyze", str(shared_traces / "mi250_rocm_minitoy.json.gz"),
+    result = CliRunner().invoke(main, ["analyze", str(real_traces / "mi250_rocm_minitoy.json.gz"),
                                        "--json", str(out)])
     assert result.exit_code == 2
     assert "exists" in result.output

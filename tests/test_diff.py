@@ -3,6 +3,7 @@ Markdown's escaping and length, and the output files."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -293,8 +294,8 @@ def test_a_directory_of_several_traces_is_refused(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real_diff(shared_traces):
-    return diff_paths(shared_traces / CONTROL, shared_traces / TEST)
+def real_diff(real_traces):
+    return diff_paths(real_traces / CONTROL, real_traces / TEST)
 
 
 def test_real_pair_numbers(real_diff):
@@ -321,10 +322,10 @@ def test_real_pair_numbers(real_diff):
     assert (transfer["base_share"], transfer["head_share"], transfer["call"]) == (0.0416, 0.135, "regression")
 
 
-def test_real_pair_findings_match_each_analysis(real_diff, shared_traces):
+def test_real_pair_findings_match_each_analysis(real_diff, real_traces):
     from perfsleuth.api import analyze_path
 
-    base, head = ({f["rule"] for f in analyze_path(shared_traces / name).to_dict()["findings"]}
+    base, head = ({f["rule"] for f in analyze_path(real_traces / name).to_dict()["findings"]}
                   for name in (CONTROL, TEST))
     f = real_diff["findings"]
     assert {x["rule"] for x in f["appeared"]} == head - base
@@ -333,9 +334,9 @@ def test_real_pair_findings_match_each_analysis(real_diff, shared_traces):
     assert base != head  # the pair differs in findings too
 
 
-def test_real_pair_cli(shared_traces, tmp_path):
+def test_real_pair_cli(real_traces, tmp_path):
     md, js = tmp_path / "diff.md", tmp_path / "diff.json"
-    r = CliRunner().invoke(main, ["diff", str(shared_traces / CONTROL), str(shared_traces / TEST),
+    r = CliRunner().invoke(main, ["diff", str(real_traces / CONTROL), str(real_traces / TEST),
                                   "--markdown", str(md), "--json", str(js)], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "step time: median 76.76 ms → 116.69 ms (+39.93 ms, +52.0%): REGRESSION" in r.stdout
@@ -355,14 +356,27 @@ def test_real_pair_cli(shared_traces, tmp_path):
     assert data["schema"] == "perfsleuth/diff@1" and data["step_time"]["call"] == "regression"
 
 
-def test_a_trace_diffed_with_itself(shared_traces):
-    path = str(shared_traces / CONTROL)
+def test_a_trace_diffed_with_itself(real_traces):
+    path = str(real_traces / CONTROL)
     r = CliRunner().invoke(main, ["diff", path, path, "--fail-on-regression", "1%"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "step time: median 76.76 ms → 76.76 ms (no change): within noise" in r.stdout
     assert "verdict: communication-bound (unchanged)" in r.stdout
     assert "kernels: no per-step change" in r.stdout and "ops: no per-step change" in r.stdout
     assert r.stderr == ""
+    assert "None of the 174 compared changed." in render_diff_markdown(diff_paths(path, path))  # kernels
+
+
+def test_a_cpu_diff_says_there_are_no_kernels_on_either_side(tmp_path):
+    """CPU-only runs have no device kernels: said as such, never "None of 0 changed"."""
+    cpu = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "cpu"
+    r = CliRunner().invoke(main, ["diff", str(cpu / "dataloader_starved.pt.trace.json.gz"),
+                                  str(cpu / "few_workers.pt.trace.json.gz"), "--markdown", str(tmp_path / "d.md")],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "\nkernels: none in either run\n" in r.stdout and "ops slower (per step" in r.stdout
+    md = (tmp_path / "d.md").read_text(encoding="utf-8")
+    assert "\n**Kernels:** none in either run.\n" in md and "None of 0" not in md
 
 
 # ---------------------------------------------------------------- Markdown: escaping and length
@@ -467,10 +481,10 @@ def test_same_file_twice_is_refused(tmp_path):
     assert r.exit_code == 2 and "asked for twice" in r.stderr
 
 
-def test_diff_analyses_traces_with_the_project_rule_settings(shared_traces, tmp_path, monkeypatch):
+def test_diff_analyses_traces_with_the_project_rule_settings(real_traces, tmp_path, monkeypatch):
     # [tool.perfsleuth] in ./pyproject.toml applies to diff as to analyze
     monkeypatch.chdir(tmp_path)
-    args = ["diff", str(shared_traces / CONTROL), str(shared_traces / TEST), "--json"]
+    args = ["diff", str(real_traces / CONTROL), str(real_traces / TEST), "--json"]
     assert CliRunner().invoke(main, args + ["a.json"], catch_exceptions=False).exit_code == 0
     gone = [f["rule"] for f in json.loads((tmp_path / "a.json").read_text())["findings"]["gone"]]
     assert gone == ["exposed-communication"]

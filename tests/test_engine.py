@@ -293,8 +293,8 @@ def test_cli_rules_slug_prints_the_docs():
     assert "--set item-sync.min_share=0.002" in r.output
 
 
-def test_cli_errors_are_one_line_exit_2(tmp_path, shared_traces):
-    trace = str(shared_traces / "a100_cuda_event_sync.json.gz")
+def test_cli_errors_are_one_line_exit_2(tmp_path, real_traces):
+    trace = str(real_traces / "a100_cuda_event_sync.json.gz")
     bad = tmp_path / "bad.toml"
     bad.write_text(RULE.replace("kernels_per_step >= max_kernels", "kernelz > 1"))
     for args, msg in [(("rules", "nope"), "no rule 'nope'"),

@@ -174,13 +174,13 @@ def test_innermost_enclosing_and_last_started():
     assert last_started(points, spans).tolist() == [2, 2, 3, 3, 4, -1]
 
 
-def test_fact_values_are_plain_json_types(shared_traces):
+def test_fact_values_are_plain_json_types(real_traces):
     import json
 
     from perfsleuth.api import analyze_file
     from perfsleuth.facts.core import compute_facts
 
-    report = analyze_file(shared_traces / "h100_qwen0.5b_inference.json.gz")
+    report = analyze_file(real_traces / "h100_qwen0.5b_inference.json.gz")
     facts = compute_facts(report.trace, report.steps, report.breakdown)
     for name, value in facts.values.items():
         assert type(value) in (int, float, bool, str), (name, type(value))

@@ -265,12 +265,12 @@ def test_fewer_threads_have_nothing_to_remove_when_the_threads_fit_the_free_core
 
 
 # --- a real trace: no fix is forecast slower than the work it adds -------------------------------
-def test_no_fix_is_slower_than_the_work_it_adds_on_a_real_trace(shared_traces):
+def test_no_fix_is_slower_than_the_work_it_adds_on_a_real_trace(real_traces):
     """The A100 16-rank trace: its device work waits 145 ms of each 216 ms step for something the trace
     does not show (another rank); cuda-graphs only removes host work, so it is never forecast a slowdown
     (it was 0.969x: the two-step window grew when its first step got faster), and the replay says why
     removing the .item() reads buys little."""
-    report = analyze_file(shared_traces / "a100_rank0_of16_nccl.json.gz").to_dict()
+    report = analyze_file(real_traces / "a100_rank0_of16_nccl.json.gz").to_dict()
     fcs = {f["rule"]: f["forecast"] for f in report["findings"]}
     assert fcs["cuda-graphs"]["speedup"] >= 0.999 and "no_slower" in fcs["cuda-graphs"]["assumptions"]
     assert all(fc["speedup"] is None or fc["speedup"] >= 0.999 for fc in fcs.values())

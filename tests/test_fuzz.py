@@ -2,7 +2,7 @@
 or a pyproject.toml holds, perfsleuth answers with a report (exit 0) or exactly one line naming the
 problem (exit 2); never another exception, never a raw control character on the terminal.
 
-Inputs are mutations of real traces (small ones from ../shared/traces and fixtures/traces, and one
+Inputs are mutations of real traces (small ones from fixtures/traces/real and fixtures/traces, and one
 from tests/tracebuilder.py),
 of real reports, of a rule file and of pyproject.toml. CI runs FUZZ_EXAMPLES examples per test
 (seconds); a long run sets PERFSLEUTH_FUZZ_EXAMPLES (docs/robustness.md records one) and, with
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from perfsleuth.commands.cli import main
 from tracebuilder import TraceBuilder
 
-from conftest import SHARED_TRACES
+from conftest import REAL_TRACES
 
 FUZZ_EXAMPLES = int(os.environ.get("PERFSLEUTH_FUZZ_EXAMPLES", "25"))
 FOUND = Path(__file__).resolve().parent / "corpus" / "found"
@@ -41,7 +41,7 @@ FIXTURE_TRACE = Path(__file__).resolve().parent.parent / "fixtures" / "traces" /
 
 
 def _base_traces() -> list:
-    docs = [json.loads(gzip.decompress((SHARED_TRACES / name).read_bytes())) for name in SMALL_TRACES]
+    docs = [json.loads(gzip.decompress((REAL_TRACES / name).read_bytes())) for name in SMALL_TRACES]
     docs.append(json.loads(gzip.decompress(FIXTURE_TRACE.read_bytes())))  # recorded by `perfsleuth run`
     tb = TraceBuilder()
     for i in range(3):
@@ -204,7 +204,7 @@ def test_fuzz_traces(case):
 def _base_report() -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        assert cli("analyze", SHARED_TRACES / "cpu_only_tiny.pt.trace.json.gz", "--json", out).exit_code == 0
+        assert cli("analyze", REAL_TRACES / "cpu_only_tiny.pt.trace.json.gz", "--json", out).exit_code == 0
         return json.loads(out.read_text())
 
 

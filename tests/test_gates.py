@@ -179,8 +179,8 @@ def test_diff_bad_input_is_exit_2(tmp_path):
     assert r.exit_code == 2 and r.stderr.startswith(f"perfsleuth: error: {garbage}") and r.stderr.count("\n") == 1
 
 
-def test_analyze_fail_on_real_trace(shared_traces):
-    path = str(shared_traces / GATED)
+def test_analyze_fail_on_real_trace(real_traces):
+    path = str(real_traces / GATED)
     r = _invoke(["analyze", path, "--fail-on", "host-bound"])
     assert r.exit_code == 1
     assert r.stderr == "perfsleuth: gate failed: verdict host-bound (--fail-on host-bound)\n"
@@ -203,29 +203,29 @@ def test_analyze_fail_on_bad_names_exit_2_before_analysing(tmp_path):
     assert r.stderr.count("\n") == 1
 
 
-def test_analyze_fail_on_writes_the_report_first(shared_traces, tmp_path):
+def test_analyze_fail_on_writes_the_report_first(real_traces, tmp_path):
     out = tmp_path / "report.json"
-    r = _invoke(["analyze", str(shared_traces / GATED), "--json", str(out), "--fail-on", "host-bound"])
+    r = _invoke(["analyze", str(real_traces / GATED), "--json", str(out), "--fail-on", "host-bound"])
     assert r.exit_code == 1
     assert json.loads(out.read_text())["verdict"] == "host-bound"
 
 
-def test_gates_in_a_real_process(shared_traces, tmp_path):
+def test_gates_in_a_real_process(real_traces, tmp_path):
     """Exit codes as a CI runner sees them: a real interpreter, real stdout/stderr."""
     def run(*args):
         return subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", *args], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path)
 
-    p = run("analyze", str(shared_traces / GATED), "--fail-on", "host-bound")
+    p = run("analyze", str(real_traces / GATED), "--fail-on", "host-bound")
     assert p.returncode == 1
     assert p.stderr == "perfsleuth: gate failed: verdict host-bound (--fail-on host-bound)\n"
-    p = run("diff", str(shared_traces / CONTROL), str(shared_traces / TEST), "--fail-on-regression", "10%")
+    p = run("diff", str(real_traces / CONTROL), str(real_traces / TEST), "--fail-on-regression", "10%")
     assert p.returncode == 1
     assert p.stderr == ("perfsleuth: gate failed: step time +52.0% (median 76.76 ms → 116.69 ms, outside noise "
                         "±2.92 ms) exceeds --fail-on-regression 10%\n")
-    p = run("diff", str(shared_traces / CONTROL), str(shared_traces / CONTROL), "--fail-on-regression", "1%")
+    p = run("diff", str(real_traces / CONTROL), str(real_traces / CONTROL), "--fail-on-regression", "1%")
     assert (p.returncode, p.stderr) == (0, "")
-    p = run("diff", str(shared_traces / CONTROL), "missing.json.gz")
+    p = run("diff", str(real_traces / CONTROL), "missing.json.gz")
     assert (p.returncode, p.stderr) == (2, "perfsleuth: error: missing.json.gz: no such file or directory\n")
 
 

@@ -72,10 +72,10 @@ def _without_properties(src, dst):
     return dst
 
 
-def test_v100_trace_without_properties_still_gets_amp(shared_traces, tmp_path):
+def test_v100_trace_without_properties_still_gets_amp(real_traces, tmp_path):
     """The 2020-2021 V100 traces as older exporters wrote them: volta_sgemm / volta_scudnn kernels,
     99.9 % FP32 GEMM/conv time, no deviceProperties. The kernel names say Volta; amp fires."""
-    path = _without_properties(shared_traces / "v100_ns_resolution.pt.trace.json.gz", tmp_path / "v100.json.gz")
+    path = _without_properties(real_traces / "v100_ns_resolution.pt.trace.json.gz", tmp_path / "v100.json.gz")
     report = analyze_file(path).to_dict()
     assert report["trace"]["compute_capability"] is None  # the trace does not say
     assert (report["trace"]["generation"], report["trace"]["generation_source"]) == ("volta", "kernel names")
@@ -121,8 +121,8 @@ def test_amp_not_listed_when_it_does_not_apply(tmp_path):
     assert report["not_checked"] == []
 
 
-def test_sampled_trace_has_no_properties_but_ampere_kernels(shared_traces):
-    report = analyze_file(shared_traces / "sampled_rank0_of128.json.gz").to_dict()
+def test_sampled_trace_has_no_properties_but_ampere_kernels(real_traces):
+    report = analyze_file(real_traces / "sampled_rank0_of128.json.gz").to_dict()
     assert report["trace"]["device"] is None
     assert (report["trace"]["generation"], report["trace"]["generation_source"]) == ("ampere", "kernel names")
     assert "amp" in fired(report)

@@ -38,18 +38,18 @@ EXPECTED = {
 }
 
 
-def _load(shared_traces, name):
-    trace = load_trace(shared_traces / name)
+def _load(real_traces, name):
+    trace = load_trace(real_traces / name)
     return trace, find_steps(trace)
 
 
-def test_expected_covers_every_real_trace(shared_traces):
-    assert sorted(p.name for p in shared_traces.glob("*.json.gz")) == sorted(EXPECTED)
+def test_expected_covers_every_real_trace(real_traces):
+    assert sorted(p.name for p in real_traces.glob("*.json.gz")) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_every_real_trace_gives_a_small_json_dict_and_never_raises(shared_traces, name):
-    trace, steps = _load(shared_traces, name)
+def test_every_real_trace_gives_a_small_json_dict_and_never_raises(real_traces, name):
+    trace, steps = _load(real_traces, name)
     before = trace.events.copy(deep=True)
     result = hta_analyses(trace, steps)
     pd.testing.assert_frame_equal(trace.events, before)  # perfsleuth's frame is only read
@@ -94,9 +94,9 @@ def _perfsleuth_kernel_totals_us(trace, steps) -> dict:
      {"COMPUTATION": 468090.0, "MEMORY": 4317.0},
      {"COMMUNICATION": 0.0, "COMPUTATION": 468153.602, "MEMORY": 4300.839}, 472407.0),
 ])
-def test_kernel_type_totals_match_perfsleuths_own_within_1_percent(shared_traces, name, hta_totals, own_totals,
+def test_kernel_type_totals_match_perfsleuths_own_within_1_percent(real_traces, name, hta_totals, own_totals,
                                                                     union_us):
-    report = analyze_file(shared_traces / name)
+    report = analyze_file(real_traces / name)
     h = hta_analyses(report.trace, report.steps)["hta"]
     assert h["scope"] == "steps"
     assert h["kernel_type_totals_us"] == hta_totals
@@ -111,8 +111,8 @@ def test_kernel_type_totals_match_perfsleuths_own_within_1_percent(shared_traces
     assert split == pytest.approx(float(report.breakdown.steady()[1].sum()) / 1000, rel=0.01)  # steady steps
 
 
-def test_a100_nccl_details(shared_traces):
-    h = hta_analyses(*_load(shared_traces, "a100_nccl_2ranks.json.gz"))["hta"]
+def test_a100_nccl_details(real_traces):
+    h = hta_analyses(*_load(real_traces, "a100_nccl_2ranks.json.gz"))["hta"]
     assert h["kernel_type_breakdown"] == [
         {"kernel_type": "COMPUTATION", "time_us": 108318.0, "percentage": 68.8},
         {"kernel_type": "COMMUNICATION", "time_us": 39183.0, "percentage": 24.9},
@@ -136,29 +136,29 @@ def test_a100_nccl_details(shared_traces):
         "short_kernels": 2026, "runtime_outliers": 1, "launch_delay_outliers": 266}
 
 
-def test_mi300_and_h100_do_not_crash(shared_traces):
+def test_mi300_and_h100_do_not_crash(real_traces):
     # HTA's own parser raises TypeError on the MI300 trace, and its temporal breakdown an AssertionError
     # on the H100 one (docs/hta.md); the adapter never runs HTA's parser.
-    mi300 = hta_analyses(*_load(shared_traces, "mi300_resnet_act_checkpoint.json.gz"))["hta"]
+    mi300 = hta_analyses(*_load(real_traces, "mi300_resnet_act_checkpoint.json.gz"))["hta"]
     assert mi300["kernel_type_totals_us"] == {"COMMUNICATION": 31335.0, "COMPUTATION": 12803.0, "MEMORY": 1306.0}
     assert mi300["launch_stats"]["launches"] == 0
     assert "HIP launch calls are not followed" in mi300["launch_stats"]["note"]
     assert [r["stream"] for r in mi300["idle_time"]] == [0, 4]
-    h100 = hta_analyses(*_load(shared_traces, "h100_qwen0.5b_inference.json.gz"))["hta"]
+    h100 = hta_analyses(*_load(real_traces, "h100_qwen0.5b_inference.json.gz"))["hta"]
     assert h100["kernel_type_totals_us"] == {"COMPUTATION": 45133.0, "MEMORY": 203.0}
     assert h100["warnings"] == []
 
 
-def test_without_steps_the_whole_trace_is_analysed(shared_traces):
-    trace = load_trace(shared_traces / "a100_alexnet_small.json.gz")
+def test_without_steps_the_whole_trace_is_analysed(real_traces):
+    trace = load_trace(real_traces / "a100_alexnet_small.json.gz")
     h = hta_analyses(trace)["hta"]
     assert h["scope"] == "trace"
     dev = trace.events[trace.events["kind"].isin(DEVICE_KINDS)]
     assert sum(h["kernel_type_totals_us"].values()) == 66203.0 == dev["dur"].sum() / 1000
 
 
-def test_hta_trace_frame_has_what_htas_analyses_read(shared_traces):
-    trace, steps = _load(shared_traces, "a100_nccl_2ranks.json.gz")
+def test_hta_trace_frame_has_what_htas_analyses_read(real_traces):
+    trace, steps = _load(real_traces, "a100_nccl_2ranks.json.gz")
     t = to_hta_trace(trace, steps)
     assert t.is_parsed and list(t.traces) == [0] and t.meta_data[0]["device_type"] == "NVIDIA GPU"
     df = t.get_trace(0)
@@ -187,8 +187,8 @@ def test_hta_trace_frame_has_what_htas_analyses_read(shared_traces):
     assert (df["dur"] == df["end"] - df["ts"]).all()
 
 
-def test_hta_not_importable_gives_available_false(shared_traces, monkeypatch):
-    trace, steps = _load(shared_traces, "a100_cuda_event_sync.json.gz")
+def test_hta_not_importable_gives_available_false(real_traces, monkeypatch):
+    trace, steps = _load(real_traces, "a100_cuda_event_sync.json.gz")
     monkeypatch.setitem(sys.modules, "hta", None)
     h = hta_analyses(trace, steps)["hta"]
     assert h["available"] is False
@@ -196,21 +196,21 @@ def test_hta_not_importable_gives_available_false(shared_traces, monkeypatch):
     assert set(h) == {"available", "reason"}
 
 
-def test_an_hta_failure_is_a_warning_not_a_crash(shared_traces, monkeypatch):
+def test_an_hta_failure_is_a_warning_not_a_crash(real_traces, monkeypatch):
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
 
     def boom(*a, **k):
         raise ValueError("No objects to concatenate")
 
     monkeypatch.setattr(BreakdownAnalysis, "get_idle_time_breakdown", boom)
-    h = hta_analyses(*_load(shared_traces, "a100_cuda_event_sync.json.gz"))["hta"]
+    h = hta_analyses(*_load(real_traces, "a100_cuda_event_sync.json.gz"))["hta"]
     assert h["warnings"] == ["HTA idle_time failed: ValueError: No objects to concatenate"]
     assert "idle_time" not in h
     assert h["kernel_type_totals_us"] == {"COMPUTATION": 49.0, "MEMORY": 2.0}
     assert h["launch_stats"]["launches"] == 5
 
 
-def test_hta_stays_quiet_and_draws_nothing(shared_traces, monkeypatch, capsys, caplog):
+def test_hta_stays_quiet_and_draws_nothing(real_traces, monkeypatch, capsys, caplog):
     import plotly.basedatatypes
 
     def no_show(*a, **k):
@@ -219,7 +219,7 @@ def test_hta_stays_quiet_and_draws_nothing(shared_traces, monkeypatch, capsys, c
     monkeypatch.setattr(plotly.basedatatypes.BaseFigure, "show", no_show)
     hta_logger = logging.getLogger("hta")
     level = hta_logger.level
-    trace, steps = _load(shared_traces, "a100_triton_example.json.gz")
+    trace, steps = _load(real_traces, "a100_triton_example.json.gz")
     # Unsilenced, HTA logs "Processing stream 7" (INFO) and pandas emits Pandas4Warning/FutureWarning
     # for HTA's inplace= calls on every run.
     with caplog.at_level(logging.DEBUG), warnings.catch_warnings(record=True) as caught:
@@ -233,8 +233,8 @@ def test_hta_stays_quiet_and_draws_nothing(shared_traces, monkeypatch, capsys, c
     assert hta_logger.level == level
 
 
-def test_report_json_carries_the_hta_block(shared_traces):
-    report = analyze_file(shared_traces / "a100_cuda_event_sync.json.gz")
+def test_report_json_carries_the_hta_block(real_traces):
+    report = analyze_file(real_traces / "a100_cuda_event_sync.json.gz")
     report.extra.update(hta_analyses(report.trace, report.steps))
     d = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert d["hta"]["launch_stats"]["launches"] == 5

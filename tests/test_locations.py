@@ -86,11 +86,11 @@ def test_library_frames_are_not_the_users_even_when_written_relative():
     assert library_roots(trace) == frozenset({"lightning"})
 
 
-def test_html_top_finding_is_the_largest_saving_on_a_real_trace(shared_traces):
+def test_html_top_finding_is_the_largest_saving_on_a_real_trace(real_traces):
     """mi300: no forecast saves time. exposed-communication and step-outliers have no number: they keep
     their rules' severity (high capped at medium; low) and rank by ceiling; channels-last is forecast at
     1.00x (nothing to gain): low, and last."""
-    report = analyze_file(shared_traces / "mi300_resnet_act_checkpoint.json.gz").to_dict()
+    report = analyze_file(real_traces / "mi300_resnet_act_checkpoint.json.gz").to_dict()
     assert [(f["rule"], f["severity"], f["severity_from"]) for f in report["findings"]] == [
         ("exposed-communication", "medium", "rule"), ("step-outliers", "low", "rule"),
         ("channels-last", "low", "forecast")]

@@ -29,13 +29,13 @@ def est(fc: dict, full: bool = True) -> str:
     return text + (f" ({fc['low']:.2f}–{fc['high']:.2f}×)" if full else "")
 
 
-def test_the_index_the_reports_and_the_json_show_the_same_number(shared_traces, tmp_path):
+def test_the_index_the_reports_and_the_json_show_the_same_number(real_traces, tmp_path):
     folder = tmp_path / "runs"
     folder.mkdir()
     for name in TRACES:
-        shutil.copy(shared_traces / name, folder / name)
+        shutil.copy(real_traces / name, folder / name)
     out = tmp_path / "out"
-    run = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(out), "--verbose", "-j", "1"],
+    run = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(out), "--details", "-j", "1"],
                              catch_exceptions=False)
     assert run.exit_code == 0, run.output
     data = json.loads((out / "report.json").read_text())

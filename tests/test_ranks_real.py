@@ -1,5 +1,5 @@
 """The cross-rank report from the real CLI on real traces: the torchrun recordings in
-fixtures/traces/ranks (DDP over gloo on the CPU) and NCCL traces from ../shared/traces made into
+fixtures/traces/ranks (DDP over gloo on the CPU) and NCCL traces from fixtures/traces/real made into
 two-rank jobs, and on the simulator's N-rank GPU jobs (fixtures/synth/ranks.py)."""
 
 import gzip
@@ -17,7 +17,7 @@ from fixtures.synth.kineto import write_gz
 
 ROOT = Path(__file__).resolve().parents[1]
 RANKS = ROOT / "fixtures" / "traces" / "ranks"
-SHARED = ROOT.parent / "shared" / "traces"
+REAL = ROOT / "fixtures" / "traces" / "real"
 
 
 def cli(path: Path, tmp_path: Path) -> tuple[dict, str]:
@@ -143,7 +143,7 @@ def test_forecast_against_the_measured_fix(ranks, tolerance):
 def _two_ranks_from(name: str, tmp_path: Path, offset_us: float) -> Path:
     """A real one-rank trace as rank 0, and the same trace as rank 1 written by a host whose clock
     is `offset_us` ahead: every collective matches, nobody waits, the offset is known."""
-    doc = json.loads(gzip.decompress((SHARED / name).read_bytes()))
+    doc = json.loads(gzip.decompress((REAL / name).read_bytes()))
     folder = tmp_path / "job"
     folder.mkdir()
     (folder / "rank0.json").write_text(json.dumps(doc))
@@ -155,7 +155,7 @@ def _two_ranks_from(name: str, tmp_path: Path, offset_us: float) -> Path:
     return folder
 
 
-def test_shared_nccl_trace_as_two_ranks(tmp_path):
+def test_real_nccl_trace_as_two_ranks(tmp_path):
     data, _ = cli(_two_ranks_from("a100_nccl_2ranks.json.gz", tmp_path, 2_500_000.0), tmp_path)
     c = data["collectives"]
     assert c["matched_by"] == "process group + order" and c["unmatched"] == 0 and c["instances"] > 0

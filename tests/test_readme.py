@@ -67,3 +67,39 @@ def test_the_readme_test_command_is_what_ci_runs():
     assert "bash scripts/test.sh" in sh_blocks()[1]
     assert "\nbash scripts/test.sh -q\n" in (ROOT / ".ci" / "run").read_text()
     assert "python3 scripts/install_torch.py\n" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_the_rule_list_is_the_catalogues():
+    """The README lists every rule of the catalogue, generated (`python scripts/readme_sample.py` rewrites it)."""
+    listed, generated, _, _ = readme_sample.rule_list(README)
+    assert listed == generated
+    from perfsleuth.engine.catalog import load_catalog
+
+    slugs = [r.slug for r in load_catalog(())]
+    assert len(slugs) >= 17 and all(f"`{s}`" in listed for s in slugs)
+
+
+def _option_names(command) -> set:
+    return {name for p in command.params for name in (*p.opts, *p.secondary_opts)}
+
+
+def test_the_command_table_is_true_to_each_command():
+    """Each row names only options its command has, says which it lacks ("no `-o`"), and names every file it
+    can write."""
+    from perfsleuth.commands.cli import main
+
+    rows = [line for line in README.splitlines() if line.startswith("| `perfsleuth ")]
+    assert [r.split("`")[1].split()[1] for r in rows] == ["analyze", "run", "run", "diff", "rules", "docs"]
+    for row in rows:
+        name = row.split("`")[1].split()[1]
+        have = _option_names(main.get_command(None, name))
+        lacks = set(re.findall(r"no `(-[\w-]+)`", row))
+        named = set(re.findall(r"(?<![\w-])(-o|--[a-z][a-z-]+)\b", re.sub(r"no `-[\w-]+`", "", row)))
+        assert named <= have, (name, named - have)
+        assert not lacks & have, (name, lacks & have)
+        outputs = {"-o", "--html", "--markdown", "--json"} & have
+        writes = row.rsplit("|", 2)[1].strip()
+        if writes != "as `run`":  # run --verify's row
+            assert all(o in writes for o in outputs), (name, outputs, writes)
+    diff = next(r for r in rows if "`perfsleuth diff" in r)
+    assert "no `-o`" in diff and "-o" not in _option_names(main.get_command(None, "diff"))

@@ -120,7 +120,8 @@ def test_kernels_ops_metadata_and_warnings_are_shown():
 def test_no_findings_one_step_cpu_only():
     html = render_html(make_report(steps=1, findings=0, kernels=0, ops=0, device=False))
     assert bars(html) == ["1"]
-    assert 'id="no-findings">No findings: no rule fired on this trace.' in html
+    assert '<h2>Findings: none</h2>' in html and 'id="no-findings">No rule fired on this trace.</p>' in html
+    assert '<div class="value small">None</div><div class="sub">no rule fired on this trace</div>' in html
     assert '<div class="value muted" id="device-busy">n/a</div><div class="sub">CPU-only trace</div>' in html
     assert "No device kernels in this trace." in html
     assert "host-bound" in html
@@ -217,11 +218,11 @@ def test_report_set_renders_an_index_and_each_report_with_unique_ids():
 
 
 @pytest.mark.parametrize("name", ["sampled_rank0_of128.json.gz", "a100_trace_diff_control.json.gz"])
-def test_real_trace_report(shared_traces, name):
+def test_real_trace_report(real_traces, name):
     """A real trace end to end: the 1.8 MB sampled trace and the 35 MB one both give pages far under 1 MB."""
     from perfsleuth.api import analyze_path
 
-    report = analyze_path(shared_traces / name).to_dict()
+    report = analyze_path(real_traces / name).to_dict()
     html = render_html(report)
     assert len(html.encode()) < 200_000
     assert f'<span class="badge c-{report["verdict"].removesuffix("-bound")}">{report["verdict"]}</span>' in html

@@ -50,10 +50,10 @@ def test_verdict_line_and_top_finding():
 def test_category_table_has_every_category_in_order():
     md = render_markdown(make_report())
     table = tables(md)[0]
-    assert table[0] == "| Category | Share | Mean per step |"
+    assert table[0] == "| Category | Share | Median per step | Mean per step |"
     assert [r.split("|")[1].strip() for r in table[2:]] == [
         "DataLoader", "Kernels", "Sync", "Transfer", "Host", "Communication", "Other"]
-    assert "| Kernels | 64.2% | 1.43 ms |" in table
+    assert "| Kernels | 64.2% | 1.43 ms | 1.43 ms |" in table
 
 
 def test_mermaid_pie_lists_nonzero_categories():
@@ -67,8 +67,8 @@ def test_cpu_only_pie_skips_zero_slices_and_says_n_a():
     md = render_markdown(make_report(device=False, findings=0))
     assert "device busy **n/a (CPU only)**" in md
     assert [line.split('"')[1] for line in mermaid(md)[1:]] == ["DataLoader", "Host", "Other"]
-    assert "**No findings:** no rule fired on this trace." in md
-    assert "None: no rule fired on this trace." in md
+    assert "**Findings: none** (no rule fired on this trace)" in md
+    assert "#### Findings: none\n\nNo rule fired on this trace.\n" in md
 
 
 def test_no_steps_gives_no_pie():
@@ -155,11 +155,31 @@ def test_report_set_has_an_overview_and_stays_under_the_limit():
     assert re.search(r"_… \d+ more trace summaries in report\.json\._", md)
 
 
-def test_real_trace_summary(shared_traces):
+def test_a_directorys_summary_shows_paths_inside_it_not_the_machines(tmp_path, monkeypatch):
+    """A runner's folder (/home/runner/work/...) never reaches a pull-request comment: the rows and each
+    trace's line show the path inside the folder, the heading the folder as seen from the working directory."""
+    root = tmp_path / "work" / "repo" / "prof"
+    reports = [make_report(findings=1) for _ in range(2)]
+    for i, r in enumerate(reports):
+        r["trace"]["path"] = str(root / "logs" / f"rank{i}.json.gz")
+    data = {"schema": "perfsleuth/report-set@1", "path": str(root), "reports": reports,
+            "skipped": [{"path": str(root / "bad.json"), "problem": "not a trace"}]}
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    md = render_markdown(data)
+    assert md.startswith("### perfsleuth: 2 traces in `repo/prof`\n")
+    assert "| `logs/rank0.json.gz` |" in md and "<sub>trace `logs/rank1.json.gz` ·" in md
+    assert "- skipped `bad.json`: not a trace" in md
+    assert str(tmp_path) not in md
+    # one report alone: its trace relative to the working directory too
+    assert "<sub>trace `repo/prof/logs/rank0.json.gz` ·" in render_markdown(reports[0])
+
+
+def test_real_trace_summary(real_traces):
     from perfsleuth.api import analyze_path
     from perfsleuth.report.escape import md_text
 
-    report = analyze_path(shared_traces / "a100_trace_diff_control.json.gz").to_dict()
+    report = analyze_path(real_traces / "a100_trace_diff_control.json.gz").to_dict()
     md = render_markdown(report)
     assert md.startswith("### perfsleuth: `communication-bound` (moderate) · median step **76.76 ms** · device busy "
                          "**83.6%**\n\n> moderately communication-bound: 19% of each step waits for collectives with no "

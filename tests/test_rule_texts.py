@@ -85,3 +85,19 @@ def test_cpu_advice_says_what_to_do_on_the_cpu():
     rocm = facts_for("cuda", with_sites=False)
     rocm.values["device_type"] = "rocm"
     assert "hipMalloc/hipFree" in forced(rules["allocator-churn"], rocm)["message"]
+
+
+def test_the_docs_of_a_gpu_only_rule_give_no_cpu_wording():
+    """item-sync never fires on a CPU-only trace (its condition starts with device_is_gpu): its docs say so once,
+    and show none of the CPU title kept for rule files that drop the gate (issue 29)."""
+    from perfsleuth.engine.docs import gpu_only, rule_markdown
+
+    rules = {r.slug: r for r in load_catalog(())}
+    text = rule_markdown(rules["item-sync"])
+    assert gpu_only(rules["item-sync"]) and "Never fires on CPU-only traces" in text
+    assert "On CPU-only traces: never fires (its condition requires `device_is_gpu`)." in text
+    assert rules["item-sync"].cpu["title"] not in text
+    assert rules["item-sync"].cpu["saving_basis"] not in text
+    assert not gpu_only(rules["num-workers"])  # a rule that fires on the CPU keeps its CPU wording in the docs
+    basis = rules["num-workers"].cpu["saving_basis"]
+    assert f'On CPU-only traces: saving basis "{basis}".' in rule_markdown(rules["num-workers"])

@@ -213,11 +213,11 @@ def test_foreach_optimizer_on_the_cpu_is_fine(tmp_path):
 
 
 # --- real traces ---------------------------------------------------------------------------------
-def test_a_real_cpu_trace_gets_tiny_ops(shared_traces):
+def test_a_real_cpu_trace_gets_tiny_ops(real_traces):
     """cpu_rank_non_gpu (host-bound, no finding before): 972 ops called from Python per step, median 5 µs.
     Batching its loops is forecast at 1.12x (medium) once ops preempted on the busy machine it was recorded
     on are no saving (issue 24)."""
-    report = analyze_file(shared_traces / "cpu_rank_non_gpu.json.gz").to_dict()
+    report = analyze_file(real_traces / "cpu_rank_non_gpu.json.gz").to_dict()
     assert report["verdict"] == "host-bound"
     assert [(f["rule"], f["severity"], f["forecast"]["speedup"]) for f in report["findings"]] == [
         ("tiny-ops", "medium", 1.119)]
@@ -265,9 +265,9 @@ def test_host_consumers_exact(tmp_path):
     ("a100_triton_example.json.gz", None),
     ("a100_alexnet_small.json.gz", "cudaDeviceGetStreamPriorityRange"),
 ])
-def test_host_bound_real_traces_never_come_alone(shared_traces, name, first):
+def test_host_bound_real_traces_never_come_alone(real_traces, name, first):
     """A host-bound verdict has a host finding, or the statement of who consumed the host time."""
-    report = analyze_file(shared_traces / name).to_dict()
+    report = analyze_file(real_traces / name).to_dict()
     assert report["verdict"] == "host-bound"
     ht = report["host_time"]
     assert ht["findings"] or ht["statement"].startswith("host time is spread: ")
@@ -275,8 +275,8 @@ def test_host_bound_real_traces_never_come_alone(shared_traces, name, first):
         assert ht["statement"].split(" are ", 1)[1].startswith(first)
 
 
-def test_every_host_bound_real_trace_is_explained(shared_traces):
-    for path in sorted(shared_traces.glob("*.gz")):
+def test_every_host_bound_real_trace_is_explained(real_traces):
+    for path in sorted(real_traces.glob("*.gz")):
         report = analyze_file(path).to_dict()
         if report["verdict"] == "host-bound":
             ht = report["host_time"]

@@ -1,4 +1,4 @@
-"""The rule catalog on the real traces in ../shared/traces: which rules fire, with which severity,
+"""The rule catalog on the real traces in fixtures/traces/real: which rules fire, with which severity,
 and the facts behind them."""
 
 import functools
@@ -43,8 +43,8 @@ def _analyzed(path):
 
 
 @pytest.fixture
-def real(shared_traces):
-    return lambda name: _analyzed(str(shared_traces / name))
+def real(real_traces):
+    return lambda name: _analyzed(str(real_traces / name))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -68,8 +68,8 @@ def test_rules_fired_on_real_traces(real, name):
             assert fc["low"] <= fc["speedup"] <= fc["high"] and fc["model"] and fc["assumptions"]["replay"]
 
 
-def test_every_real_trace_is_listed(shared_traces):
-    assert sorted(p.name for p in shared_traces.glob("*.gz")) == sorted(EXPECTED)
+def test_every_real_trace_is_listed(real_traces):
+    assert sorted(p.name for p in real_traces.glob("*.gz")) == sorted(EXPECTED)
 
 
 def test_a100_rank0_item_calls_are_cpu_side_and_its_syncs_are_tensor_reads(real):

@@ -162,7 +162,7 @@ def test_renderers_show_warm_up_apart(tmp_path):
     assert "steps: 4 steady + 1 warm-up (ProfilerStep)" in term
     assert "set apart (not in the shares, the verdict or the findings; step-outliers still counts them):" in term
     assert "  warm-up  ProfilerStep#1: 5.0 ms, 25.0x the median steady step" in term
-    assert "kernel          90.0%    180.0 µs" in term  # the mean over the steady steps
+    assert "kernel          90.0%     180.0 µs    180.0 µs" in term  # median and mean over the steady steps
     md = render_markdown(d)
     assert "- warm-up `ProfilerStep#1`: 5.0 ms, 25.0x the median steady step" in md
     assert "| Kernels | 90.0% | 180 µs |" in md
@@ -182,9 +182,9 @@ V100 = ["v100_df_index_resolver.json.gz", "v100_trace_diff_test.json.gz", "v100_
 
 
 @pytest.mark.parametrize("name", V100)
-def test_v100_verdicts_are_those_of_the_trace_cut_after_the_first_optimizer_step(shared_traces, tmp_path, name):
-    full = analyze_file(shared_traces / name)
-    cut_after_first_optimizer_step(shared_traces / name, tmp_path / "cut.json")
+def test_v100_verdicts_are_those_of_the_trace_cut_after_the_first_optimizer_step(real_traces, tmp_path, name):
+    full = analyze_file(real_traces / name)
+    cut_after_first_optimizer_step(real_traces / name, tmp_path / "cut.json")
     cut = analyze_file(tmp_path / "cut.json")
     assert full.verdict == cut.verdict == all_steps_verdict(cut)
     assert abs(full.time_share[full.verdict.removesuffix("-bound")] - cut.time_share[cut.verdict.removesuffix(
@@ -226,11 +226,11 @@ def splice_warm_up(src, dst, seconds: float = 4.5, syncs: int = 357) -> None:
         json.dump(doc, f)
 
 
-def test_a_real_trace_with_seconds_of_initialisation_in_front_keeps_its_verdict(shared_traces, tmp_path):
+def test_a_real_trace_with_seconds_of_initialisation_in_front_keeps_its_verdict(real_traces, tmp_path):
     name = "v100_ns_resolution.pt.trace.json.gz"
-    splice_warm_up(shared_traces / name, tmp_path / "spliced.json")
+    splice_warm_up(real_traces / name, tmp_path / "spliced.json")
     spliced = analyze_file(tmp_path / "spliced.json")
-    original = analyze_file(shared_traces / name)
+    original = analyze_file(real_traces / name)
     assert all_steps_verdict(spliced) == "host-bound"  # what the 4.5 s window did to the verdict
     assert [p for p in spliced.steps.frame["phase"]] == ["warmup"] + ["steady"] * 5
     reason = spliced.steps.frame["phase_reason"].iloc[0]

@@ -1,7 +1,7 @@
 """The synthetic GPU traces (fixtures/synth) are causally consistent and look like the real ones.
 
 Causality is checked per scenario on integer nanoseconds; realism against every trace in
-../shared/traces (categories, arg keys per category, flow and metadata shapes, names).
+fixtures/traces/real (categories, arg keys per category, flow and metadata shapes, names).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def traces() -> dict:
 
 
 @pytest.fixture(scope="session")
-def real(shared_traces) -> dict:
+def real(real_traces) -> dict:
     """What the real traces contain: (ph, cat) pairs, arg keys per category, names, event key sets."""
     out = {"cats": set(), "args": collections.defaultdict(set), "names": collections.defaultdict(set),
            "shapes": collections.defaultdict(set), "meta": set(), "top": set(), "props": set(), "cbid": {}}
-    for path in sorted(shared_traces.glob("*.json.gz")):
+    for path in sorted(real_traces.glob("*.json.gz")):
         doc = msgspec.json.decode(gzip.open(path).read())
         if isinstance(doc, dict):
             out["top"] |= set(doc)

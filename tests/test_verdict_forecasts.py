@@ -136,11 +136,11 @@ def test_a_sync_bound_trace_whose_sync_fix_buys_nothing(tmp_path, test_models):
                                         "200 µs per step")
 
 
-def test_the_real_a100_trace_is_not_called_sync_bound(shared_traces):
+def test_the_real_a100_trace_is_not_called_sync_bound(real_traces):
     """The trace of the issue: sync 33% of the step, item-sync says the GPU idles 70.5 ms per step, yet
     removing the reads is forecast at 1.005x. Host (32%, material) is the verdict, with no fix forecast
     to help it (cuda-graphs 1.00x)."""
-    d = analyze_file(shared_traces / "a100_rank0_of16_nccl.json.gz").to_dict()
+    d = analyze_file(real_traces / "a100_rank0_of16_nccl.json.gz").to_dict()
     assert d["verdict"] == "host-bound" and d["summary"]["time_share"]["sync"] == 0.3295
     assert d["verdict_ruled_out"] == [{"category": "sync", "share": 0.3295, "rule": "item-sync", "speedup": 1.005,
                                        "kind": "forecast"}]

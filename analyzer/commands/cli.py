@@ -199,22 +199,23 @@ def main(verbose: int) -> None:
 @click.option("--hta/--no-hta", default=False, show_default=True,
               help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
                    "to the JSON (needs `pip install traceinsight psutil`; see `perfsleuth docs hta`).")
-@click.option("--verbose", "details", is_flag=True,
+@click.option("--details", "details", is_flag=True,
               help="For a directory: every trace's full report after the index (the index alone by default).")
+@click.option("--verbose", "old_details", is_flag=True, hidden=True)  # --details' old name (-v is logging)
 @click.option("--cpus", type=click.FloatRange(min=1), default=None, metavar="N",
               help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
                    "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
                    "else unknown and said so; `perfsleuth docs forecast`].")
 @user_errors
 def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None) -> None:
+            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None, old_details=False) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
     Every microsecond of every step is attributed to one cause (dataloader, kernel,
     sync, transfer, host, communication, other) and the run gets a verdict.
     A directory (tensorboard_trace_handler output) gives one report per trace file:
-    the terminal shows an index (one row per file), --verbose each full report,
+    the terminal shows an index (one row per file), --details each full report,
     and for the ranks of one job a cross-rank report: stragglers, collectives,
     the job verdict (`perfsleuth docs ranks`). PATH may be a URL (s3://, gs://,
     hdfs://: the perfsleuth[s3|gcs|hdfs] extras).
@@ -228,6 +229,9 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from .gates import check_report, known_rule_slugs, parse_fail_on
     from .progress import FolderProgress
 
+    if old_details:
+        say("perfsleuth: analyze --verbose is now --details (-v before the command is more logging)", err=True)
+        details = True
     check_scheduler(scheduler)
     config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)

@@ -14,7 +14,7 @@ import click
 
 from ..errors import UsageError
 from .cli import emit, output_options, say, user_errors
-from .run_config import RunConfig
+from .run_config import RunConfig, unprofiled_steps
 from .verify_config import VerifyConfig
 
 
@@ -50,14 +50,22 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
-@click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
-              help="Steps run before profiling, timed without the profiler (the unprofiled step time).")
+@click.option("--measure", type=click.IntRange(2), default=None, metavar="N",
+              help="Unprofiled steps to time, half before the recorded window and half after it: the step time "
+                   "`perfsleuth diff` compares (with few, one slow step widens its noise band) [default: "
+                   f"{RunConfig.measured(RunConfig.wait, RunConfig.after)} (--wait {RunConfig.wait}, whose first step "
+                   f"is the script's start-up and not timed, --after {RunConfig.after}); {RunConfig.measure_ci} when "
+                   "the CI environment variable is set].")
+@click.option("--wait", type=click.IntRange(0), default=None, metavar="N",
+              help=f"Steps run before profiling, timed without the profiler (the unprofiled step time) [default: "
+                   f"{RunConfig.wait}].")
 @click.option("--warmup", type=click.IntRange(0), default=RunConfig.warmup, show_default=True,
               help="Steps traced and discarded (profiler start-up).")
 @click.option("--active", type=click.IntRange(1), default=RunConfig.active, show_default=True,
               help="Steps recorded and analyzed.")
-@click.option("--after", type=click.IntRange(0), default=RunConfig.after, show_default=True,
-              help="Steps run after the recorded window, timed without the profiler (with --wait's: the baseline).")
+@click.option("--after", type=click.IntRange(0), default=None, metavar="N",
+              help="Steps run after the recorded window, timed without the profiler (with --wait's: the baseline) "
+                   f"[default: {RunConfig.after}].")
 @click.option("--no-stack", is_flag=True,
               help="No Python stacks at all: skips the short stacks window after the analysed one, so findings "
                    "carry no source lines.")
@@ -72,7 +80,7 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
+def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
                 verify_budget=None, verify_compile=False) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
@@ -84,8 +92,10 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     The report and the trace go to ./perfsleuth-out/<script>-<time>/ (or -o DIR). The script
     stops once wait + warmup + active + after steps, then 2 with Python stacks for source lines,
     are done, and says so; --full lets it finish. Every step is timed with and
-    without the profiler. Steps come from optimizer.step(), DataLoader batches or the repeated
-    outermost model call; a script with none is analysed whole, as one window. Needs PyTorch.
+    without the profiler; `perfsleuth diff` compares the unprofiled ones (--measure N,
+    20 on CI: enough for a regression gate to trip). Steps come from optimizer.step(),
+    DataLoader batches or the repeated outermost model call; a script with none is
+    analysed whole, as one window. Needs PyTorch.
     With --verify, the fixes it can apply without editing the script are then measured: the
     script runs again, baseline and variant alternating, without the profiler (its side effects
     repeat); each finding gets "measured 1.41x (1.35-1.52x, 3 pairs)".
@@ -97,6 +107,7 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     from .progress import PhaseLine
     from .target import resolve_target
 
+    wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
                        stop_after_window=not full, fallback_window=not no_fallback)

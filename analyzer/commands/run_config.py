@@ -3,7 +3,9 @@ analysed window records, the stacks window after it (docs/run.md)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Mapping, Optional
 
 from ..errors import UsageError
 
@@ -29,6 +31,24 @@ class RunConfig:
     # boundary is analysed as one window. Costs ~10-20 us and ~1.7 KB per torch op run before the first
     # step (docs/run.md); off: such a run gets no report.
     fallback_window: bool = True
+    # `perfsleuth run --measure N`: N unprofiled steps timed, split by `split` into `wait` before the window and
+    # `after` after it; by default 8 are (`wait` less the start-up step, which is never timed, plus `after`). On CI (the CI environment variable set, as GitHub Actions,
+    # GitLab CI and most others do) it is this many: `diff` compares the unprofiled steps, and with 3-4 of them one slow
+    # step of a noisy runner widens the noise band past any regression (docs/ci.md#noise-how-a-change-is-called).
+    measure_ci = 20  # a class constant, not a field: only the CLI reads it
+
+    @staticmethod
+    def split(measure: int) -> tuple:
+        """(wait, after) that time `measure` unprofiled steps, half before the window and half after it: `wait`
+        counts the script's start-up too (the step before the first boundary, never timed)."""
+        if measure < 2:
+            raise UsageError("--measure must be at least 2 (steps before and after the window)")
+        return measure // 2 + 1, measure - measure // 2
+
+    @classmethod
+    def measured(cls, wait: int, after: int) -> int:
+        """Unprofiled steps timed with this `wait` and `after` (the inverse of `split`)."""
+        return max(wait - 1, 0) + after
 
     def __post_init__(self):
         for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("after", 0), ("stack_steps", 0)):
@@ -44,3 +64,22 @@ class RunConfig:
     def stacks_window(self) -> int:
         """Steps of the separate stacks window after the main one (none when the main one has stacks)."""
         return 0 if self.with_stack else self.stack_steps
+
+
+def on_ci(env: Mapping = os.environ) -> bool:
+    """The CI environment variable is set (GitHub Actions, GitLab CI, CircleCI, Travis, Buildkite, ... set
+    CI=true); "", "0", "false" and "no" mean not."""
+    return env.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unprofiled_steps(measure: Optional[int], wait: Optional[int], after: Optional[int],
+                     env: Mapping = os.environ) -> tuple:
+    """(wait, after) from `run`'s options: --measure N splits N steps; --wait and --after set each half; with none
+    of them, RunConfig's defaults, or `measure_ci` steps on CI."""
+    if measure is not None and (wait is not None or after is not None):
+        raise UsageError("--measure sets both --wait and --after: give --measure, or --wait and --after")
+    if measure is None and wait is None and after is None and on_ci(env):
+        measure = RunConfig.measure_ci
+    if measure is not None:
+        return RunConfig.split(measure)
+    return (RunConfig.wait if wait is None else wait), (RunConfig.after if after is None else after)

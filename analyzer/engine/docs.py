@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from ..config import CATEGORIES
 from ..errors import UsageError
 from ..facts.requirements import REQUIREMENTS
 from ..report.escape import terminal
@@ -9,6 +12,20 @@ from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
 GENERATED_BEGIN = "<!-- BEGIN GENERATED: perfsleuth rules --markdown -->"
 GENERATED_END = "<!-- END GENERATED -->"
+
+
+RULE_LIST_BEGIN = "<!-- BEGIN GENERATED: rule list (python scripts/readme_sample.py) -->"
+
+
+def rule_list(rules: list) -> str:
+    """The README's list of the catalogue's rules, by category in report order (scripts/readme_sample.py writes
+    it between RULE_LIST_BEGIN and GENERATED_END; tests/test_readme.py checks it)."""
+    by: dict = {}
+    for r in rules:
+        by.setdefault(r.category, []).append(r.slug)
+    order = [c for c in CATEGORIES if c in by] + sorted(set(by) - set(CATEGORIES))
+    parts = [f"{c}: " + ", ".join(f"`{s}`" for s in by[c]) for c in order]
+    return f"The {len(rules)} rules of the catalogue, by category — " + "; ".join(parts) + "."
 
 
 def find_rule(rules: list, slug: str) -> Rule:
@@ -34,6 +51,11 @@ def _severity_text(r: Rule) -> str:
     medium); with one, severity follows that number (docs/rules.md#a-finding)."""
     extra = "; ".join(f"{s} when `{e}`" for s, e in r.severity_when)
     return r.severity + (f" ({extra})" if extra else "")
+
+
+def gpu_only(r: Rule) -> bool:
+    """The rule's condition is `device_is_gpu and ...`: it can never fire on a CPU-only trace."""
+    return re.match(r"\s*device_is_gpu\s*(and\b|$)", r.condition) is not None
 
 
 def rule_markdown(r: Rule, heading: str = "#") -> str:
@@ -64,7 +86,9 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
         applies = f" and `{r.applies}` holds" if r.applies else ""
         out += [f"Requires {needs}. Without it, when the rule does not fire{applies}, the report lists it under "
                 "`not_checked`.", ""]
-    if r.cpu:
+    if gpu_only(r):  # its CPU wording (for rule files that drop the gate) is never shown: not documented as if it were
+        out += ["On CPU-only traces: never fires (its condition requires `device_is_gpu`).", ""]
+    elif r.cpu:
         out += ["On CPU-only traces: " + "; ".join(f"{k.replace('_', ' ')} \"{v}\"" for k, v in r.cpu.items()) + ".", ""]
     if r.locations:
         out += [f"Source locations: `{r.locations}` (with python stacks).", ""]

@@ -130,8 +130,11 @@ def _terminal_changes(what: str, block: dict) -> list:
             out.append(f"  {_signed_us(r['change_us_per_step']):>11}  {_side_us(r, 'base'):>9} → "
                        f"{_side_us(r, 'head'):<9}  {_plain(r['name'])}{tag}")
     if not out:
-        out = ["", f"{what}: no per-step change"]
+        out = ["", f"{what}: " + (_NONE if not block.get("compared") else "no per-step change")]
     return out
+
+
+_NONE = "none in either run"  # a CPU-only diff has no device kernels to compare
 
 
 # ---------------------------------------------------------------- Markdown
@@ -244,7 +247,11 @@ def _md_changes(title: str, noun: str, block: dict) -> str:
     slower, faster = block.get("slower") or [], block.get("faster") or []
     n_slow, n_fast = block.get("slower_count", len(slower)), block.get("faster_count", len(faster))
     if not slower and not faster:
-        return f"<details><summary>{title}: no per-step change</summary>\n\nNone of {block.get('compared', 0)} changed.\n\n</details>"
+        compared = block.get("compared") or 0
+        if not compared:
+            return f"**{title}:** {_NONE}."
+        return (f"<details><summary>{title}: no per-step change</summary>\n\nNone of the {compared} compared "
+                "changed.\n\n</details>")
     body = []
     for label, rows, total in (("Slower", slower, n_slow), ("Faster", faster, n_fast)):
         if not rows:

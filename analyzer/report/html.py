@@ -124,6 +124,7 @@ def view(report: dict, pid: str = "") -> dict:
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
         "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
         "combined": _combined(report),
+        "no_findings": (present.NO_FINDINGS, present.NO_FINDINGS_WHY),
         "forecast_note": present.forecast_note(findings) + (
             "; " + figures.MEASURED_NOTE if any(figures.verified_of(f) for f in findings) else ""),
         "findings_more": max(0, len(findings) - MAX_FINDINGS),
@@ -220,15 +221,14 @@ def _meta(report: dict, trace: dict) -> list[tuple[str, str]]:
 
 
 def shares(time_share: dict, steps: list) -> list[dict]:
-    """One row per category: share, mean time per step, and the bar width (percent)."""
-    n = len(steps) or 1
+    """One row per category: share, median and mean time per step, and the bar width (percent)."""
     rows = []
     for c in CATEGORIES:
         share = number(time_share.get(c))
-        total = sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in steps)
+        each = present.per_step(steps, c)
         width = min(100.0, max(0.0, (share or 0.0) * 100))
-        rows.append({"key": c, "label": CATEGORY_LABELS[c], "share": share, "mean_us": total / n,
-                     "width": f"{width:.1f}"})
+        rows.append({"key": c, "label": CATEGORY_LABELS[c], "share": share, "median_us": each["median"],
+                     "mean_us": each["mean"], "width": f"{width:.1f}"})
     return rows
 
 

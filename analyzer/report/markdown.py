@@ -40,22 +40,24 @@ def render_markdown(report: dict) -> str:
     return _render_one(report, MAX_CHARS)
 
 
-def _render_one(report: dict, max_chars: int) -> str:
-    """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped)."""
+def _render_one(report: dict, max_chars: int, root: str = "") -> str:
+    """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped); `root`: the
+    folder of the set it belongs to, which its trace's path is shown relative to."""
     head = "\n\n".join(p for p in (_headline(report), _warnings(report), _not_checked(report), _categories(report),
                                    _apart(report)) if p)
-    tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report)))
+    tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report, root)))
     budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
 
 
 def _render_set(report_set: dict) -> str:
     reports = present.set_order([r for r in report_set.get("reports") or [] if isinstance(r, dict)])
-    lines = [f"### perfsleuth: {len(reports)} traces in {md_code(report_set.get('path') or '?', 120)}", "",
+    root = str(report_set.get("path") or "")
+    lines = [f"### perfsleuth: {len(reports)} traces in {md_code(present.shown_path(root or '?'), 120)}", "",
              "| Trace | Rank | Verdict | Median step | Device busy | Top finding |", "|:--|--:|:--|--:|--:|:--|"]
     for r in reports[:MAX_SET_ROWS]:
         t, summary = r.get("trace") or {}, r.get("summary") or {}
-        lines.append(f"| {md_cell(present.member_path(str(t.get('path') or '?'), str(report_set.get('path') or '')), MAX_NAME, code=True)} "
+        lines.append(f"| {md_cell(present.member_path(str(t.get('path') or '?'), root), MAX_NAME, code=True)} "
                      f"| {md_cell(t.get('rank'), 10)} "
                      f"| {md_cell(r.get('verdict') or '?', 40)} | {fmt_us((summary.get('step_time_us') or {}).get('median'))} "
                      f"| {fmt_pct(summary.get('device_busy'))} | {_top_cell(r)} |")
@@ -63,7 +65,8 @@ def _render_set(report_set: dict) -> str:
         lines += ["", f"_… {len(reports) - MAX_SET_ROWS} more traces in report.json._"]
     for s in (report_set.get("skipped") or [])[:MAX_WARNINGS]:
         if isinstance(s, dict):
-            lines.append(f"\n- skipped {md_code(s.get('path'), 120)}: {md_text(s.get('problem'), 200)}")
+            lines.append(f"\n- skipped {md_code(present.member_path(str(s.get('path')), root), 120)}: "
+                         f"{md_text(s.get('problem'), 200)}")
     out = "\n".join(lines)
     cross = render_ranks_markdown(report_set)
     if cross:
@@ -72,7 +75,7 @@ def _render_set(report_set: dict) -> str:
         if MAX_CHARS - len(out) < SET_SECTION_CHARS + 200:
             out += f"\n\n_… {len(reports) - i} more trace summaries in report.json._"
             break
-        out += "\n\n---\n\n" + _render_one(r, SET_SECTION_CHARS)
+        out += "\n\n---\n\n" + _render_one(r, SET_SECTION_CHARS, root)
     return out.rstrip("\n") + "\n"
 
 
@@ -119,7 +122,7 @@ def _headline(report: dict) -> str:
             lines.append(_forecast_block(combined, "All top fixes together (" + ", ".join(
                 str(r) for r in combined.get("rules") or []) + ")"))
     else:
-        lines.append("**No findings:** no rule fired on this trace.")
+        lines.append(f"**Findings: {present.NO_FINDINGS}** ({present.NO_FINDINGS_WHY})")
     return "\n\n".join(lines)
 
 
@@ -160,11 +163,12 @@ def _warnings(report: dict) -> str:
 def _categories(report: dict) -> str:
     share = (report.get("summary") or {}).get("time_share") or {}
     steps = present.steady_steps(report)
-    rows = ["| Category | Share | Mean per step |", "|:--|--:|--:|"]
+    rows = ["| Category | Share | Median per step | Mean per step |", "|:--|--:|--:|--:|"]
     pie = []
     for c in CATEGORIES:
-        total = sum(number((s.get("time_us") or {}).get(c)) or 0.0 for s in steps)
-        rows.append(f"| {CATEGORY_LABELS[c]} | {fmt_pct(share.get(c))} | {fmt_us(total / (len(steps) or 1))} |")
+        each = present.per_step(steps, c)
+        rows.append(f"| {CATEGORY_LABELS[c]} | {fmt_pct(share.get(c))} | {fmt_us(each['median'])} "
+                    f"| {fmt_us(each['mean'])} |")
         value = number(share.get(c))
         if value is not None and value > 0:
             pie.append(f'    "{mermaid_label(CATEGORY_LABELS[c])}" : {value * 100:.1f}')
@@ -195,7 +199,7 @@ def _finding_list(report: dict) -> list[dict]:
 def _findings(report: dict, budget: int) -> str:
     findings = _finding_list(report)
     if not findings:
-        return "#### Findings\n\nNone: no rule fired on this trace."
+        return f"#### Findings: {present.NO_FINDINGS}\n\n{present.NO_FINDINGS_WHY.capitalize()}."
     parts = [f"#### Findings ({len(findings)})"]
     used = len(parts[0])
     shown = 0
@@ -280,10 +284,12 @@ def _folded(title: str, lines: list[str], total: int) -> str:
     return f"<details><summary>{title} ({total})</summary>\n\n{table}{more}\n\n</details>"
 
 
-def _trace_line(report: dict) -> str:
+def _trace_line(report: dict, root: str = "") -> str:
     t: dict[str, Any] = report.get("trace") or {}
     tool = report.get("tool") or {}
-    bits = [f"trace {md_code(t.get('path') or '?', 120)}", md_text(t.get("device") or "CPU only", 80)]
+    path = str(t.get("path") or "?")
+    shown = present.member_path(path, root) if root else present.shown_path(path)
+    bits = [f"trace {md_code(shown, 120)}", md_text(t.get("device") or "CPU only", 80)]
     if t.get("rank") is not None:
         bits.append(f"rank {md_text(t.get('rank'), 10)}/{md_text(t.get('world_size') or '?', 10)}")
     bits.append(f"{present.steps_text(report)} ({md_text(report.get('steps_source') or '?', 30)})")

@@ -40,6 +40,17 @@ def steady_steps(report: dict) -> list[dict]:
     return [s for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) == STEADY]
 
 
+def per_step(steps: list, category: str) -> dict:
+    """A category's time per step over `steps`: {"median", "mean"} µs. The median sits beside the median step
+    time of the headline; the mean is the one the shares add up to (they are of the steps' summed time)."""
+    values = sorted(number((s.get("time_us") or {}).get(category)) or 0.0 for s in steps)
+    if not values:
+        return {"median": 0.0, "mean": 0.0}
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return {"median": median, "mean": sum(values) / len(values)}
+
+
 def set_apart(report: dict) -> list[dict]:
     """The warm-up, compiling and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
     return [{"name": str(s.get("name") or "?"), "phase": step_phase(s), "label": PHASE_LABELS[step_phase(s)],
@@ -222,6 +233,9 @@ def location_text(loc: Any) -> str:
     return where
 
 
+# What every output says when no rule fired: "findings: none" and why, the same words everywhere.
+NO_FINDINGS = "none"
+NO_FINDINGS_WHY = "no rule fired on this trace"
 FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
                  "pessimistic to its optimistic assumptions")
 # torch.compile's fixes are forecast without a replay (analysis/fc_compile.py WINDOW_MODELS; no import: renderers
@@ -303,6 +317,19 @@ def set_order(reports: list) -> list:
         return (not ranked, rank if ranked else 0, str(t.get("path")))
 
     return sorted(reports, key=key)
+
+
+def shown_path(path) -> str:
+    """A report's (absolute) path as the terminal and summary.md show it: relative to the working directory when
+    it lies below it (no runner's or home folder in a pull-request comment), as given otherwise."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return text if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
 def member_path(path: str, root: str) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
-from .present import (fmt_forecast, forecast_note, location_text, measurement_lines, member_path, set_apart, set_order,
-                      steady_steps, steps_text)
+from .present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
+                      member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -38,19 +36,6 @@ def _clean(text: str) -> str:
     return terminal(text)
 
 
-def shown_path(path) -> str:
-    """A report's (absolute) path as the terminal shows it: relative to the working directory when it
-    lies below it, as given otherwise."""
-    text = str(path)
-    if not os.path.isabs(text):
-        return text
-    try:
-        rel = os.path.relpath(text)
-    except ValueError:  # another drive (Windows)
-        return text
-    return text if rel == ".." or rel.startswith(".." + os.sep) else rel
-
-
 def render_terminal(report: dict) -> str:
     t, s = report["trace"], report["summary"]
     rank = "" if t.get("rank") is None else f"  rank {t['rank']}" + (
@@ -64,13 +49,13 @@ def render_terminal(report: dict) -> str:
         + ("" if s.get("device_busy") is None else f"   device busy: {s['device_busy']:.0%}"),
         *[_clean(x) for x in measurement_lines(report) if x],
         "",
-        f"{'category':<14}{'share':>7}  {'per step':>10}  ",
+        f"{'category':<14}{'share':>7}  {'median/step':>11}  {'mean/step':>10}  ",
     ]
     steps = steady_steps(report)
     for c in CATEGORIES:
-        share = s["time_share"][c]
-        mean_us = sum(st["time_us"][c] for st in steps) / len(steps) if steps else 0.0
-        lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(mean_us):>10}  {bar(share)}")
+        share, each = s["time_share"][c], per_step(steps, c)
+        lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(each['median']):>11}  {_fmt_us(each['mean']):>10}  {bar(share)}")
+    lines.append("(median/step: like the step time above; share and mean/step: of all the steps' time together)")
     if t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     apart = set_apart(report)
@@ -106,6 +91,8 @@ def render_terminal(report: dict) -> str:
         lines.append(f"  ({forecast_note(findings)}; assumptions in the JSON, HTML and Markdown reports)")
         if any(figures.verified_of(f) for f in findings):
             lines.append(f"  ({figures.MEASURED_NOTE})")
+    else:
+        lines += ["", f"findings: {NO_FINDINGS} ({NO_FINDINGS_WHY})"]
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in figures.shown_warnings(report, measurement_lines(report)):
@@ -142,10 +129,10 @@ def render_set_index(data: dict) -> str:
 
 
 def render_terminal_set(data: dict, details: bool = False) -> str:
-    """A directory: the index first; each trace's full report after it with `details` (`--verbose`)."""
+    """A directory: the index first; each trace's full report after it with `details` (`--details`)."""
     parts = [render_set_index(data)]
     if details:
         parts += [render_terminal(rep) for rep in set_order(data.get("reports") or [])]
     else:
-        parts.append("(perfsleuth analyze DIR --verbose prints each trace's full report)")
+        parts.append("(perfsleuth analyze DIR --details prints each trace's full report)")
     return "\n\n".join(parts)
