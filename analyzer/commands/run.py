@@ -17,16 +17,17 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, run_facts, run_outputs
+from . import code_sites, forks, rival, run_facts, run_outputs
 from .run_config import RunConfig
 from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
-                          RunOutcome, analyze, conclude)
+                          RunOutcome, analyze, conclude, os_exit_line)
 from .run_paths import rank_info, trace_name
-from .signals import as_interrupts, exit_code, signal_name
+from .signals import Finishing, as_interrupts, exit_code, signal_name
 from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
@@ -79,6 +80,9 @@ class ProfileSession:
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
+        self.cuda = False  # a profiler of this session records CUDA activity (forks.py)
+        self.rival_at: Optional[str] = None  # where the script started its own profiler (rival.py), if it did
+        self._unwatch_rival = lambda: None
         self._finished = False
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
@@ -92,6 +96,11 @@ class ProfileSession:
         return self.hooks.source
 
     @property
+    def recording(self) -> bool:
+        """One of this session's profilers records now (forks.py: a child forked meanwhile stops recording)."""
+        return self._light is not None or self._prof is not None or self._stacks.window is not None
+
+    @property
     def profiled_steps(self) -> int:
         """Steps of the active window that completed."""
         c = self.config
@@ -101,15 +110,17 @@ class ProfileSession:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        forks.profiling(self)  # a fork from now on: the child is neither profiled nor stopped, and never hangs
         c = self.config
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+            self.cuda = True
         if light:
-            return profile(activities=activities, on_trace_ready=self._on_light_ready)
-        return profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
-                       schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
-                       on_trace_ready=self._on_trace_ready)
+            return rival.ours(profile(activities=activities, on_trace_ready=self._on_light_ready))
+        return rival.ours(profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
+                                  schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+                                  on_trace_ready=self._on_trace_ready))
 
     def start(self) -> "ProfileSession":
         self._clock.probe()  # before profiling starts: its children are not in the trace
@@ -124,7 +135,19 @@ class ProfileSession:
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
+        self._unwatch_rival = rival.watch(self._rival)
         return self
+
+    def _rival(self, where: Optional[str]) -> None:
+        """The script starts a torch.profiler of its own (rival.py): this session stops profiling first."""
+        if self._finished or not self.hooks.mine():
+            return
+        self.rival_at = where or "?"
+        from ..report.escape import terminal
+
+        print(terminal(f"perfsleuth: the script starts its own torch.profiler at {self.rival_at}: perfsleuth stops "
+                       "profiling there (one profiler per process) and lets the script run on"), file=sys.stderr)
+        self.finish()
 
     def _record_metadata(self, final: bool = False, **extra) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
@@ -166,7 +189,7 @@ class ProfileSession:
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
         step is timed by the clock, between this hook and the last one (step_clock.py)."""
-        if not self.hooks.accept(source, obj):
+        if not self.hooks.mine() or not self.hooks.accept(source, obj):  # another thread, or a forked child
             return
         self.step_clock.enter()
         try:
@@ -275,6 +298,8 @@ class ProfileSession:
         """Stop profiling (a window cut short is still exported, its last step named partial in the trace;
         with `whole_run`, a run that saw no step boundary keeps its light recording as the trace); stop and
         write the stacks window; remove the hooks unless asked to keep them."""
+        if not self.hooks.owner.in_process():  # a forked child: the profiler and its files are the parent's
+            return
         self._finished = True
         if self._light is not None:
             self._record_metadata()  # the loaders seen since the start
@@ -288,9 +313,22 @@ class ProfileSession:
         self._after_left = 0
         self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
-        if not keep_hooks:
+        if not keep_hooks or self.rival_at:
             self.hooks.remove()
             self._stacks.unwatch()
+            self._unwatch_rival()
+
+    def on_os_exit(self, code, here: bool) -> None:
+        """The script calls os._exit(code) (forks.watching_os_exit): the process ends right after this, with no
+        report; what was recorded is written (from the owning thread only: the profiler is not another thread's
+        to stop) and the line says where it is and how to analyse it."""
+        from ..report.escape import terminal
+
+        site = code_sites.where(sys._getframe(2))
+        if here and not self._finished:
+            self.finish(whole_run=True)
+        kept = next((p for p in (self.trace_path, run_outputs.raw_path(self.trace_path)) if p.is_file()), None)
+        print(terminal(os_exit_line(code, site, self.steps, self.profiled_steps, kept)), file=sys.stderr, flush=True)
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
@@ -298,20 +336,36 @@ class ProfileSession:
 
 
 # --- running a script --------------------------------------------------------------------------
-def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
-    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded."""
+def _execute_in(target: Target, owner: forks.Owner) -> None:
+    """The script; in a child it forked, the end of the script is the end of that child (forks.leave_child)."""
+    try:
+        _execute(target)
+    except BaseException as exc:
+        forks.leave_child(owner, exc, format_user_traceback)
+        raise
+    forks.leave_child(owner, None, format_user_traceback)
+
+
+def run_script(target: Target, config: RunConfig, out_dir: Path, finishing: Optional[Finishing] = None) -> RunOutcome:
+    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded. A signal once the
+    script is over waits for the trace to be written, and for its analysis unless repeated (`finishing`)."""
+    finishing = finishing or Finishing(lambda name: None)
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     ended = "finished"
-    with _script_environment(target), as_interrupts():
+    with _script_environment(target), as_interrupts(), forks.watching_os_exit(forks.Owner(), session.on_os_exit):
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
-            _execute(target)
+            _execute_in(target, session.hooks.owner)
+        except forks.ChildExit:  # a child the script forked ends here, as it would without perfsleuth
+            raise
         except _WindowComplete as exc:
             ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
+            forks.stop_children()  # while the script's objects (its queues) are still alive
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
+            forks.stop_children()
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
@@ -320,13 +374,18 @@ def run_script(target: Target, config: RunConfig, out_dir: Path) -> RunOutcome:
                 outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
                 outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
-            with run_outputs.quiet_child_signals():  # the script is over: a dying worker is not ours to raise
+            finishing.trace = session.trace_path
+            # the script is over: a dying worker is not ours to raise, a signal waits for the trace to be written
+            with finishing.holding(allows_stop=False), run_outputs.quiet_child_signals():
                 # a script that ran to its end without a single step boundary is analysed whole
                 session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
                 session.shutdown_workers()
                 gc.collect()
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
+    outcome.rival_at = session.rival_at
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
-    conclude(outcome, ended, session.window_done, config)
+    finishing.trace = outcome.trace_path if outcome.trace_path.is_file() else None
+    with finishing.holding():  # the analysis: a first signal is said and waits, a second one stops it
+        conclude(outcome, ended, session.window_done, config)
     return outcome
