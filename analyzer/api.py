@@ -39,7 +39,7 @@ def _analyze(trace: Trace, config: Config) -> Report:
     breakdown = attribute(trace, steps)
     share = time_share(breakdown)
     gpu = _on_gpu(trace, breakdown)
-    verdict, reason = decide(share, config, gpu)
+    verdict, reason = decide(share, config, gpu, unread=trace.unread_device)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
                     degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
@@ -85,7 +85,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
 
 
 def _on_gpu(trace: Trace, breakdown) -> bool:
-    return bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
+    return bool(breakdown.has_device and trace.device_type in ("cuda", "rocm", "mtia"))
 
 
 def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> None:
@@ -93,7 +93,7 @@ def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> No
     (engine/reconsider.py): report.verdict, verdict_reason, verdict_text, degree, verdict_ruled_out."""
     from .engine.reconsider import reconsider
 
-    verdict, reason = decide(share, config, gpu)
+    verdict, reason = decide(share, config, gpu, unread=report.trace.unread_device)
     checked = reconsider(verdict, reason, share, report.findings, config, gpu)
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
@@ -194,14 +194,19 @@ def _analyze_member(path: Path, config: Optional[Config]):
         return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
 
 
-def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None) -> list:
-    """_analyze_member over `files`, in order: here, in `jobs` processes, or on Dask (trace/cluster.py).
+def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None,
+             progress: Optional[Callable[[int, int], None]] = None) -> list:
+    """_analyze_member over `files`, in order: here, in `jobs` processes, or on Dask (trace/cluster.py);
+    `progress(files done, files)` after each.
     A file whose worker died (the OOM killer) costs only that file: with the process pool, the files
     the broken pool left are retried each in a process of its own, so only the culprit is skipped."""
     results: list = [None] * len(files)
     with cluster.executor(scheduler, jobs) as pool:
         if pool is None:
-            return [_analyze_member(f, config) for f in files]
+            for i, f in enumerate(files):
+                results[i] = _analyze_member(f, config)
+                _tick(progress, i + 1, len(files))
+            return results
         futures = [pool.submit(_analyze_member, f, config) for f in files]
         for i, future in enumerate(futures):
             try:
@@ -212,10 +217,16 @@ def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Option
                 pass
             except Exception as exc:  # Dask: a worker lost (KilledWorker), a task cancelled
                 results[i] = None, f"the worker analysing it failed ({type(exc).__name__})"
+            _tick(progress, i + 1, len(files))
     for i, f in enumerate(files):
         if results[i] is None:
             results[i] = _alone(f, config)
     return results
+
+
+def _tick(progress: Optional[Callable[[int, int], None]], done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
 
 
 def _alone(path: Path, config: Optional[Config]) -> tuple:
@@ -257,20 +268,22 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
         files, unlisted = scan_trace_files(path)
     if not files and not unlisted:
         raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
-    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted)
+    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted, progress=progress)
 
 
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
-                  scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = ()) -> Union[Report, ReportSet]:
+                  scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = (),
+                  progress: Optional[Callable[[int, int], None]] = None) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
     (see analyze_path for `jobs` and `scheduler`), grouped into jobs by what the traces say
     (analysis/jobs.py), and a cross-rank report over each job of two or more traces
     (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
     warnings.
-    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
+    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped. `progress(files done,
+    files)` after each file."""
     files = list(files)
     jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
-    results = _fan_out(files, config, jobs, scheduler)
+    results = _fan_out(files, config, jobs, scheduler, progress)
     result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:

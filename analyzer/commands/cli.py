@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -109,6 +110,22 @@ def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, for
                          force=force)
 
 
+def protect_inputs(*paths) -> None:
+    """The inputs (a trace and its stacks companion, a folder's traces, diff's reports, run's script) can never be
+    written over, --force or not (report/safe_write.protect)."""
+    from ..report.safe_write import protect
+    from ..trace.companion import companion_name
+    from ..trace.model import TRACE_SUFFIXES
+
+    found = []
+    for p in map(str, paths):
+        if os.path.isdir(p):
+            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(TRACE_SUFFIXES)]
+        else:
+            found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
+    protect(found)
+
+
 def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
     """Refuse to overwrite before minutes of analysis, not after."""
     from ..report.outputs import check_outputs
@@ -119,17 +136,30 @@ def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> Non
 class ProgressBar:
     """A progress bar on stderr, only when stderr is a terminal and the load has already taken
     `delay` seconds (short loads never flash one). The loader counts events or, for documents cut
-    into byte ranges, bytes: only the ratio is shown."""
+    into byte ranges, bytes: only the ratio is shown. Counting files (`unit`: a directory), a log that is
+    no terminal gets a line now and then instead: after `line_delay` seconds, then every `line_every`."""
 
-    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
+    line_delay, line_every = 5.0, 15.0
+
+    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic, unit: str = "", tty=None):
         from ..report.escape import terminal
 
         self.label, self.delay, self.clock, self.bar = terminal(label), delay, clock, None
         self.start = clock()
+        self.unit, self.tty = unit, tty
+        self._next_line = self.start + self.line_delay
 
     def __call__(self, done: int, total: int) -> None:
+        tty = sys.stderr.isatty() if self.tty is None else self.tty
+        if self.unit and not tty:
+            now = self.clock()
+            if done < total and now >= self._next_line:
+                click.echo(f"perfsleuth: {self.label}: {done:,} of {total:,} {self.unit} ({done / total:.0%}) in "
+                           f"{now - self.start:.0f} s", err=True)
+                self._next_line = now + self.line_every
+            return
         if self.bar is None:
-            if done >= total or self.clock() - self.start < self.delay or not sys.stderr.isatty():
+            if done >= total or self.clock() - self.start < self.delay or not tty:
                 return
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()
@@ -203,10 +233,11 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from ..config import Config
     from ..engine.settings import rule_settings
     from ..trace.cluster import check_scheduler
-    from ..trace.sources import display_name
+    from ..trace.sources import display_name, is_url
     from .gates import check_report, known_rule_slugs, parse_fail_on
 
     check_scheduler(scheduler)
+    protect_inputs(path)
     config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
@@ -214,8 +245,10 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     if scheduler in (None, "local"):  # processes on this machine
         jobs = _jobs(jobs)
     try:
-        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
-                              scheduler=scheduler)
+        folder = os.path.isdir(path) or (is_url(path) and path.endswith("/"))
+        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}",
+                                                                 unit="files" if folder else ""),
+                              jobs=jobs, scheduler=scheduler)
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
@@ -314,6 +347,7 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     from .gates import check_regression, parse_threshold
 
     threshold = None if regression is None else parse_threshold(regression)
+    protect_inputs(base, head)
     check_diff_outputs(json_path, markdown_path, force)
     analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
     result = diff_paths(base, head, analysis=analysis)

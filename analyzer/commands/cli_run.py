@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from .cli import emit, main, output_options, say, user_errors
+from .cli import emit, main, output_options, protect_inputs, say, user_errors
 from .run_config import RunConfig
 from .verify_config import VerifyConfig
 
@@ -104,6 +104,8 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     job = resolve_target(target, script_args, module)
     runner.require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
+    if job.path is not None:
+        protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     finishing = late_signals(folder)

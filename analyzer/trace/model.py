@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -22,7 +21,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import document, files, kineto, sources, validate
+from . import devices, document, encodings, files, kineto, sources, validate
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +43,9 @@ _KIND_OF_CAT = {
     "gpu_user_annotation": GPU_ANNOTATION,
     "python_function": PYTHON,
     "cuda_sync": DEVICE_SYNC,
+    "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
 }
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz")
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ class Trace:
     raw_event_count: int = 0  # entries of traceEvents, all phases
     event_count: int = 0  # complete events analysed (kept when `events` is dropped after analysis)
     devices: list = field(default_factory=list)
-    device_type: str = "cpu"  # cuda | rocm | cpu | other
+    device_type: str = "cpu"  # cuda | rocm | mtia | cpu | other
     rank: Optional[int] = None
     world_size: Optional[int] = None
     backend: Optional[str] = None
@@ -91,6 +91,9 @@ class Trace:
     process_groups: dict = field(default_factory=dict)
     thread_names: dict = field(default_factory=dict)
     has_stacks: bool = False
+    time_resolution_ns: int = 0  # the finest difference the timestamps carry as read (_resolution)
+    device_categories: dict = field(default_factory=dict)  # events of the device categories read apart (MTIA, ...)
+    unread_device: Optional[str] = None  # the device whose activity the trace does not hold, said (devices.py)
     has_shapes: bool = False
     warnings: list = field(default_factory=list)
     # What `perfsleuth run` / `profile()` recorded about the machine and the DataLoaders (the trace's
@@ -144,6 +147,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     else:
         path = Path(path)
         buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
+    buf = encodings.decompress(path, buf)  # bz2 / xz inflated within bounds; a zip, zstd, pickle ... named
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
     # absolute: a report read later, from another folder, still names the right file
@@ -159,10 +163,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     trace.event_count = len(trace.events)
     trace.has_stacks = bool((trace.events["kind"] == PYTHON).any())
     trace.has_shapes = bool((trace.events["in_type"].cat.codes > 0).any())
-    trace.device_type = _device_type(trace, header)
-    if trace.devices and trace.device_type == "cpu":
-        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
-                              "(was the profiler's CUDA activity enabled?)")
+    _read_devices(trace, header)
     return trace
 
 
@@ -239,6 +240,9 @@ def _chunk_frame(c: dict) -> tuple:
     cols = {k: c[k][keep] for k in _FLOAT_COLUMNS + kineto.INT_COLUMNS}
     kind = _kinds(c["cat"])
     names = np.array(c["name"], dtype=object)
+    seen = devices.categories_seen(c["cat"])
+    if devices.MTIA_CATEGORY in seen:
+        devices.refine_kinds(kind, c["cat"], names, MEMCPY, OTHER)
     in_type = np.full(len(names), "", dtype=object)
     ops = np.flatnonzero(kind == CPU_OP)
     in_type[ops] = [",".join(t) if t else "" for t in (c["input_type"][i] for i in ops.tolist())]
@@ -246,7 +250,7 @@ def _chunk_frame(c: dict) -> tuple:
     cols["name"] = pd.Categorical(names[keep])
     cols["in_type"] = pd.Categorical(in_type[keep])
     cols["pg"] = _pg_column(c["pg"], keep)
-    return cols, c["meta"], c.get("skipped", 0)
+    return cols, c["meta"], c.get("skipped", 0), seen
 
 
 def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
@@ -258,7 +262,9 @@ def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
 
 
 def _take_chunk(out: tuple, trace: Trace) -> dict:
-    cols, meta, skipped = out
+    cols, meta, skipped, seen = out
+    for cat, n in seen.items():
+        trace.device_categories[cat] = trace.device_categories.get(cat, 0) + n
     if skipped:
         trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
     for pid, tid, name, value in meta:
@@ -354,6 +360,7 @@ def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
     if not keep.any():
         return None
     t0 = float(ts[keep].min())
+    _resolution(trace, float(np.abs(ts[keep]).max()))
     with np.errstate(invalid="ignore", over="ignore"):  # the dropped rows may overflow
         ts_ns = np.rint((ts - t0) * 1000.0)
         dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
@@ -364,23 +371,28 @@ def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
     return rows[np.argsort(cols["ts"][rows], kind="stable")]
 
 
-_HIP = re.compile(r"^hip[A-Z]")
+def _resolution(trace: Trace, largest_us: float) -> None:
+    """The finest time step the trace's timestamps carry as read (double precision, µs): 0.25 µs around the
+    1.7e15 µs of Kineto's epoch times, 16 µs around 1e17. Differences finer than that are rounding, not
+    time: the step finder does not call them overlaps (`time_resolution_ns`), and from 1 µs on it is said."""
+    step_us = float(np.spacing(largest_us))
+    trace.time_resolution_ns = int(np.ceil(step_us * 1000.0))
+    if step_us >= 1.0:
+        trace.warnings.append(f"timestamps around {largest_us:.3g} µs are resolved to only {step_us:g} µs as read "
+                              "(double precision): durations and gaps shorter than that are not exact")
 
 
-def _device_type(trace: Trace, header: kineto.Header) -> str:
+def _read_devices(trace: Trace, header: kineto.Header) -> None:
+    """The device type and name, and what the trace says of a device whose activity it does not hold (devices.py)."""
     ev = trace.events
-    has_device_work = bool(ev["kind"].isin(DEVICE_KINDS).any())
+    has_work = bool(ev["kind"].isin(DEVICE_KINDS).any())
     runtime_names = ev.loc[ev["kind"] == RUNTIME, "name"].cat.remove_unused_categories().cat.categories
-    if header.roctracer_version is not None or header.hip_runtime_version is not None or any(
-        _HIP.match(n) for n in runtime_names
-    ):
-        return "rocm"
-    if any(n.startswith("cu") for n in runtime_names) or any(
-        "nvidia" in d.name.lower() or "tesla" in d.name.lower() for d in trace.devices
-    ):
-        return "cuda" if has_device_work or len(runtime_names) else "cpu"
-    if any(d.name.lower().startswith(("amd", "instinct")) for d in trace.devices) and has_device_work:
-        return "rocm"
-    if has_device_work:
-        return "other"
-    return "cpu"
+    trace.device_type = devices.device_type(trace, header, has_work, runtime_names)
+    if trace.device_type == "mtia" and not trace.devices:
+        trace.devices.append(Device(name="MTIA"))
+    trace.unread_device = devices.unread(trace, has_work, runtime_names, devices.launch_calls(ev, RUNTIME))
+    if trace.unread_device:
+        trace.warnings.append(trace.unread_device)
+    elif trace.devices and trace.device_type == "cpu":
+        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
+                              "(was the profiler's CUDA activity enabled?)")
