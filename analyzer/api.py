@@ -6,16 +6,14 @@ import logging
 import os
 import re
 import stat
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .analysis.attribution import attribute
-from .analysis.jobs import group_jobs
 from .analysis.ranks import summarize_rank
 from .analysis.steps import find_steps
-from .analysis.stragglers import analyze_ranks
 from .analysis.tables import time_share, top_kernels, top_ops
 from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
@@ -70,7 +68,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
-                          float(facts.values["step_us"]))
+                          float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
     _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)
@@ -194,39 +192,45 @@ def _analyze_member(path: Path, config: Optional[Config]):
         return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
 
 
+OnFile = Callable[[str, Optional[Report], Optional[str], int, int], None]
+
+
 def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None,
-             progress: Optional[Callable[[int, int], None]] = None) -> list:
-    """_analyze_member over `files`, in order: here, in `jobs` processes, or on Dask (trace/cluster.py);
-    `progress(files done, files)` after each.
-    A file whose worker died (the OOM killer) costs only that file: with the process pool, the files
-    the broken pool left are retried each in a process of its own, so only the culprit is skipped."""
+             on_file: Optional[OnFile] = None) -> list:
+    """_analyze_member over `files`, results in order: here, in `jobs` processes, or on Dask
+    (trace/cluster.py). `on_file(path, report, problem, done, total)` is called in this thread as each
+    file finishes, in the order they finish. A file whose worker died (the OOM killer) costs only that
+    file: with the process pool, the files the broken pool left are retried each in a process of its
+    own, so only the culprit is skipped."""
     results: list = [None] * len(files)
+    done = [0]
+
+    def finished(i: int, result: tuple) -> None:
+        results[i] = result
+        done[0] += 1
+        if on_file is not None:
+            on_file(str(files[i]), result[0], result[1], done[0], len(files))
+
     with cluster.executor(scheduler, jobs) as pool:
         if pool is None:
             for i, f in enumerate(files):
-                results[i] = _analyze_member(f, config)
-                _tick(progress, i + 1, len(files))
+                finished(i, _analyze_member(f, config))
             return results
-        futures = [pool.submit(_analyze_member, f, config) for f in files]
-        for i, future in enumerate(futures):
+        futures = {pool.submit(_analyze_member, f, config): i for i, f in enumerate(files)}
+        for future in as_completed(futures):
+            i = futures[future]
             try:
-                results[i] = future.result()
+                finished(i, future.result())
             except UsageError:
                 raise
             except BrokenProcessPool:
                 pass
             except Exception as exc:  # Dask: a worker lost (KilledWorker), a task cancelled
-                results[i] = None, f"the worker analysing it failed ({type(exc).__name__})"
-            _tick(progress, i + 1, len(files))
+                finished(i, (None, f"the worker analysing it failed ({type(exc).__name__})"))
     for i, f in enumerate(files):
         if results[i] is None:
-            results[i] = _alone(f, config)
+            finished(i, _alone(f, config))
     return results
-
-
-def _tick(progress: Optional[Callable[[int, int], None]], done: int, total: int) -> None:
-    if progress is not None:
-        progress(done, total)
 
 
 def _alone(path: Path, config: Optional[Config]) -> tuple:
@@ -246,14 +250,16 @@ def _is_dir(p: Path) -> bool:
 
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 jobs: Optional[int] = None, scheduler: Optional[str] = None) -> Union[Report, ReportSet]:
+                 jobs: Optional[int] = None, scheduler: Optional[str] = None,
+                 on_file: Optional[OnFile] = None) -> Union[Report, ReportSet]:
     """A file gives a Report; a directory gives a ReportSet (a directory holding one trace gives its Report).
 
     `jobs` worker processes at most (default, and at most: the usable CPUs) analyse the files of a
     directory (one per rank/worker) in parallel, or decode the chunks of one large file in parallel.
     Pass jobs=1 from a process that must not fork (e.g. one that runs torch). `scheduler` runs the
     files of a directory on Dask instead ("local", or the tcp:// address of a running scheduler:
-    trace/cluster.py). Paths may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py)."""
+    trace/cluster.py). Paths may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py).
+    `on_file`: called as each file of a directory finishes (see _fan_out), for progress."""
     cluster.check_scheduler(scheduler)
     path = sources.local_path(os.fspath(path))
     unlisted: list = []
@@ -268,22 +274,21 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
         files, unlisted = scan_trace_files(path)
     if not files and not unlisted:
         raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
-    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted, progress=progress)
+    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted, on_file=on_file)
 
 
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
                   scheduler: Optional[str] = None, root: str = "", unlisted: Sequence = (),
-                  progress: Optional[Callable[[int, int], None]] = None) -> Union[Report, ReportSet]:
+                  on_file: Optional[OnFile] = None) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
     (see analyze_path for `jobs` and `scheduler`), grouped into jobs by what the traces say
     (analysis/jobs.py), and a cross-rank report over each job of two or more traces
     (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
     warnings.
-    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped. `progress(files done,
-    files)` after each file."""
+    `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
     files = list(files)
     jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
-    results = _fan_out(files, config, jobs, scheduler, progress)
+    results = _fan_out(files, config, jobs, scheduler, on_file)
     result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):
         if report is None:
@@ -297,6 +302,9 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
+    from .analysis.jobs import group_jobs  # the cross-rank analysis: only for several traces
+    from .analysis.stragglers import analyze_ranks
+
     config = config or Config()
     summaries = [r.rank_summary for r in result.reports]
     grouping = group_jobs(summaries, config)

@@ -38,6 +38,7 @@ import tomllib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy_cases import CPU_CASES, RECORDED, ROOT, SCRIPTS, CpuCase, gpu_pair, judge  # noqa: E402
+from unseen_report import kept_section  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
@@ -253,8 +254,9 @@ def main() -> None:
         gpu = [gpu_pair(name, tmp) for name in PAIRS]
     text = render(cpu, gpu, zoo(), machine(), args.pairs)
     print(text)
-    if args.write:
-        args.write.write_text(text)
+    if args.write:  # the section benchmarks/unseen.py writes into the same file stays as it is
+        kept = kept_section(args.write)
+        args.write.write_text(text + (f"\n{kept}" if kept else ""))
     sys.exit(0 if all(r["ok"] for r in cpu + gpu) else 1)
 
 

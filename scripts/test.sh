@@ -14,6 +14,14 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
+# A C++ compiler and Python's headers: torch.compile's inductor builds its CPU kernels with them
+# (tests/test_compile_run.py compiles real programs).
+if ! command -v g++ >/dev/null 2>&1 || \
+   ! python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))'; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ python3-dev >/dev/null
+fi
+
 # torch 2.13.0 for the `perfsleuth run` / profile() tests (`analyze` never needs it). On Linux PyPI's wheel is the
 # CUDA build (several GB): install_torch.py asks pip what it would install (--dry-run --report) and, on a machine
 # without an NVIDIA GPU, takes the CPU build from download.pytorch.org instead. It prints what it decided.

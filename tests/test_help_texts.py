@@ -22,7 +22,7 @@ def help_text(*command) -> str:
 
 def every_help() -> dict:
     texts = {"perfsleuth": help_text()}
-    for name in main.commands:
+    for name in main.list_commands(None):  # `run` too, loaded when asked for (cli.LazyGroup)
         texts[name] = help_text(name)
     return texts
 

@@ -387,3 +387,30 @@ def test_machine_facts_are_taken_once_and_added_only_when_new(tmp_path, monkeypa
     # ends the window: the window's CPU times, for the forecasts (issue 14)
     assert 1 <= calls["host"] <= 2 and 1 <= calls["add"] <= 4
 
+
+
+def test_run_says_which_phase_it_is_in(tmp_path):
+    """`perfsleuth run` tells the terminal when it starts waiting, profiling, writing and analysing
+    (commands/progress.PhaseLine; the CLI shows it only when stdout and stderr are a terminal)."""
+    said = []
+    target = Target(str(SCRIPTS / "compute_mlp.py"), ("--steps", "30"), path=SCRIPTS / "compute_mlp.py")
+    config = RunConfig(wait=2, warmup=1, active=3, after=2, stop_after_window=True)
+    outcome = run_script(target, config, tmp_path / "o", on_phase=lambda phase, detail: said.append((phase, detail)))
+    assert outcome.exit_code == 0 and outcome.report is not None
+    assert said == [("waiting", "2 steps unprofiled, timed (the baseline)"),
+                    ("profiling", "1 warm-up + 3 recorded steps"),
+                    ("waiting", "2 steps unprofiled after the window, timed"),
+                    ("writing", "the trace (trace.pt.trace.json.gz)"),
+                    ("profiling", "2 steps with Python stacks (source lines)"),
+                    ("analysing", "trace.pt.trace.json.gz")]
+
+
+def test_telling_the_phases_records_nothing_the_script_did_not(tmp_path):
+    """The phase lines are printed outside the light recording: a script without torch work still says so."""
+    script = tmp_path / "plain.py"
+    script.write_text("print('hello')\n")
+    said = []
+    outcome = run_script(Target(str(script), (), path=script), RunConfig(wait=1, warmup=1, active=3), tmp_path / "o",
+                         on_phase=lambda phase, detail: said.append(phase))
+    assert outcome.report is None and "the script ran no torch operation" in outcome.message
+    assert said == ["waiting"]

@@ -130,8 +130,8 @@ def test_os_exit_in_the_window_says_what_was_kept(tmp_path):
     assert proc.returncode == 5
     line = proc.stderr.strip().splitlines()[-1]
     trace = out / "trace.pt.trace.json.gz"
-    assert line == (f"perfsleuth: the script called os._exit(5) at train.py:10 at step 4: the process ends now, without "
-                    f"a report; the trace of the 2 profiled step(s) is kept: {trace}; analyse it with: perfsleuth "
+    assert line == (f"perfsleuth: the script called os._exit(5) at train.py:10 at step 4: the process ends now, "
+                    f"without a report; the trace of the 2 profiled step(s) is kept: {trace}; analyse it with: perfsleuth "
                     f"analyze {trace}"), proc.stderr
     analysed = subprocess.run([sys.executable, "-m", "perfsleuth", "analyze", str(trace)], capture_output=True,
                               text=True, timeout=TIMEOUT)

@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, PYTHON, RUNTIME, Trace
-from ..trace.names import OWN_SPAN
-from ..trace.selection import of_kind
+from ..trace.names import OWN_SPAN, name_mask
+from ..trace.selection import kind_mask, of_kind
 from . import intervals as iv
+from .forecast_object import MAX_RANGE, no_forecast, unreliable  # noqa: F401  (re-exported)
 from .machine import Machine
 from .timeline import Timeline, build_timeline
 from .whatif import Plan, plan, remove_host, step_ns, window_step
@@ -28,7 +29,6 @@ from .whatif import Plan, plan, remove_host, step_ns, window_step
 MAX_NODES = 30_000  # host items + device nodes replayed at most (a few steps of a large trace)
 MAX_STEPS = 16
 VARIANTS = ("central", "low", "high")
-MAX_RANGE = 3.0  # a forecast whose optimistic end is over this many times its pessimistic end is no forecast
 
 
 class NoForecast(Exception):
@@ -72,7 +72,7 @@ class Inputs:
         """`ops` of the main thread: the thread of the step annotations, else the busiest one."""
         def make():
             ops = self.ops
-            steps = ops[ops["name"].str.startswith("ProfilerStep#")]
+            steps = ops[self.name_starts("ProfilerStep#")]
             cpu = ops[ops["kind"].to_numpy() == CPU_OP]
             if len(steps):
                 main = (steps["pid"].iloc[0], steps["tid"].iloc[0])
@@ -103,9 +103,13 @@ class Inputs:
 
     def spans(self, prefix: str) -> iv.Intervals:
         """Merged spans of the window's ops/annotations whose name starts with `prefix`."""
-        ops = self.ops
-        hit = ops[ops["name"].str.startswith(prefix)]
+        hit = self.ops[self.name_starts(prefix)]
         return iv.merge(hit["ts"].to_numpy(np.int64), hit["end"].to_numpy(np.int64))
+
+    def name_starts(self, prefix) -> np.ndarray:
+        """Per row of `ops`: its name starts with `prefix` (a string or a tuple of them)."""
+        names = self.cached("op_names", lambda: self.ops["name"].astype("category"))  # each name tested once
+        return name_mask(names, lambda name: name.startswith(prefix))
 
     def classes(self) -> dict:
         """Per device node: kernel family and dtype (from the facts layer), or unknowns."""
@@ -123,7 +127,8 @@ def choose_steps(steps: pd.DataFrame, trace: Trace, max_steps: int = MAX_STEPS) 
     the median step."""
     steps = steps.sort_values("start").reset_index(drop=True)
     n = len(steps)
-    ts = np.sort(of_kind(trace.events, RUNTIME, *DEVICE_KINDS)["ts"].to_numpy())
+    ev = trace.events  # the start times only: no selection of whole rows
+    ts = np.sort(ev["ts"].to_numpy()[kind_mask(ev, (RUNTIME, *DEVICE_KINDS))])
     lo = np.searchsorted(ts, steps["host_start"].to_numpy(np.int64))
     hi = np.searchsorted(ts, steps["host_end"].to_numpy(np.int64))
     per_step = 2.0 * float(np.median(hi - lo)) if n else 0.0  # runtime calls and about as many device nodes
@@ -299,20 +304,6 @@ class Forecaster:
                "step_us": round(step_us - saving_us, 3), "acts_on_us": round(acted / 1000, 3),
                "assumptions": assumptions, "reason": None}
         return unreliable(out) if out["high"] > MAX_RANGE * out["low"] else out
-
-
-def no_forecast(model: str, reason: str) -> dict:
-    """The forecast object when there is none: the reason instead of numbers (never a bound)."""
-    return {"kind": "none", "speedup": None, "saving_us": None, "low": None, "high": None, "model": model or None,
-            "assumptions": {}, "reason": reason}
-
-
-def unreliable(fc: dict) -> dict:
-    """A forecast whose assumptions span more than MAX_RANGE (high / low) tells the user nothing: no
-    speed-up and no saving, the range kept, and the reason naming it."""
-    return {**fc, "kind": "unreliable", "speedup": None, "saving_us": None, "step_us": None,
-            "reason": (f"no reliable forecast: its assumptions give {fc['low']:.2f}-{fc['high']:.2f}x "
-                       f"(more than {MAX_RANGE:g}x apart; the central one {fc['speedup']:.2f}x)")}
 
 
 MODELS: dict = {}

@@ -13,19 +13,24 @@ def merge(starts, ends) -> Intervals:
     """Union of [start, end) intervals as sorted disjoint intervals (touching ones are joined).
 
     The HTA idiom: a new group starts where ts exceeds the running maximum of the previous ends.
+    Input that is already sorted (event times, other merges) skips the sort and its reordering.
     """
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if s.size == 0:
         return EMPTY
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if s.size > 1 and (s[1:] < s[:-1]).any():
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
+    if new.all():  # already disjoint: each interval its own group
+        return s.copy(), e.copy()
     first = np.flatnonzero(new)
     return s[first], np.maximum.reduceat(e, first)
 
@@ -80,17 +85,21 @@ def gaps_until_next(after: np.ndarray, busy: Intervals, windows: Intervals,
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
-    """a ∩ b as sorted disjoint intervals: sweep the boundaries of both, keep where both are open."""
+    """a ∩ b as sorted disjoint intervals. Both merged first (sorted, disjoint, never touching), each
+    interval of `a` meets a run of consecutive intervals of `b` (two searchsorted), and the pieces of
+    those pairs come out sorted, disjoint and never touching: no sort, no sweep."""
     a, b = union(a), union(b)
     if a[0].size == 0 or b[0].size == 0:
         return EMPTY
-    pts = np.concatenate([a[0], a[1], b[0], b[1]])
-    one = np.ones(a[0].size, np.int64), np.ones(b[0].size, np.int64)
-    delta = np.concatenate([one[0], -one[0], one[1], -one[1]])
-    order = np.lexsort((delta, pts))  # at equal points ends (-1) come first: intervals are half-open
-    pts, depth = pts[order], np.cumsum(delta[order])
-    k = np.flatnonzero(depth[:-1] == 2)
-    return merge(pts[k], pts[k + 1])
+    (a_s, a_e), (b_s, b_e) = a, b
+    j0 = np.searchsorted(b_e, a_s, side="right")  # the first of b that ends after a's start
+    j1 = np.searchsorted(b_s, a_e, side="left")  # the first of b that starts at or after a's end
+    n = np.maximum(j1 - j0, 0)
+    if not n.any():
+        return EMPTY
+    i = np.repeat(np.arange(a_s.size), n)
+    j = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(j0, n)
+    return np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace.names import DATALOADER_PREFIXES, OWN_SPAN
+from ..trace.names import DATALOADER_PREFIXES, OWN_SPAN, name_mask
 from . import intervals as iv
 
 SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
@@ -52,8 +52,7 @@ OPTIMIZER = "optimizer"  # a step whose only loops are the optimizer's per-param
 def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
     """The DataLoader `__next__` spans and perfsleuth's own ranges among `spans` (annotations and ops
     with ts, end, name): what happens inside them is the DataLoader's, or perfsleuth's."""
-    names = spans["name"].astype(str)
-    theirs = spans[names.str.startswith(DATALOADER_PREFIXES).to_numpy() | (names == OWN_SPAN).to_numpy()]
+    theirs = spans[name_mask(spans["name"], lambda n: n.startswith(DATALOADER_PREFIXES) or n == OWN_SPAN)]
     return iv.merge(theirs["ts"].to_numpy(np.int64), theirs["end"].to_numpy(np.int64))
 
 

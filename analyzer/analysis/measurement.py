@@ -14,8 +14,10 @@ the `active` steps are the recorded ones. Here they become
 
 with summary = {median, mad, p90, n, values}: the noise is the median absolute deviation, as pyperf reports
 it, and "beyond noise" means further apart than `k_noise` robust sigmas (1.4826 MAD) and a share of the
-median. Leading steps of each unprofiled half that are far slower than the rest are left out, with the rule
-of the steady state (`phases.py`); profiled steps count when their ProfilerStep is steady in the trace.
+median. Unprofiled steps in which torch.compile compiled are left out (`unprofiled_compile_steps` says how
+many; `run` records them: commands/compile_facts.py), and so are leading steps of each unprofiled half that are
+far slower than the rest, with the rule of the steady state (`phases.py`); profiled steps count when their
+ProfilerStep is steady in the trace.
 
 Two different things make the profiled and unprofiled times disagree, and they call for different advice:
 
@@ -38,6 +40,7 @@ from typing import Optional
 
 import numpy as np
 
+from .compiling import compiling_unprofiled
 from .machine import others_load
 from .phases import SteadyRule, leading_warmup
 from .steps import Steps
@@ -74,6 +77,13 @@ def _steps(walls, cpus=None, queued=None, keep=None) -> list:
         return []
     rows = zip(walls, _column(cpus, len(walls)), _column(queued, len(walls)), keep or [True] * len(walls))
     return [(w, c, q) for w, c, q, k in ((_number(w), c, q, k) for w, c, q, k in rows) if w and k]
+
+
+def _uncompiled(walls, compiled: list) -> Optional[list]:
+    """`_steps`' keep: the steps torch.compile did not compile in (None: keep all)."""
+    if not any(compiled) or not isinstance(walls, list):
+        return None
+    return [not (i < len(compiled) and compiled[i]) for i in range(len(walls))]
 
 
 def _summary(values) -> Optional[dict]:
@@ -218,8 +228,10 @@ def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = Measuremen
     clock = run_metadata.get("clock") if isinstance(run_metadata, dict) else None
     if not isinstance(clock, dict) or run_metadata.get("role") == "stacks":  # a stacks companion measures nothing
         return None
-    b_rows, b_lead = _steady(_steps(*(clock.get(f"unprofiled{k}_us") for k in ("", "_cpu", "_queued"))))
-    a_rows, a_lead = _steady(_steps(*(clock.get(f"after{k}_us") for k in ("", "_cpu", "_queued"))))
+    b_keep, a_keep = (_uncompiled(clock.get(f"{key}_us"), compiling_unprofiled(run_metadata, phase))
+                      for key, phase in (("unprofiled", "wait"), ("after", "after")))
+    b_rows, b_lead = _steady(_steps(*(clock.get(f"unprofiled{k}_us") for k in ("", "_cpu", "_queued")), keep=b_keep))
+    a_rows, a_lead = _steady(_steps(*(clock.get(f"after{k}_us") for k in ("", "_cpu", "_queued")), keep=a_keep))
     before, after = _Group(b_rows), _Group(a_rows)
     un, pr = _Group(b_rows + a_rows), _Group(_steady_profiled(clock, steps))
     load = others_load(run_metadata)
@@ -232,9 +244,14 @@ def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = Measuremen
            "others_cores": load["others_cores"] if load else None, "unprofiled_warmup_steps": b_lead + a_lead}
     device = host.get("accelerator") in ("cuda", "rocm")
     reasons, out["preempted_steps"] = _busy_reasons(before, after, un, pr, load, device, rule)
+    n_compiled = sum(keep.count(False) for keep in (b_keep, a_keep) if keep)
+    if n_compiled:
+        out["unprofiled_compile_steps"] = n_compiled  # torch.compile's steps are no measure of the program's step
     if not un.n or not pr.n:
-        out["note"] = ("no unprofiled step was timed (the schedule's --wait and --after leave none)"
-                       if not un.n else "no profiled step was timed")
+        out["note"] = ("no profiled step was timed" if un.n else
+                       f"every unprofiled step compiled ({n_compiled}, torch.compile): no unprofiled step time to "
+                       f"compare with (record more --wait or --after steps)" if n_compiled else
+                       "no unprofiled step was timed (the schedule's --wait and --after leave none)")
         if reasons:
             out["busy"], out["busy_reason"] = True, "; ".join(reasons)
         return out

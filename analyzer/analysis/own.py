@@ -7,17 +7,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.model import ANNOTATION, CPU_OP, Trace
-from ..trace.names import OWN_SPAN
-from ..trace.selection import of_kind
+from ..trace.names import OWN_SPAN, name_mask
+from ..trace.selection import derived, of_kind
 from . import intervals as iv
 from .intervals import covered_before
 
 
 def own_intervals(trace: Trace) -> iv.Intervals:
-    """perfsleuth's own ranges (trace ns, merged)."""
-    ev = of_kind(trace.events, ANNOTATION, CPU_OP)
-    mine = ev[(ev["name"].astype(str) == OWN_SPAN).to_numpy()]
-    return iv.merge(mine["ts"].to_numpy(np.int64), mine["end"].to_numpy(np.int64))
+    """perfsleuth's own ranges (trace ns, merged), found once per analysis."""
+    def make() -> iv.Intervals:
+        ev = of_kind(trace.events, ANNOTATION, CPU_OP)
+        mine = ev[name_mask(ev["name"], lambda n: n == OWN_SPAN)]
+        return iv.merge(mine["ts"].to_numpy(np.int64), mine["end"].to_numpy(np.int64))
+
+    return derived(trace.events, ("own intervals",), make)
 
 
 def own_ns(trace: Trace, starts, ends) -> np.ndarray:

@@ -136,7 +136,7 @@ def _groups(ev: pd.DataFrame, comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     missing = pg == ""
     if missing.any():
         ops = of_kind(ev, CPU_OP)
-        ops = ops[(ops["pg"].astype(str) != "") & (ops["ext"] >= 0)].drop_duplicates("ext")
+        ops = ops[name_mask(ops["pg"], lambda g: g != "") & (ops["ext"].to_numpy() >= 0)].drop_duplicates("ext")
         if len(ops):
             by_ext = pd.DataFrame({"pg": ops["pg"].astype(str).to_numpy(), "seq": ops["seq"].to_numpy(),
                                    "peer": ops["peer"].to_numpy()}, index=ops["ext"].to_numpy())

@@ -88,36 +88,67 @@ def _chain(g: Graph, r: int, ready: np.ndarray) -> np.ndarray:
 
 class _Solver:
     """Gauss-Seidel over resources on a range of each resource's nodes: a round recomputes the host's
-    range, then every stream's, then the extra resources', each from the latest ends of the others."""
+    range, then every stream's, then the extra resources', each from the latest ends of the others.
+
+    A range is recomputed only when its inputs changed: the ends of the resources its edges come from
+    (itself included), compared exactly. A range whose inputs did not change would give the very same
+    ends, so skipping it changes nothing -- neither the schedule nor the rounds counted."""
 
     def __init__(self, g: Graph):
         self.g = g
         self.floor = np.full(g.size, -np.inf) if g.ready0 is None else g.ready0
         order = np.argsort(g.dst, kind="stable")
         self.src, self.lag, self.dst = g.src[order], g.lag[order], g.dst[order]
+        # the first edge of each run of edges into one node (edges sorted by destination)
+        self.first = np.ones(self.dst.size, bool)
+        self.first[1:] = self.dst[1:] != self.dst[:-1]
+        resource = np.repeat(np.arange(len(g.offsets) - 1), np.diff(g.offsets))
+        self.src_resource = resource[self.src]
         self.end = np.full(g.size, -np.inf)
         self.acc = np.empty(g.size)
         self.carry = np.asarray(g.free_at, np.float64).copy()  # max over the solved prefix, per resource
         self.last_best: dict = {}
+        self.stamp = 0  # counts range computations
+        self.changed_at: dict = {}  # resource -> stamp of the last computation that changed its ends
         for r in range(len(g.offsets) - 1):
             lo, hi = int(g.offsets[r]), int(g.offsets[r + 1])
             self.acc[lo:hi] = np.cumsum(g.a[lo:hi])
 
-    def _range(self, r: int, lo: int, hi: int) -> bool:
-        """Recompute nodes lo:hi of resource r (a prefix of it is solved); True when anything moved."""
-        e0, e1 = np.searchsorted(self.dst, [lo, hi])
-        ready = self.floor[lo:hi].copy()
+    def _prepare(self, r: int, lo: int, hi: int) -> list:
+        """What a range's recomputation reads, found once per block: [r, lo, hi, edges, deps, stamp, base].
+        `base` is ready + b - acc of the nodes without edges; `edges` the nodes with some, their floor,
+        b and acc, and the edges (sorted by destination) with the first edge of each node."""
+        e0, e1 = (int(x) for x in np.searchsorted(self.dst, (lo, hi)))
+        b, acc = self.g.b[lo:hi], self.acc[lo:hi]
+        base = self.floor[lo:hi] + b - acc  # ready + b - acc where no edge comes in
+        edges = None
         if e1 > e0:
-            d = self.dst[e0:e1]
-            starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-            ready[d[starts] - lo] = np.maximum(ready[d[starts] - lo],
-                                               np.maximum.reduceat(self.end[self.src[e0:e1]] + self.lag[e0:e1], starts))
-        acc = self.acc[lo:hi]
-        with np.errstate(invalid="ignore"):
-            best = np.maximum(np.maximum.accumulate(ready + self.g.b[lo:hi] - acc), self.carry[r])
-        new = acc + best
-        with np.errstate(invalid="ignore"):
-            moved = bool(np.any(np.abs(new - self.end[lo:hi]) > TOLERANCE_NS))
+            starts = np.flatnonzero(self.first[e0:e1])
+            at = self.dst[e0:e1][starts] - lo
+            edges = (at, self.floor[lo:hi][at], b[at], acc[at], starts, self.src[e0:e1], self.lag[e0:e1])
+        deps = frozenset(np.unique(self.src_resource[e0:e1]).tolist())
+        return [r, lo, hi, edges, deps, None, base]
+
+    def _range(self, job: list) -> bool:
+        """Recompute nodes lo:hi of resource r (a prefix of it is solved); True when anything moved."""
+        r, lo, hi, edges, deps, computed, base = job
+        if computed is not None and all(self.changed_at.get(d, -1) < computed for d in deps):
+            return False  # nothing it reads changed since it was computed: it would come out the same
+        self.stamp += 1
+        job[5] = self.stamp
+        if edges is not None:  # the same sums as (max(floor, edges) + b) - acc over the whole range
+            at, floor, b, acc_at, starts, src, lag = edges
+            rel = base.copy()
+            rel[at] = (np.maximum(floor, np.maximum.reduceat(self.end[src] + lag, starts)) + b) - acc_at
+        else:
+            rel = base
+        best = np.maximum.accumulate(rel)
+        np.maximum(best, self.carry[r], out=best)
+        new = self.acc[lo:hi] + best
+        diff = new - self.end[lo:hi]  # new ends are finite (the carry is): never -inf - -inf
+        moved = bool((np.abs(diff) > TOLERANCE_NS).any())
+        if moved or bool(diff.any()):  # changed at all, however little: what reads these ends must rerun
+            self.changed_at[r] = self.stamp
         self.end[lo:hi] = new
         self.last_best[r] = float(best[-1])
         return moved
@@ -125,18 +156,17 @@ class _Solver:
     def block(self, ranges: list, max_rounds: int) -> int:
         """Rounds over the given (resource, lo, hi) ranges until nothing moves; then their prefix
         maxima carry on to the next block. Returns the rounds used (max_rounds + 1: no convergence)."""
+        jobs = [self._prepare(r, lo, hi) for r, lo, hi in ranges if hi > lo]
         for rounds in range(1, max_rounds + 1):
             moved = False
-            for r, lo, hi in ranges:
-                if hi > lo:
-                    moved |= self._range(r, lo, hi)
+            for job in jobs:
+                moved |= self._range(job)
             if not moved:
                 break
         else:
             return max_rounds + 1
-        for r, lo, hi in ranges:
-            if hi > lo:
-                self.carry[r] = self.last_best[r]
+        for job in jobs:
+            self.carry[job[0]] = self.last_best[job[0]]
         return rounds
 
 
@@ -150,6 +180,11 @@ def solve(g: Graph, max_rounds: int = MAX_ROUNDS) -> Schedule:
     block by block in time order -- dependencies point forward in time, so a block needs only the
     blocks before it, and the rounds a block needs are those of its own host/device alternations --
     then checked by rounds over everything. Without it, rounds over everything from the start."""
+    with np.errstate(invalid="ignore"):
+        return _solve(g, max_rounds)
+
+
+def _solve(g: Graph, max_rounds: int) -> Schedule:
     s = _Solver(g)
     n_res = len(g.offsets) - 1
     rounds = 0

@@ -10,8 +10,8 @@ launched (kernels, copies and memsets whose runtime call lies inside the host wi
 then made disjoint: a step starts no earlier than the previous step ends, so every microsecond of the
 profiled timeline belongs to at most one step and nothing is counted twice.
 
-Each step is then classed warm-up, steady or partial (`phases.py`, column `phase`): shares, the verdict,
-the facts and the top tables use the steady steps only.
+Each step is then classed warm-up, steady, partial or compile (`phases.py`, column `phase`): shares, the
+verdict, the facts and the top tables use the steady steps only.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..trace.lookup import FirstRow
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import name_mask
 from ..trace.selection import of_kind
 from . import intervals as iv
-from .phases import PARTIAL, STEADY, WARMUP, classify
+from .phases import COMPILE, PARTIAL, STEADY, WARMUP, classify
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -37,7 +38,7 @@ PROFILER_STEP, OPTIMIZER_STEP, WHOLE_TRACE = "ProfilerStep", "Optimizer.step", "
 
 @dataclass
 class Steps:
-    """`frame` columns: name, host_start, host_end, start, end (int64 ns), phase (warmup | steady | partial)
+    """`frame` columns: name, host_start, host_end, start, end (int64 ns), phase (warmup | steady | partial | compile)
     and phase_reason ('' for steady steps)."""
 
     frame: pd.DataFrame
@@ -53,11 +54,13 @@ class Steps:
         return (self.frame["phase"] == STEADY).to_numpy()
 
     def counts(self) -> dict:
-        """{"steady": n, "warmup": n, "partial": n}."""
+        """{"steady": n, "warmup": n, "partial": n}, and "compile": n when torch.compile set steps apart."""
         if "phase" not in self.frame:
             return {STEADY: len(self.frame), WARMUP: 0, PARTIAL: 0}
         ph = self.frame["phase"]
-        return {k: int((ph == k).sum()) for k in (STEADY, WARMUP, PARTIAL)}
+        out = {k: int((ph == k).sum()) for k in (STEADY, WARMUP, PARTIAL)}
+        compiling = int((ph == COMPILE).sum())
+        return {**out, COMPILE: compiling} if compiling else out
 
     def host_windows(self) -> iv.Intervals:
         """The merged host windows of the steps: where the step's own code runs."""
@@ -131,12 +134,10 @@ def _device_end_per_window(trace: Trace, host_start: np.ndarray, host_end: np.nd
     rt_ts = rt["ts"].to_numpy()[rt_ok]
     idx = np.searchsorted(host_start, rt_ts, side="right") - 1
     inside = (idx >= 0) & (rt_ts < host_end[np.clip(idx, 0, None)])
-    launch = pd.Series(idx[inside], index=rt_corr[rt_ok][inside])
-    launch = launch[~launch.index.duplicated()]
-    win = launch.reindex(dev_corr[dev_ok]).to_numpy()
-    ok = ~np.isnan(win)
+    call = FirstRow(rt_corr[rt_ok][inside]).find(dev_corr[dev_ok])  # the first launch of each correlation id
+    ok = call >= 0
     if ok.any():
-        np.maximum.at(out, win[ok].astype(np.int64), dev["end"].to_numpy()[dev_ok][ok])
+        np.maximum.at(out, idx[inside][call[ok]], dev["end"].to_numpy()[dev_ok][ok])
     return out
 
 

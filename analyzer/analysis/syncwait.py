@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..trace.lookup import by_id
 from ..trace.model import DEVICE_KINDS, RUNTIME
 from ..trace.selection import of_kind
 from . import intervals as iv
@@ -29,15 +30,10 @@ def device_pending(ev: pd.DataFrame) -> iv.Intervals:
     dev = of_kind(ev, *DEVICE_KINDS)
     if dev.empty:
         return iv.EMPTY
-    rt = of_kind(ev, RUNTIME)
-    rt = rt[rt["corr"].to_numpy() >= 0]
-    launch = pd.Series(rt["ts"].to_numpy(np.int64), index=rt["corr"].to_numpy())
-    launch = launch[~launch.index.duplicated()]
-    corr = dev["corr"].to_numpy()
-    start = dev["ts"].to_numpy(np.int64)
-    launched = launch.reindex(corr).to_numpy(np.float64)
-    known = (corr >= 0) & ~np.isnan(launched)
-    start = np.where(known, np.minimum(start, np.nan_to_num(launched).astype(np.int64)), start)
+    call = by_id(ev, (RUNTIME,), "corr").find(dev["corr"].to_numpy(np.int64))  # the first launch of each
+    start = dev["ts"].to_numpy(np.int64).copy()
+    found = call >= 0
+    start[found] = np.minimum(start[found], of_kind(ev, RUNTIME)["ts"].to_numpy(np.int64)[call[found]])
     return iv.merge(start, dev["end"].to_numpy(np.int64))
 
 

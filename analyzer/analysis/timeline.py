@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..trace.lookup import by_id
 from ..trace.model import ANNOTATION, CPU_OP, DEVICE_KINDS, RUNTIME, Trace
 from ..trace.names import BLOCKING_COPY_CALLS, SYNC_CALLS, is_dataloader, name_mask
 from ..trace.selection import of_kind
@@ -145,9 +146,9 @@ def _device_nodes(trace: Trace, w0: int, w1: int, last: int):
     after `last` (the end of the last step, which includes the device work it launched)."""
     dev = of_kind(trace.events, *DEVICE_KINDS)
     near = dev[(dev["end"].to_numpy() > w0) & (dev["ts"].to_numpy() <= last)]
-    rt = of_kind(trace.events, RUNTIME)
-    calls = rt[rt["corr"].to_numpy() >= 0][["corr", "ts"]].drop_duplicates("corr").rename(columns={"ts": "call_ts"})
-    nodes = near[["ts", "end", "pid", "tid", "corr", "name", "kind", "bytes"]].merge(calls, on="corr", how="left")
+    nodes = near[["ts", "end", "pid", "tid", "corr", "name", "kind", "bytes"]].reset_index(drop=True)
+    nodes["call_ts"] = by_id(trace.events, (RUNTIME,), "corr").get(  # the launching call's start (NaN: none)
+        near["corr"].to_numpy(np.int64), of_kind(trace.events, RUNTIME)["ts"].to_numpy(np.float64), np.nan)
     launch = nodes["call_ts"].to_numpy(np.float64)
     ts = nodes["ts"].to_numpy(np.float64)
     known = ~np.isnan(launch)

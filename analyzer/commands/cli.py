@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import sys
@@ -115,12 +116,12 @@ def protect_inputs(*paths) -> None:
     written over, --force or not (report/safe_write.protect)."""
     from ..report.safe_write import protect
     from ..trace.companion import companion_name
-    from ..trace.model import TRACE_SUFFIXES
+    from ..trace.sources import SUFFIXES
 
     found = []
     for p in map(str, paths):
         if os.path.isdir(p):
-            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(TRACE_SUFFIXES)]
+            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(SUFFIXES)]
         else:
             found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
     protect(found)
@@ -136,30 +137,17 @@ def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> Non
 class ProgressBar:
     """A progress bar on stderr, only when stderr is a terminal and the load has already taken
     `delay` seconds (short loads never flash one). The loader counts events or, for documents cut
-    into byte ranges, bytes: only the ratio is shown. Counting files (`unit`: a directory), a log that is
-    no terminal gets a line now and then instead: after `line_delay` seconds, then every `line_every`."""
+    into byte ranges, bytes: only the ratio is shown."""
 
-    line_delay, line_every = 5.0, 15.0
-
-    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic, unit: str = "", tty=None):
+    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
         from ..report.escape import terminal
 
         self.label, self.delay, self.clock, self.bar = terminal(label), delay, clock, None
         self.start = clock()
-        self.unit, self.tty = unit, tty
-        self._next_line = self.start + self.line_delay
 
     def __call__(self, done: int, total: int) -> None:
-        tty = sys.stderr.isatty() if self.tty is None else self.tty
-        if self.unit and not tty:
-            now = self.clock()
-            if done < total and now >= self._next_line:
-                click.echo(f"perfsleuth: {self.label}: {done:,} of {total:,} {self.unit} ({done / total:.0%}) in "
-                           f"{now - self.start:.0f} s", err=True)
-                self._next_line = now + self.line_every
-            return
         if self.bar is None:
-            if done >= total or self.clock() - self.start < self.delay or not tty:
+            if done >= total or self.clock() - self.start < self.delay or not sys.stderr.isatty():
                 return
             self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
             self.bar.__enter__()
@@ -168,7 +156,27 @@ class ProgressBar:
             self.bar.__exit__(None, None, None)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose commands in `lazy` (name -> "module:command", relative to this package) are
+    imported when they are used: `perfsleuth --version`, `rules` or `docs` never load `run` and what
+    it imports (click's documented pattern for lazily loaded subcommands)."""
+
+    def __init__(self, *args, lazy: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx) -> list:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx, name: str):
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module, __package__), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy={"run": ".cli_run:run_command"},
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="perfsleuth")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
 def main(verbose: int) -> None:
@@ -233,8 +241,9 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     from ..config import Config
     from ..engine.settings import rule_settings
     from ..trace.cluster import check_scheduler
-    from ..trace.sources import display_name, is_url
+    from ..trace.sources import display_name
     from .gates import check_report, known_rule_slugs, parse_fail_on
+    from .progress import FolderProgress
 
     check_scheduler(scheduler)
     protect_inputs(path)
@@ -244,13 +253,14 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
                   force=force)
     if scheduler in (None, "local"):  # processes on this machine
         jobs = _jobs(jobs)
+    folder = FolderProgress()  # a line per trace of a folder, and the folder's bar (on a terminal)
     try:
-        folder = os.path.isdir(path) or (is_url(path) and path.endswith("/"))
-        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}",
-                                                                 unit="files" if folder else ""),
-                              jobs=jobs, scheduler=scheduler)
+        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
+                              scheduler=scheduler, on_file=folder)
     except MemoryError:
         raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
+    finally:
+        folder.close()
     data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                 force=force, details=details)
     exit_on_gate_failures(check_report(data, gates))
@@ -267,7 +277,7 @@ def _jobs(jobs):
     return jobs
 
 
-# Further commands register here (rules, run, diff).
+# Further commands: rules, docs, diff below; run in commands/cli_run.py (imported when used).
 
 
 @main.command("rules")
@@ -357,11 +367,5 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     exit_on_gate_failures(check_regression(result, threshold))
 
 
-from . import cli_run  # noqa: E402,F401  registers `run` on the group (commands/cli_run.py)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    # `python -m perfsleuth.commands.cli`: `run` is registered (by cli_run) on the package's module, not on this copy
-    from perfsleuth.commands.cli import main as package_main
-
-    package_main()
+    main()

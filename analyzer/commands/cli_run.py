@@ -1,4 +1,4 @@
-"""The `run` command (`perfsleuth run [--verify] TARGET ...`), registered on the group in commands/cli.py.
+"""The `run` command (`perfsleuth run [--verify] TARGET ...`), loaded by the group in commands/cli.py when used.
 
 Its own module because the command grew past what cli.py can hold under the 400-line rule: the
 profiled run (commands/run.py), then with --verify the experiments that measure the fixes
@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from .cli import emit, main, output_options, protect_inputs, say, user_errors
+from .cli import emit, output_options, protect_inputs, say, user_errors
 from .run_config import RunConfig
 from .verify_config import VerifyConfig
 
@@ -49,7 +49,7 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
     return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
 
 
-@main.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--wait", type=click.IntRange(0), default=RunConfig.wait, show_default=True,
               help="Steps run before profiling, timed without the profiler (the unprofiled step time).")
@@ -95,6 +95,7 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
     from ..trace.companion import companion_name
     from . import run as runner
     from . import run_outputs, run_paths
+    from .progress import PhaseLine
     from .target import resolve_target
 
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
@@ -108,8 +109,9 @@ def run_command(target, script_args, module, wait, warmup, active, after, no_sta
         protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
+    phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
     finishing = late_signals(folder)
-    outcome = runner.run_script(job, config, folder, finishing)
+    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
     interrupted = None
     with finishing.holding():
         if outcome.user_traceback:

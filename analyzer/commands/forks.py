@@ -99,7 +99,8 @@ def _after_in_parent() -> None:
 def _after_in_child() -> None:
     _state["stopped"] = False  # the child starts no config thread of its own (a profiler it starts will)
     recording = [s for s in list(_RECORDING) if getattr(s, "recording", False)]
-    _state["inherited"] = ("cuda" if any(getattr(s, "cuda", False) for s in recording) else "cpu") if recording else None
+    cuda = any(getattr(s, "cuda", False) for s in recording)
+    _state["inherited"] = ("cuda" if cuda else "cpu") if recording else None
     if recording:
         torch = sys.modules.get("torch")
         try:
@@ -124,6 +125,38 @@ def _drop_inherited_profiler() -> None:
             torch.autograd._disable_profiler()
     except Exception:
         pass
+
+
+def say(line: str) -> None:
+    """A line on stderr now (escaped like every line perfsleuth prints): the process may end right after it."""
+    from ..report.escape import terminal
+
+    print(terminal(line), file=sys.stderr, flush=True)
+
+
+def os_exit_notice(session, code, here: bool) -> None:
+    """The script calls os._exit(code) (`watching_os_exit`): the process ends right after this, with no report;
+    what `session` recorded is written (from the owning thread only: the profiler is not another thread's to
+    stop) and a line says where it is and how to analyse it."""
+    from . import code_sites
+    from .run_outcome import os_exit_line
+    from .run_outputs import raw_path
+
+    site = code_sites.where(sys._getframe(3))  # (this, the session's lambda, the os._exit wrapper, the caller)
+    if here and not session._finished:
+        session.finish(whole_run=True)
+    kept = next((p for p in (session.trace_path, raw_path(session.trace_path)) if p.is_file()), None)
+    say(os_exit_line(code, site, session.steps, session.profiled_steps, kept))
+
+
+def execute(script: Callable[[], None], owner: Owner, format_traceback) -> None:
+    """Run the script; in a child it forked, the end of the script is the end of that child (`leave_child`)."""
+    try:
+        script()
+    except BaseException as exc:
+        leave_child(owner, exc, format_traceback)
+        raise
+    leave_child(owner, None, format_traceback)
 
 
 class ChildExit(SystemExit):

@@ -16,7 +16,6 @@ from ..analysis.stragglers import STRAGGLER_BOUND
 from ..analysis.verdict import VERDICTS as RANK_VERDICTS
 from ..config import Config
 from ..errors import UsageError
-from .diff import REGRESSION
 
 EXIT_GATE = 1  # a gate tripped (bad input is 2, like every user error)
 # A directory of one job's rank traces also has a job verdict (docs/ranks.md): straggler-bound, or one of these.
@@ -125,13 +124,16 @@ def parse_threshold(text: str) -> float:
 
 def check_regression(diff: dict, threshold: Optional[float]) -> list:
     """Failure when the median step time grew by more than `threshold` AND the change is outside noise."""
+    from .diff import REGRESSION  # diff's module (and report@1's schema) only when a diff is gated
+
     if threshold is None:
         return []
     st = diff["step_time"]
     change = st.get("change")
     if st.get("call") != REGRESSION:
         return []
-    grew = f"(median {_ms(st['base']['median'])} → {_ms(st['head']['median'])}, outside noise ±{_ms(st['noise_us'])})"
+    grew = (f"(median {_ms(st['base']['median'])} → {_ms(st['head']['median'])}, "
+            f"outside noise ±{_ms(st['noise_us'])})")
     if change is None:  # a base of (almost) 0 µs: no ratio, but the growth is beyond any threshold
         return [f"step time grew from a base whose median step is {_ms(st['base']['median'])} {grew}: no percentage "
                 f"against it, and more than any --fail-on-regression (the base report is suspect)"]

@@ -31,6 +31,20 @@ def _where() -> Optional[str]:
     return f"{site['file']}:{site['line']} in {site['function']}" if site else None
 
 
+def stand_aside(where: Optional[str], finish: Callable[[], None]) -> str:
+    """Say that perfsleuth stops profiling where the script starts its own profiler, and stop (`finish`);
+    returns where, as said."""
+    import sys
+
+    from ..report.escape import terminal
+
+    where = where or "?"
+    print(terminal(f"perfsleuth: the script starts its own torch.profiler at {where}: perfsleuth stops profiling "
+                   "there (one profiler per process) and lets the script run on"), file=sys.stderr, flush=True)
+    finish()
+    return where
+
+
 def watch(on_rival: Callable[[Optional[str]], None]) -> Callable[[], None]:
     """Call `on_rival(where the script starts it)` before a profiler that is not perfsleuth's starts; returns
     the undo."""

@@ -14,20 +14,21 @@ script that swallows it (bare `except:`) gets it again at its next step.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
-import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
 from . import code_sites, forks, rival, run_facts, run_outputs
 from .run_config import RunConfig
 from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
-                          RunOutcome, analyze, conclude, os_exit_line)
+                          RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
 from .signals import Finishing, as_interrupts, exit_code, signal_name
+from .compile_facts import CompileWatch
 from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
@@ -89,6 +90,9 @@ class ProfileSession:
         self._clock = run_facts.CpuClock()  # cores and CPU time over the active window, for the forecasts
         self._user_dir: Optional[str] = None  # the script's folder: its modules are the user's (code_sites.py)
         self.hooks.around_next = self._clock.loader_call
+        self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
+        self.on_phase: Optional[Callable[[str, str], None]] = None  # progress.PhaseLine under `perfsleuth run`
+        self._said: Optional[tuple] = None  # the phase last told to on_phase
 
     @property
     def source(self) -> Optional[str]:
@@ -112,10 +116,8 @@ class ProfileSession:
 
         forks.profiling(self)  # a fork from now on: the child is neither profiled nor stopped, and never hangs
         c = self.config
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-            self.cuda = True
+        self.cuda = self.cuda or torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         if light:
             return rival.ours(profile(activities=activities, on_trace_ready=self._on_light_ready))
         return rival.ours(profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
@@ -131,6 +133,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
+        self._say_phase(WAIT if self.config.wait else WARMUP)
         self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
@@ -140,14 +143,8 @@ class ProfileSession:
 
     def _rival(self, where: Optional[str]) -> None:
         """The script starts a torch.profiler of its own (rival.py): this session stops profiling first."""
-        if self._finished or not self.hooks.mine():
-            return
-        self.rival_at = where or "?"
-        from ..report.escape import terminal
-
-        print(terminal(f"perfsleuth: the script starts its own torch.profiler at {self.rival_at}: perfsleuth stops "
-                       "profiling there (one profiler per process) and lets the script run on"), file=sys.stderr)
-        self.finish()
+        if not self._finished and self.hooks.mine():
+            self.rival_at = rival.stand_aside(where, self.finish)
 
     def _record_metadata(self, final: bool = False, **extra) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
@@ -177,7 +174,8 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
-                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir), **extra}
+                "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
+                **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
     def _closure_returned(self) -> None:
         """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
@@ -195,9 +193,27 @@ class ProfileSession:
         try:
             self._advance()
         finally:
-            self.step_clock.leave(self.steps, self._phase())
+            phase = self._phase()
+            self.step_clock.leave(self.steps, phase)
+            self._compile.boundary(phase)
+        self._say_phase(phase)
         if self.done and self.raise_on_complete:
             raise _WindowComplete()  # (again, when the script swallowed the first one)
+
+    def _say_phase(self, phase: str) -> None:
+        """The phase the run is in, in words, to `on_phase` (a line on the terminal when it changes)."""
+        c = self.config
+        said = {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
+                WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+                ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+                AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),
+                STACKS: ("profiling", f"{c.stacks_window} steps with Python stacks (source lines)")}.get(phase)
+        if said is not None and self.on_phase is not None and not self.done and said != self._said:
+            self._said = said
+            # perfsleuth's own time where a window may record it; never in the light recording, where
+            # any op would count as the script's torch work (a script that ran none says so)
+            with run_facts.own_span() if self._light is None else contextlib.nullcontext():
+                self.on_phase(*said)
 
     def _phase(self) -> str:
         """The phase of the step that starts now (step_clock.py)."""
@@ -281,7 +297,11 @@ class ProfileSession:
         raw, self._raw = self._raw, None
         if raw is None:
             return
-        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata()})
+        compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
+        if self.on_phase is not None:
+            self.on_phase("writing", f"the trace ({self.trace_path.name})")
+        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
+                                                                    **({"compile": compiled} if compiled else {})})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
@@ -318,46 +338,28 @@ class ProfileSession:
             self._stacks.unwatch()
             self._unwatch_rival()
 
-    def on_os_exit(self, code, here: bool) -> None:
-        """The script calls os._exit(code) (forks.watching_os_exit): the process ends right after this, with no
-        report; what was recorded is written (from the owning thread only: the profiler is not another thread's
-        to stop) and the line says where it is and how to analyse it."""
-        from ..report.escape import terminal
-
-        site = code_sites.where(sys._getframe(2))
-        if here and not self._finished:
-            self.finish(whole_run=True)
-        kept = next((p for p in (self.trace_path, run_outputs.raw_path(self.trace_path)) if p.is_file()), None)
-        print(terminal(os_exit_line(code, site, self.steps, self.profiled_steps, kept)), file=sys.stderr, flush=True)
-
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
         self.hooks.shutdown_workers()
 
 
 # --- running a script --------------------------------------------------------------------------
-def _execute_in(target: Target, owner: forks.Owner) -> None:
-    """The script; in a child it forked, the end of the script is the end of that child (forks.leave_child)."""
-    try:
-        _execute(target)
-    except BaseException as exc:
-        forks.leave_child(owner, exc, format_user_traceback)
-        raise
-    forks.leave_child(owner, None, format_user_traceback)
-
-
-def run_script(target: Target, config: RunConfig, out_dir: Path, finishing: Optional[Finishing] = None) -> RunOutcome:
-    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded. A signal once the
+def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optional[Callable[[str, str], None]] = None,
+               finishing: Optional[Finishing] = None) -> RunOutcome:
+    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded.
+    `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing. A signal once the
     script is over waits for the trace to be written, and for its analysis unless repeated (`finishing`)."""
     finishing = finishing or Finishing(lambda name: None)
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
+    session.on_phase = on_phase if rank in (None, 0) else None  # rank 0 speaks for the job
     ended = "finished"
-    with _script_environment(target), as_interrupts(), forks.watching_os_exit(forks.Owner(), session.on_os_exit):
+    exits = forks.watching_os_exit(forks.Owner(), lambda code, here: forks.os_exit_notice(session, code, here))
+    with _script_environment(target), as_interrupts(), exits:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
-            _execute_in(target, session.hooks.owner)
+            forks.execute(lambda: _execute(target), session.hooks.owner, format_user_traceback)
         except forks.ChildExit:  # a child the script forked ends here, as it would without perfsleuth
             raise
         except _WindowComplete as exc:
@@ -385,6 +387,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path, finishing: Opti
     outcome.rival_at = session.rival_at
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
+    if session.on_phase is not None and session.trace_written:
+        session.on_phase("analysing", outcome.trace_path.name)
     finishing.trace = outcome.trace_path if outcome.trace_path.is_file() else None
     with finishing.holding():  # the analysis: a first signal is said and waits, a second one stops it
         conclude(outcome, ended, session.window_done, config)

@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import tomllib
-from jinja2 import StrictUndefined, TemplateError, meta
 
-from ..analysis.forecast import MODELS
 from ..config import CATEGORIES
 from ..errors import TraceError, UsageError
-from ..facts.core import FACTS, REQUIREMENTS
-from ..report.present import fmt_bytes, fmt_pct, fmt_us
+from ..facts.requirements import REQUIREMENTS
 from ..trace.files import describe_os_error, open_regular
-from .sandbox import LOOP_GUARD, BoundedEnvironment, forbidden_construct
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +36,7 @@ DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Exa
 # Evidence tables rules may name (templates, `locations`); the *_sites ones are source locations.
 TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers", "host_sites",
           "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites", "zero_grad_sites",
-          "pageable_copy_sites", "blocking_copy_sites")
+          "pageable_copy_sites", "blocking_copy_sites", "recompile_reasons", "graph_break_reasons")
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
@@ -50,16 +46,35 @@ _OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies
              "forecast": str}
 CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
-_ENV = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                          keep_trailing_newline=False)  # bounded in time, memory and output: sandbox.py
-
 
 def _num(v) -> str:
     """Compact number: 1,216 · 189 · 0.5 · 12,345,678 (no exponent)."""
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-_ENV.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+@functools.cache
+def environment():
+    """The Jinja2 environment rules compile in, made on first use (listing the catalog needs no Jinja2):
+    bounded in time, memory and output (sandbox.py)."""
+    from jinja2 import StrictUndefined
+
+    from ..report.present import fmt_bytes, fmt_pct, fmt_us
+    from .sandbox import BoundedEnvironment
+
+    env = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=False)
+    env.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+    return env
+
+
+def registries() -> tuple:
+    """(fact names, forecast model names) a user's rule may name; imported only to check such a rule
+    (they load the facts' providers and the forecast models: numpy, pandas)."""
+    from ..analysis.fc_compile import WINDOW_MODELS
+    from ..analysis.forecast import MODELS
+    from ..facts.core import FACTS
+
+    return FACTS, {**MODELS, **dict.fromkeys(WINDOW_MODELS)}
 
 
 class RuleError(UsageError):
@@ -107,11 +122,12 @@ class _Compiled(dict):
 
     def __missing__(self, key: str):
         r = self._rule
-        expr = functools.partial(_ENV.compile_expression, undefined_to_none=False)
+        env = environment()
+        expr = functools.partial(env.compile_expression, undefined_to_none=False)
         if key == "severity_when":
             value = tuple((s, expr(e)) for s, e in r.severity_when)
         elif key in ("message", "fix"):
-            value = _ENV.from_string(getattr(r, key))
+            value = env.from_string(getattr(r, key))
         elif key in ("condition", "saving_us"):
             value = expr(getattr(r, key))
         elif key == "applies":
@@ -131,7 +147,9 @@ def _fail(where: str, problem: str):
     raise RuleError(f"{where}: {problem}")
 
 
-def _check_types(where: str, raw: dict) -> None:
+def _check_types(where: str, raw: dict, facts=None) -> None:
+    """The keys, their types and values; with `facts` (the registry: a user's rule file) also that no
+    threshold shadows a fact."""
     unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL)
     if unknown:
         _fail(where, f"unknown key(s) {', '.join(sorted(unknown))}")
@@ -160,7 +178,7 @@ def _check_types(where: str, raw: dict) -> None:
     for name, value in raw["thresholds"].items():
         if not _IDENT.match(name) or isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(where, f"threshold '{name}' must be a snake_case name with a number")
-        if name in FACTS or name in TABLES:
+        if facts is not None and (name in facts or name in TABLES):
             _fail(where, f"threshold '{name}' shadows a fact of the same name")
         problem = threshold_problem(name, value)
         if problem:
@@ -181,8 +199,12 @@ def _check_docs(where: str, docs: dict) -> None:
 
 
 def _check_names(where: str, what: str, source: str, allowed: set, template: bool = False) -> None:
+    from jinja2 import TemplateError, meta
+
+    from .sandbox import LOOP_GUARD, forbidden_construct
+
     try:
-        ast = _ENV.parse(source if template else "{{ (" + source + ") }}")
+        ast = environment().parse(source if template else "{{ (" + source + ") }}")
     except TemplateError as exc:
         _fail(where, f"{what} does not compile: {_first_line(exc)}")
     except RecursionError:
@@ -201,12 +223,15 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
 def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
     """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/test_engine.py holds
     to every check) skips parsing each expression and template for unknown names and forbidden
-    constructs, and compiles them when first used: that took 0.3 s of every analysis."""
+    constructs, and compiles them when first used: that took 0.3 s of every analysis. It also skips the
+    checks against the fact and forecast model registries (which load numpy and pandas): `perfsleuth
+    rules` lists the catalog without them."""
     where = f"{source}: rule '{raw.get('slug', '?')}'"
-    _check_types(where, raw)
+    facts, models = registries() if check else (None, None)
+    _check_types(where, raw, facts)
     _check_docs(where, raw["docs"])
     if check:
-        allowed = set(FACTS) | set(raw["thresholds"]) | set(TABLES)
+        allowed = set(facts) | set(raw["thresholds"]) | set(TABLES)
         for key in ("condition", "saving_us", "applies"):
             if key in raw:
                 _check_names(where, key, raw[key], allowed)
@@ -214,13 +239,13 @@ def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
             _check_names(where, f"severity_when.{sev}", expr, allowed)
         for key in ("message", "fix"):
             _check_names(where, key, raw[key], allowed, template=True)
-    bad = [e for e in raw["evidence"] if e not in FACTS]
+    bad = [e for e in raw["evidence"] if not isinstance(e, str) or (check and e not in facts)]
     if bad:
         _fail(where, f"evidence names unknown fact(s) {', '.join(map(str, bad))}")
     if raw.get("locations") and raw["locations"] not in TABLES:
         _fail(where, f"locations names unknown evidence table '{raw['locations']}'")
-    if raw.get("forecast") and raw["forecast"] not in MODELS:
-        _fail(where, f"forecast names unknown model '{raw['forecast']}' (known: {', '.join(sorted(MODELS))})")
+    if check and raw.get("forecast") and raw["forecast"] not in models:
+        _fail(where, f"forecast names unknown model '{raw['forecast']}' (known: {', '.join(sorted(models))})")
     when = raw.get("severity_when", {})
     rule = Rule(slug=raw["slug"], title=raw["title"], category=raw["category"], severity=raw["severity"],
                 condition=raw["condition"], saving_us=raw["saving_us"], saving_basis=raw["saving_basis"],
@@ -231,6 +256,8 @@ def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
                 applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""))
     if not check:
         return rule
+    from jinja2 import TemplateError
+
     try:  # compile now: a broken expression is a load error, not a runtime one
         for key in COMPILED_KEYS:
             rule.compiled[key]  # noqa: B018

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..facts.core import FACTS, REQUIREMENTS
-from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+from ..facts.requirements import REQUIREMENTS
 from ..report.escape import terminal
 from .catalog import DOC_SECTIONS, DOC_TITLES, TABLES, Rule
 
@@ -55,7 +54,9 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
         out.append("")
     out += [f"{heading}# Condition", "", "```jinja", r.condition, "```", "",
             f"Ceiling (JSON `ceiling`, never the finding's number): `{r.saving_us}` per step ({r.saving_basis}).", "",
-            (f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
+            (f"Forecast: model `{r.forecast}` — {_window_models()[r.forecast].__doc__} ([compile.md](compile.md))."
+             if r.forecast and r.forecast in _window_models() else
+             f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
              "([forecast.md](forecast.md))." if r.forecast else
              "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
     if r.requires:
@@ -71,6 +72,8 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
 
 
 def facts_markdown() -> str:
+    from ..facts.core import FACTS  # the providers' registries: numpy and pandas, for --markdown only
+
     out = ["| fact | unit | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | {unit} | {desc} |" for name, (unit, desc) in FACTS.items()]
     out += ["", "Evidence tables (lists of rows) usable in templates and as `locations`: "
@@ -79,6 +82,8 @@ def facts_markdown() -> str:
 
 
 def dtype_table_markdown() -> str:
+    from ..facts.device import INPUT_TYPE_DTYPES, KERNEL_DTYPE_HINTS
+
     out = ["| cpu_op `Input type` (first tensor) | dtype |", "|---|---|"]
     out += [f"| `{k}` | {v} |" for k, v in INPUT_TYPE_DTYPES.items()]
     out += ["", "| kernel name matches (case-insensitive, first row wins) | dtype |", "|---|---|"]
@@ -97,3 +102,10 @@ def catalog_markdown(rules: list) -> str:
     out += ["## Facts", "", facts_markdown(), "", "## GEMM dtype detection", "", dtype_table_markdown(), "",
             GENERATED_END]
     return "\n".join(out) + "\n"
+
+
+def _window_models() -> dict:
+    """torch.compile's forecast models (analysis/fc_compile.py: light, numpy only inside a model)."""
+    from ..analysis.fc_compile import WINDOW_MODELS
+
+    return WINDOW_MODELS

@@ -11,6 +11,7 @@ import logging
 from typing import Callable, Optional
 
 from ..analysis import intervals as iv
+from ..analysis.fc_compile import WINDOW_MODELS, window_forecast
 from ..analysis.forecast import Forecaster, no_forecast
 
 log = logging.getLogger(__name__)
@@ -19,10 +20,12 @@ COMBINED_TOP = 3  # fixes in the combined forecast
 
 
 class Forecasts:
-    """The forecaster of one analysis, made on first use."""
+    """The forecaster of one analysis, made on first use. Models that are not replays (analysis/fc_compile.py:
+    torch.compile's fixes act where the steady steps are not) are answered from the facts."""
 
-    def __init__(self, make: Callable[[], Forecaster], step_us: float):
+    def __init__(self, make: Callable[[], Forecaster], step_us: float, facts=None):
         self._make, self.step_us = make, step_us
+        self.facts = facts  # facts.core.Facts, for the window models
         self._forecaster: Optional[Forecaster] = None
         self.error: Optional[str] = None
 
@@ -40,6 +43,9 @@ class Forecasts:
         label = models if isinstance(models, str) else " + ".join(models)
         if not models:
             return no_forecast("", "no forecast model for this fix")
+        if isinstance(models, str) and models in WINDOW_MODELS:
+            facts = self.facts
+            return window_forecast(models, getattr(facts, "values", None), getattr(facts, "tables", None))
         f = self.forecaster
         if f is None:
             return no_forecast(label, self.error or "no replay")
@@ -78,8 +84,8 @@ def combined(findings: list, forecasts: Forecasts) -> Optional[dict]:
     picked, models, singles = [], [], []
     for f in findings:
         fc = f.get("forecast") or {}
-        if fc.get("speedup") is None or fc.get("model") in models:
-            continue
+        if fc.get("speedup") is None or fc.get("model") in models or fc.get("model") in WINDOW_MODELS:
+            continue  # a window model is no replay edit: it does not combine with the others
         picked.append(f["rule"])
         models.append(fc["model"])
         singles.append(fc)

@@ -13,7 +13,7 @@ from ..analysis.intervals import intersect  # noqa: F401  (facts' providers impo
 from ..analysis.attribution import Breakdown
 from ..analysis.steps import Steps
 from ..trace.model import DEVICE_KINDS, RUNTIME, Trace
-from ..trace.selection import of_kind
+from ..trace.selection import of_kind, rows
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Context:
         """Events of these kinds that start inside a step window (do not modify the frame)."""
         def make() -> pd.DataFrame:
             ev = of_kind(self.trace.events, *kinds)
-            return ev[iv.covers(self.windows, ev["ts"].to_numpy(np.int64))]
+            return rows(ev, iv.covers(self.windows, ev["ts"].to_numpy(np.int64)))
 
         return self.cached(("kind",) + kinds, make)
 

@@ -27,11 +27,13 @@ from ..analysis.steps import Steps
 from ..trace.model import KERNEL, Trace
 from ..trace.selection import of_kind
 from .common import Context, make_context
+from .compile import COMPILE_FACTS, compile_facts
 from .device import DEVICE_FACTS, device_facts
 from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
 from .ops import OP_FACTS, op_facts
+from .requirements import REQUIREMENTS  # noqa: F401  (re-exported: rules name them)
 from .threads import THREAD_FACTS, thread_facts
 
 CORE_FACTS = {
@@ -71,19 +73,8 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_share"] = ("share", f"share of step time attributed to {_c} (the breakdown)")
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
-FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS}
-
-# What a rule may declare it `requires` (rules/*.toml): name -> (the bool fact that says the trace has
-# it, why the rule could not be checked without it). A rule that requires something the trace lacks and
-# that applies to the trace is listed as not checked (docs/rules.md), never skipped silently.
-REQUIREMENTS = {
-    "device_generation": ("device_generation_known", "device generation unknown (no deviceProperties, and no "
-                          "architecture in the device name or the kernel names)"),
-    "run_metadata": ("has_run_metadata", "cores, threads and DataLoader workers unknown (recorded only by "
-                     "`perfsleuth run` or `perfsleuth.profile()`)"),
-    "stacks": ("has_stacks", "no Python stacks (record with with_stack=True)"),
-    "shapes": ("has_shapes", "no input shapes or types (record with record_shapes=True)"),
-}
+FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
+               **COMPILE_FACTS}
 
 
 @dataclass
@@ -100,7 +91,7 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
     """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
     ctx = make_context(trace, steps, breakdown)
     facts = Facts(context=ctx)
-    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts):
+    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)

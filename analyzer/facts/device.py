@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..trace.lookup import by_id
 from ..trace.model import CPU_OP, KERNEL, RUNTIME
 from ..trace.names import is_comm, is_memory_kernel, used_categories
 from ..trace.selection import of_kind
@@ -110,19 +111,14 @@ def _map_categories(col: pd.Series, fn) -> np.ndarray:
 def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops`."""
     ev = ctx.trace.events
-    rt = of_kind(ev, RUNTIME)[["corr", "ts", "pid", "tid", "ext"]]
-    rt = rt[rt["corr"] >= 0].drop_duplicates("corr")
-    rt = rt.set_index("corr").reindex(kernels["corr"].to_numpy())
+    rt = of_kind(ev, RUNTIME)
+    row = by_id(ev, (RUNTIME,), "corr").find(kernels["corr"].to_numpy())  # the kernel's first runtime call
     ops = of_kind(ev, CPU_OP).reset_index(drop=True)
-    found = rt["ts"].notna().to_numpy()
+    found = row >= 0
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
-    calls = rt[found].reset_index()[["ts", "pid", "tid", "ext"]].astype(np.int64)
-    ext = ops["ext"].to_numpy()
-    with_ext = np.flatnonzero(ext >= 0)
-    by_ext = pd.Series(with_ext, index=ext[with_ext])
-    by_ext = by_ext[~by_ext.index.duplicated()]  # the first op with each External id
-    idx = by_ext.reindex(calls["ext"].to_numpy()).fillna(-1).to_numpy(np.int64)
+    calls = pd.DataFrame({c: rt[c].to_numpy(np.int64)[row[found]] for c in ("ts", "pid", "tid", "ext")})
+    idx = by_id(ev, (CPU_OP,), "ext").find(calls["ext"].to_numpy())  # the first op with the call's External id
     c = np.clip(idx, 0, None)
     ok = (idx >= 0) & (ops["ts"].to_numpy()[c] <= calls["ts"].to_numpy()) & (
         ops["end"].to_numpy()[c] >= calls["ts"].to_numpy()) & (ops["tid"].to_numpy()[c] == calls["tid"].to_numpy())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -105,17 +107,38 @@ def _dataloader(ctx: Context) -> dict:
     }
 
 
-def _thread_runtime(ctx: Context) -> pd.DataFrame:
-    """All runtime calls in (pid, tid, ts) order, with the next call on the same thread (next_name,
-    next_ts, next_end) and whether the previous call on the thread was a copy call (after_copy)."""
-    def make() -> pd.DataFrame:
-        rt = of_kind(ctx.trace.events, RUNTIME)[["ts", "end", "dur", "pid", "tid", "name", "corr"]]
-        rt = rt.sort_values(["pid", "tid", "ts"], kind="stable")
-        by_thread = rt.groupby(["pid", "tid"], sort=False)
-        is_copy = pd.Series(name_mask(rt["name"], is_copy_call), index=rt.index)
-        after_copy = is_copy.groupby([rt["pid"], rt["tid"]], sort=False).shift(1, fill_value=False).astype(bool)
-        return rt.assign(next_name=by_thread["name"].shift(-1).astype(object), next_ts=by_thread["ts"].shift(-1),
-                         next_end=by_thread["end"].shift(-1), is_copy=is_copy, after_copy=after_copy)
+@dataclass
+class ThreadOrder:
+    """All runtime calls in (pid, tid, ts) order, as positions into the RUNTIME selection `rt`, with for
+    each: whether the next call in that order is on the same thread, and whether the previous one on
+    the thread was a copy call. Columns, not a sorted copy of every call (only copies and syncs are read)."""
+
+    rt: pd.DataFrame
+    order: np.ndarray  # thread order -> row of rt
+    same_next: np.ndarray  # per position in thread order
+    is_copy: np.ndarray
+    after_copy: np.ndarray
+
+    def next_of(self, pos: np.ndarray, column: str) -> np.ndarray:
+        """`column` of the call after each position (thread order) on its thread: float, NaN at a thread's end."""
+        if self.order.size == 0:  # no runtime call at all: int, as a shift of an empty column stays
+            return np.empty(0, np.int64)
+        nxt = self.order[np.minimum(pos + 1, self.order.size - 1)]
+        return np.where(self.same_next[pos], self.rt[column].to_numpy(np.int64)[nxt], np.nan)
+
+
+def _thread_runtime(ctx: Context) -> ThreadOrder:
+    def make() -> ThreadOrder:
+        rt = of_kind(ctx.trace.events, RUNTIME)
+        pid, tid = rt["pid"].to_numpy(np.int64), rt["tid"].to_numpy(np.int64)
+        order = np.lexsort((rt["ts"].to_numpy(np.int64), tid, pid))  # sort_values(["pid", "tid", "ts"], stable)
+        p, t = pid[order], tid[order]
+        same_next = np.zeros(order.size, bool)
+        same_next[:-1] = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
+        is_copy = name_mask(rt["name"], is_copy_call)[order]
+        after_copy = np.zeros(order.size, bool)
+        after_copy[1:] = same_next[:-1] & is_copy[:-1]
+        return ThreadOrder(rt, order, same_next, is_copy, after_copy)
 
     return ctx.cached("thread_runtime", make)
 
@@ -127,14 +150,22 @@ def copy_calls(ctx: Context) -> pd.DataFrame:
 
 
 def _copy_calls(ctx: Context) -> pd.DataFrame:
-    rt_all = _thread_runtime(ctx)
-    rt = rt_all[rt_all["is_copy"].to_numpy()]
-    rt = rt[iv.covers(ctx.windows, rt["ts"].to_numpy(np.int64))]
+    th = _thread_runtime(ctx)
+    pos = np.flatnonzero(th.is_copy)  # copy calls, in thread order
+    pos = pos[iv.covers(ctx.windows, th.rt["ts"].to_numpy(np.int64)[th.order[pos]])]
+    rows = th.order[pos]
+    names = th.rt["name"]
+    nxt = th.order[np.minimum(pos + 1, max(th.order.size - 1, 0))]
+    rt = pd.DataFrame({**{c: th.rt[c].to_numpy(np.int64)[rows] for c in ("ts", "end", "dur", "pid", "tid")},
+                       "name": names.take(rows).values,
+                       "corr": th.rt["corr"].to_numpy(np.int64)[rows],
+                       "next_name": pd.Series(np.where(th.same_next[pos], names.take(nxt).astype(object).to_numpy(),
+                                                       np.nan), dtype=object),
+                       "next_ts": th.next_of(pos, "ts"), "next_end": th.next_of(pos, "end")})
     dev = of_kind(ctx.trace.events, MEMCPY)
     dev = dev[dev["corr"] >= 0].drop_duplicates("corr")
     dev = dev[["corr", "name", "dur", "bytes"]].rename(columns={"name": "copy", "dur": "dev_dur"})
-    out = rt[["ts", "end", "dur", "pid", "tid", "name", "corr", "next_name", "next_ts", "next_end"]].merge(
-        dev, on="corr", how="inner")
+    out = rt.merge(dev, on="corr", how="inner")
     # `.to(device)` / `.item()` without non_blocking: the copy call is followed at once by a synchronize
     out["then_sync"] = out["next_name"].isin(SYNC_CALLS) & ((out["next_ts"] - out["end"]) <= SYNC_AFTER_COPY_NS)
     out["waited_until"] = np.where(out["then_sync"], out["next_end"].fillna(out["end"]), out["end"]).astype(np.int64)
@@ -233,8 +264,8 @@ def _explicit_syncs(ctx: Context, read_iv: iv.Intervals) -> pd.DataFrame:
     """Synchronize calls the step's own code makes (torch.cuda.synchronize(), event/stream
     .synchronize()): inside a step's host window, not part of a read, not right after a copy call.
     Outside the host windows they are the profiler's own (start/stop) and are left out."""
-    rt = _thread_runtime(ctx)
-    syncs = rt[rt["name"].isin(SYNC_CALLS) & ~rt["after_copy"]]
+    th = _thread_runtime(ctx)
+    syncs = th.rt.iloc[th.order[th.rt["name"].isin(SYNC_CALLS).to_numpy()[th.order] & ~th.after_copy]]
     ts = syncs["ts"].to_numpy(np.int64)
     return syncs[iv.covers(ctx.steps.host_windows(), ts) & iv.covers(ctx.windows, ts) & ~iv.covers(read_iv, ts)]
 

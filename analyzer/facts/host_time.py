@@ -21,7 +21,7 @@ from ..trace.names import name_mask
 from ..trace.selection import of_kind
 from .common import Context, covered_ns, intersect, span, subtract
 from .locations import location_rows, sites, startup_names, user_frames
-from .ops import dispatched, outermost
+from .ops import dispatched, top_ops
 
 # Device memory allocation and release (not the stream-ordered *Async pool calls, which are cheap).
 ALLOC_CALLS = re.compile(r"^(?:cuda|hip)(?:Malloc|Free|MallocManaged|ExtMallocWithFlags)$|^cuMem(?:Alloc|Free)(?:_v2)?$")
@@ -101,7 +101,7 @@ def host_time_facts(ctx: Context) -> tuple[dict, dict]:
     alloc, launch = _named(rt, ALLOC_CALLS), _named(rt, LAUNCH_CALLS)
     consumers = _by_name(ctx, rt, host, "runtime call")
     after_rt = subtract(host, span(rt))
-    top = outermost(dispatched(ctx))
+    top = top_ops(ctx)
     consumers += _by_name(ctx, top, after_rt, "op")[:MAX_OPS_NAMED]
     rest = subtract(after_rt, span(top))
     python_ns = iv.total(rest)
@@ -141,9 +141,17 @@ def _by_name(ctx: Context, events: pd.DataFrame, where: iv.Intervals, kind: str)
     if events.empty:
         return []
     ns = covered_ns(where, events["ts"].to_numpy(np.int64), events["end"].to_numpy(np.int64))
-    df = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "ns": ns, "dur": events["dur"].to_numpy()})
-    g = df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), longest=("dur", "max"))
-    g = g[g["ns"] > 0].sort_values("ns", ascending=False)
+    names = events["name"]
+    codes = names.cat.codes.to_numpy()
+    if (codes < 0).any():  # a missing name (never in a decoded trace): group the texts themselves
+        df = pd.DataFrame({"name": names.astype(str).to_numpy(), "ns": ns, "dur": events["dur"].to_numpy()})
+        g = df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), longest=("dur", "max"))
+    else:  # by category code, no string hashing; then in the names' order, as grouping by them gives it
+        df = pd.DataFrame({"code": codes, "ns": ns, "dur": events["dur"].to_numpy()})
+        g = df.groupby("code").agg(ns=("ns", "sum"), calls=("ns", "size"), longest=("dur", "max"))
+        g.index = pd.Index(names.cat.categories.take(g.index.to_numpy()).astype(str), name="name")
+        g = g.sort_index()
+    g = g[g["ns"] > 0].sort_values("ns", ascending=False)  # ties keep the names' order
     return [{"name": str(name), "kind": kind, "us_per_step": ctx.per_step_us(r["ns"]), "share": ctx.share(r["ns"]),
              "calls_per_step": ctx.per_step(r["calls"]), "max_call_us": round(float(r["longest"]) / 1000.0, 3)}
             for name, r in g.iterrows()]

@@ -9,6 +9,8 @@ outermost op calls in turn (`aten::linear` -> `aten::addmm`) are counted in `ops
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 
@@ -17,6 +19,7 @@ from ..analysis.loops import OPTIMIZER, describe, evidence, loop_ops, not_the_st
 from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
+from ..trace.selection import rows
 from .common import Context, span, thread_key
 from .locations import optimizer_sites, sites
 
@@ -49,35 +52,57 @@ OP_FACTS = {
 }
 
 
-def outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops no other op of the same thread encloses, sorted by (thread, start)."""
+def outermost(ops: pd.DataFrame, keep: Optional[np.ndarray] = None) -> pd.DataFrame:
+    """The ops (the rows of `ops` where `keep` is set, all without it) no other op of the same thread
+    encloses, sorted by (thread, start); one copy, of the rows that are outermost."""
     if ops.empty:
         return ops
-    key = thread_key(ops)
-    order = np.lexsort((ops["ts"].to_numpy(np.int64), key))
-    o = ops.iloc[order]
-    k, ts, end = key[order], o["ts"].to_numpy(np.int64), o["end"].to_numpy(np.int64)
-    run_max = pd.Series(end).groupby(k).cummax().to_numpy()  # latest end so far within each thread
+    at = np.flatnonzero(keep) if keep is not None else np.arange(len(ops))
+    if at.size == 0:
+        return ops.iloc[at]
+    key = thread_key(ops)[at]
+    order = np.lexsort((ops["ts"].to_numpy(np.int64)[at], key))
+    k, ts, end = key[order], ops["ts"].to_numpy(np.int64)[at][order], ops["end"].to_numpy(np.int64)[at][order]
+    first_of_thread = np.r_[True, k[1:] != k[:-1]]
+    run_max = _cummax_by_run(end, first_of_thread)  # latest end so far within each thread
     prev = np.empty_like(run_max)
     prev[0] = np.iinfo(np.int64).min
     prev[1:] = run_max[:-1]
-    first_of_thread = np.r_[True, k[1:] != k[:-1]]
-    return o[first_of_thread | (ts >= prev)]
+    return ops.iloc[at[order[first_of_thread | (ts >= prev)]]]
+
+
+def _cummax_by_run(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running maximum of int64 `values`, restarted where `starts` is set (runs of one thread): one
+    accumulate over the values lifted by run (run r by r x the span), exact in int64."""
+    run = np.cumsum(starts) - 1
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if int(run[-1]) >= (1 << 62) // span:  # would overflow: the groupby (never on real traces)
+        return pd.Series(values).groupby(run).cummax().to_numpy()
+    lift = run * np.int64(span)
+    return np.maximum.accumulate(values - low + lift) - lift + low
+
+
+def dispatched_mask(ctx: Context) -> np.ndarray:
+    """Per cpu op in the steps (`ctx.kind(CPU_OP)`): it is an op (`aten::add`, `autograd::engine::…`,
+    `c10d::…`), not a record_function label that old traces store as an op (`ProfilerStep#3`,
+    `Optimizer.step#SGD.step`)."""
+    return ctx.cached("dispatched_mask", lambda: name_mask(ctx.kind(CPU_OP)["name"], lambda n: "::" in n))
 
 
 def dispatched(ctx: Context) -> pd.DataFrame:
-    """cpu ops in the steps that are ops (`aten::add`, `autograd::engine::…`, `c10d::…`), not
-    record_function labels that old traces store as ops (`ProfilerStep#3`, `Optimizer.step#SGD.step`)."""
-    def make() -> pd.DataFrame:
-        ops = ctx.kind(CPU_OP)
-        return ops[name_mask(ops["name"], lambda n: "::" in n)]
+    """The dispatched ops themselves (a copy of most cpu ops: only where a frame of them is needed)."""
+    return ctx.cached("dispatched_ops", lambda: rows(ctx.kind(CPU_OP), dispatched_mask(ctx)))
 
-    return ctx.cached("dispatched_ops", make)
+
+def top_ops(ctx: Context) -> pd.DataFrame:
+    """The outermost dispatched ops (`outermost`), made once per analysis."""
+    return ctx.cached("outermost_ops", lambda: outermost(ctx.kind(CPU_OP), dispatched_mask(ctx)))
 
 
 def op_facts(ctx: Context) -> tuple[dict, dict]:
-    ops = dispatched(ctx)
-    top = ctx.cached("outermost_ops", lambda: outermost(ops))
+    n_ops = int(dispatched_mask(ctx).sum())
+    top = top_ops(ctx)
     dur = top["dur"].to_numpy(np.int64)
     ann = ctx.kind(ANNOTATION, CPU_OP)
     theirs = not_the_steps(ann)  # a Dataset's loop is the DataLoader's time, perfsleuth's own range nobody's
@@ -91,7 +116,7 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     opt_win = span(opt)
     in_opt = iv.covers(opt_win, ts)
     values = {
-        "ops_per_step": ctx.per_step(len(ops)),
+        "ops_per_step": ctx.per_step(n_ops),
         "ops_top_per_step": ctx.per_step(len(top)),
         "op_top_median_us": round(float(np.median(dur)) / 1000.0, 3) if len(dur) else 0.0,
         "op_top_mean_us": round(float(dur.mean()) / 1000.0, 3) if len(dur) else 0.0,

@@ -124,7 +124,7 @@ def view(report: dict, pid: str = "") -> dict:
         "categories": [(c, CATEGORY_LABELS[c]) for c in CATEGORIES],
         "findings": [_finding(i, f) for i, f in enumerate(findings[:MAX_FINDINGS], 1)],
         "combined": _combined(report),
-        "forecast_note": present.FORECAST_NOTE + (
+        "forecast_note": present.forecast_note(findings) + (
             "; " + figures.MEASURED_NOTE if any(figures.verified_of(f) for f in findings) else ""),
         "findings_more": max(0, len(findings) - MAX_FINDINGS),
         "kernels": _rows(report.get("top_kernels")),

@@ -26,13 +26,13 @@ _INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 
 
 STEADY = "steady"
-PHASE_LABELS = {"warmup": "warm-up", "partial": "partial"}
+PHASE_LABELS = {"warmup": "warm-up", "compile": "compiling", "partial": "partial"}
 
 
 def step_phase(step: Any) -> str:
-    """A report step's phase: warmup, steady or partial (steady when the report predates phases)."""
+    """A report step's phase: warmup, steady, compile or partial (steady when the report predates phases)."""
     phase = step.get("phase") if isinstance(step, dict) else None
-    return phase if phase in ("warmup", "partial") else STEADY
+    return phase if phase in PHASE_LABELS else STEADY
 
 
 def steady_steps(report: dict) -> list[dict]:
@@ -41,7 +41,7 @@ def steady_steps(report: dict) -> list[dict]:
 
 
 def set_apart(report: dict) -> list[dict]:
-    """The warm-up and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
+    """The warm-up, compiling and partial steps, shown apart: [{"name", "phase", "label", "duration_us", "reason"}]."""
     return [{"name": str(s.get("name") or "?"), "phase": step_phase(s), "label": PHASE_LABELS[step_phase(s)],
              "duration_us": s.get("duration_us"), "reason": str(s.get("phase_reason") or "")}
             for s in report.get("steps") or [] if isinstance(s, dict) and step_phase(s) != STEADY]
@@ -224,6 +224,17 @@ def location_text(loc: Any) -> str:
 
 FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
                  "pessimistic to its optimistic assumptions")
+# torch.compile's fixes are forecast without a replay (analysis/fc_compile.py WINDOW_MODELS; no import: renderers
+# stay light), over the recorded steps: the note says so when one of them gave a number.
+COMPILE_MODELS = ("no-recompilation", "no-compile-after-warmup", "compiled-not-eager")
+COMPILE_NOTE = "torch.compile's fixes: the recorded steps, compiling ones included, without the time the fix removes"
+
+
+def forecast_note(findings: list) -> str:
+    """FORECAST_NOTE, and COMPILE_NOTE when a torch.compile fix has a forecast."""
+    compiled = any(isinstance(f, dict) and isinstance(f.get("forecast"), dict) and f["forecast"].get("model") in
+                   COMPILE_MODELS and number(f["forecast"].get("speedup")) is not None for f in findings)
+    return FORECAST_NOTE + (f"; {COMPILE_NOTE}" if compiled else "")
 
 
 def forecast_of(finding: Any) -> dict:

@@ -37,7 +37,7 @@ class StepDoc(msgspec.Struct):
     name: Optional[str] = None
     start_us: Optional[Signed] = None
     time_us: PerCategoryUs = msgspec.field(default_factory=PerCategoryUs)
-    phase: Optional[str] = None  # warmup | steady | partial; None (older reports): steady
+    phase: Optional[str] = None  # warmup | steady | partial | compile; None (older reports): steady
 
 
 class StepTimesDoc(msgspec.Struct):

@@ -7,7 +7,7 @@ import os
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
-from .present import (FORECAST_NOTE, fmt_forecast, location_text, measurement_lines, member_path, set_apart, set_order,
+from .present import (fmt_forecast, forecast_note, location_text, measurement_lines, member_path, set_apart, set_order,
                       steady_steps, steps_text)
 
 BAR_WIDTH = 30
@@ -103,7 +103,7 @@ def render_terminal(report: dict) -> str:
         if isinstance(combined, dict) and combined.get("speedup") is not None:
             rules = ", ".join(_clean(r) for r in combined.get("rules") or [])
             lines.append(f"  all of {rules} together: {_clean(fmt_forecast(combined))}")
-        lines.append(f"  ({FORECAST_NOTE}; assumptions in the JSON, HTML and Markdown reports)")
+        lines.append(f"  ({forecast_note(findings)}; assumptions in the JSON, HTML and Markdown reports)")
         if any(figures.verified_of(f) for f in findings):
             lines.append(f"  ({figures.MEASURED_NOTE})")
     for n in report.get("not_checked") or []:

@@ -94,5 +94,5 @@ def _recode(path, raw, skip: int, codec: str) -> bytes:
     try:
         return data.decode(codec).encode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"is {codec.upper()} text that does not decode ({exc.reason} at byte "
-                               f"{exc.start + skip:,})") from None
+        raise TraceError(path, f"is not valid JSON: it reads as {codec.upper()} text (its first bytes), which does "
+                               f"not decode ({exc.reason} at byte {exc.start + skip:,})") from None

@@ -29,3 +29,25 @@ def without_huge_pages() -> Iterator[None]:
         yield
     finally:
         _set_madvise_hugepage(previous)
+
+
+def release_free_memory() -> None:
+    """Hand the heap memory freed since the start back to the operating system (glibc's malloc_trim).
+
+    Decoding a large trace allocates and frees many column chunks; glibc keeps the freed pages in its
+    heap (its mmap threshold grows past the chunks' size after the first large free), and the
+    analysis then reaches its peak on top of them: on the x10 benchmark trace 128 MB of the 350 MB
+    held after loading were free memory (docs/perf.md). Elsewhere than glibc, nothing happens."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None  # glibc's malloc_trim once found, False where there is none

@@ -21,7 +21,8 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import devices, document, encodings, files, kineto, sources, validate
+from . import devices, document, encodings, files, kineto, sources, times, validate
+from .hugepages import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ _KIND_OF_CAT = {
     "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
 }
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz")
+TRIM_AFTER_ENTRIES = 200_000  # a load this large leaves tens of MB of freed heap (hugepages.release_free_memory)
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -71,7 +73,8 @@ class Trace:
     ts, end, dur -- int64 ns relative to `t0_us`;  kind -- int8 code into KIND_NAMES;
     name -- categorical;  pid, tid -- int64 (-1 where the trace used a string);
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
-    py_id, py_parent -- python_function tree links (-1 when absent);  in_type -- categorical
+    py_id, py_parent -- python_function tree links (-1 when absent; int8 -1 throughout when the trace has none,
+    as seq and peer);  in_type -- categorical
     "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
     name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent);
     peer -- of a send or recv, the other rank in that group ("Dst Rank" / "Src Rank"; -1 when absent).
@@ -156,6 +159,8 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     frames = [_take_chunk(out, trace) for out in outs]
     del outs
     trace.events = _assemble(frames, trace)
+    if entries >= TRIM_AFTER_ENTRIES:
+        release_free_memory()  # the decode's freed chunks, before the analysis builds on top of them
     if trace.events.empty:
         if any("not event objects" in w for w in trace.warnings):
             raise TraceError(path, "not a PyTorch profiler trace (traceEvents holds no event objects)")
@@ -229,6 +234,9 @@ def _kinds(cats: list) -> np.ndarray:
 
 _FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
 _NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
+# Ids most traces have none of (no Python stacks, no collectives): int8 -1 then, which every selection and
+# copy of the table carries at 4 bytes a row instead of 32 (readers convert with .to_numpy(np.int64)).
+_SPARSE = ("py_id", "py_parent", "seq", "peer")
 _ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "pg", "end")  # the frame's columns
 
 
@@ -290,7 +298,7 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     cols["name"] = names
     cols["pg"] = pgs
     cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
-    rows = _normalise_times(cols, trace)
+    rows = times.normalise(cols, trace)
     if rows is None:
         return _empty_frame()
     for k in list(cols):  # one column at a time, so that one column is the only extra copy
@@ -301,6 +309,9 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
         for k in list(cols):
             cols[k] = cols[k][~dup]
     cols["end"] = cols["ts"] + cols["dur"]
+    for k in _SPARSE:  # a column no event of the trace has a value in: -1 in one byte, not eight
+        if not (cols[k] != -1).any():
+            cols[k] = np.full(cols[k].size, -1, dtype=np.int8)
     return pd.DataFrame({k: cols[k] for k in _ORDER}, copy=False)  # no consolidating copy
 
 
@@ -321,65 +332,6 @@ def _duplicates(cols: dict) -> np.ndarray:
         sub = pd.DataFrame({c: cols[c].codes[idx] if c == "name" else cols[c][idx] for c in _IDENTITY})
         dup[idx] = sub.duplicated().to_numpy()
     return dup
-
-
-_FAR_US = 4e15  # an event this far (127 years) from the trace's median time is absurd: it is dropped
-_LONG_NS = 1e18  # and so is a duration this long (31 years): ts + dur stays inside int64 nanoseconds
-
-
-def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
-    """Turn ts/dur into int64 ns from the earliest event (in place) and return the rows to keep, in
-    start order; None when no event has a usable timestamp. The origin is taken among the events near
-    the median time, so one absurd timestamp (1e308, -1e300) is dropped instead of pushing every
-    other event out of range."""
-    warnings = trace.warnings
-    ts, dur = cols["ts"], cols["dur"]
-    missing = np.isnan(ts)
-    if missing.any():
-        warnings.append(f"{int(missing.sum())} events without a numeric timestamp were dropped")
-    finite = np.isfinite(ts)
-    if not finite.any():
-        if (~missing).any():
-            warnings.append(f"{int((~missing).sum())} events with absurd timestamps or durations were dropped "
-                            f"(e.g. ts {ts[~missing][0]:g} µs)")
-        return None
-    with np.errstate(invalid="ignore", over="ignore"):
-        far = ~missing & ~(np.abs(ts - np.median(ts[finite])) <= _FAR_US)
-        bad_dur = (~np.isfinite(dur) | (dur < 0)) & ~missing & ~far
-        if bad_dur.any():
-            warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
-                            "were counted as zero-length")
-        long = ~missing & ~far & ~bad_dur & (dur * 1000.0 > _LONG_NS)
-    huge = far | long
-    if huge.any():
-        i = int(np.flatnonzero(huge)[0])
-        example = f"ts {ts[i]:g} µs" if far[i] else f"dur {dur[i]:g} µs"
-        warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped "
-                        f"(e.g. {example}: more than a century away from the rest of the trace)")
-    keep = ~(missing | huge)
-    if not keep.any():
-        return None
-    t0 = float(ts[keep].min())
-    _resolution(trace, float(np.abs(ts[keep]).max()))
-    with np.errstate(invalid="ignore", over="ignore"):  # the dropped rows may overflow
-        ts_ns = np.rint((ts - t0) * 1000.0)
-        dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
-    cols["ts"] = np.where(keep, ts_ns, 0).astype(np.int64)
-    cols["dur"] = np.where(keep, dur_ns, 0).astype(np.int64)
-    trace.t0_us = t0
-    rows = np.flatnonzero(keep)
-    return rows[np.argsort(cols["ts"][rows], kind="stable")]
-
-
-def _resolution(trace: Trace, largest_us: float) -> None:
-    """The finest time step the trace's timestamps carry as read (double precision, µs): 0.25 µs around the
-    1.7e15 µs of Kineto's epoch times, 16 µs around 1e17. Differences finer than that are rounding, not
-    time: the step finder does not call them overlaps (`time_resolution_ns`), and from 1 µs on it is said."""
-    step_us = float(np.spacing(largest_us))
-    trace.time_resolution_ns = int(np.ceil(step_us * 1000.0))
-    if step_us >= 1.0:
-        trace.warnings.append(f"timestamps around {largest_us:.3g} µs are resolved to only {step_us:g} µs as read "
-                              "(double precision): durations and gaps shorter than that are not exact")
 
 
 def _read_devices(trace: Trace, header: kineto.Header) -> None:

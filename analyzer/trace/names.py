@@ -72,9 +72,65 @@ def used_categories(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.flatnonzero(present)
 
 
-def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
-    """Evaluate `predicate` once per distinct name the rows use, map back to rows."""
+def name_mask(names, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Evaluate `predicate` once per distinct name the rows use, map back to rows (a missing name
+    matches nothing). `names`: a categorical Series, or any Series or array of str (factorized first)."""
+    if not (isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype)):
+        codes, uniques = pd.factorize(np.asarray(names, dtype=object))
+        names = pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object)))
     codes, used = used_categories(names)
     hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)  # the last entry: missing names (-1)
     hit[used] = [bool(predicate(c)) for c in names.cat.categories.take(used).tolist()]
     return hit[codes]
+
+
+# --- torch.compile (docs/compile.md). Names from torch 2.13's _dynamo/_inductor sources, checked against
+# the traces in fixtures/traces/compile: `dynamo_timed(key)` records "<key> (dynamo_timed)" and, for the
+# chromium phase events, "<phase>" around it; "<phase>_data: k=v, compile_id=F/C" annotations carry the ids.
+DYNAMO_TIMED_SUFFIX = " (dynamo_timed)"
+CACHE_LOOKUP = "TorchDynamo Cache Lookup"  # every call of a frame dynamo watches: the guards are evaluated
+COMPILED_REGION_PREFIX = "Torch-Compiled Region: "  # "Torch-Compiled Region: 0/1": compiled code of frame 0 runs
+COMPILED_GRAPH = "CompiledFunction"  # AOTAutograd's forward graph runs (CompiledFunctionBackward: its backward)
+# One compilation, outermost first: dynamo's frame compile, the lazy backward compile.
+COMPILE_ROOTS = frozenset({"dynamo", "entire_frame_compile", "entire_backward_compile",
+                           "_compile.compile_inner" + DYNAMO_TIMED_SUFFIX, "backward._backward_impl" + DYNAMO_TIMED_SUFFIX})
+# The parts of a compilation (the issue's split), by the chromium phase or dynamo_timed key of the event.
+COMPILE_PARTS = ("guards", "inductor", "aot", "backend", "dynamo")  # priority: the first that covers a moment
+_COMPILE_PART_KEYS = {
+    "guards": ("build_guards",),
+    "inductor": ("inductor_compile", "compile_fx_inner", "compile_fx.<locals>.fw_compiler_base",
+                 "compile_fx.<locals>.bw_compiler", "compile_file", "CUDAGraphNode.record", "cudagraphify.get_container"),
+    "aot": ("create_aot_dispatcher_function", "aot_collect_metadata", "aot_trace_joint_graph"),
+    "backend": ("backend_compile", "OutputGraph.call_user_compiler", "entire_backward_compile", "backward._backward_impl"),
+    "dynamo": ("bytecode_tracing",),
+}
+CUDAGRAPH_RECORD = "CUDAGraphNode.record"  # cudagraph trees record (and re-record) a graph
+CUDAGRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"})
+_COMPILE_ID = re.compile(r"_data: (?:.*, )?compile_id=(!\d+/)?(\d+)/(\d+)")
+_REGION_ID = re.compile(r"^Torch-Compiled Region: (?:!\d+/)?(\d+)/(\d+)")
+
+
+def compile_part(name: str) -> Optional[str]:
+    """'bytecode_tracing' or 'bytecode_tracing (dynamo_timed)' -> 'dynamo'; None when no part names it."""
+    key = name[: -len(DYNAMO_TIMED_SUFFIX)] if name.endswith(DYNAMO_TIMED_SUFFIX) else name
+    return next((part for part, keys in _COMPILE_PART_KEYS.items() if key in keys), None)
+
+
+def is_compile_event(name: str) -> bool:
+    """An event that lies inside torch.compile's compilation (not the compiled code running): the
+    dynamo_timed ranges, the chromium phase events around them and their `_data` annotations."""
+    return (name.endswith(DYNAMO_TIMED_SUFFIX) or name in COMPILE_ROOTS or compile_part(name) is not None
+            or bool(_COMPILE_ID.search(name)) or name.startswith("compile_attempt_"))
+
+
+def compile_id(name: str) -> Optional[tuple]:
+    """'entire_frame_compile_data: fn_name=_compile.compile_inner, compile_id=0/7' -> (0, 7): frame 0's
+    eighth compilation (the first is 0/0; compiled autograd's '!1/0/7' -> (0, 7)). None otherwise."""
+    m = _COMPILE_ID.search(name)
+    return (int(m.group(2)), int(m.group(3))) if m else None
+
+
+def region_id(name: str) -> Optional[tuple]:
+    """'Torch-Compiled Region: 0/1' -> (0, 1); None for other names."""
+    m = _REGION_ID.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None

@@ -50,11 +50,28 @@ def kind_mask(ev: pd.DataFrame, kinds) -> np.ndarray:
 
 
 def of_kind(ev: pd.DataFrame, *kinds: int) -> pd.DataFrame:
-    """The rows of `ev` whose kind is one of `kinds`, in table order with their index."""
+    """The rows of `ev` whose kind is one of `kinds`, in table order with their index. Kinds the table
+    has no event of are left out of the memo's key: (cpu ops, annotations, python functions) of a trace
+    without stacks is the same selection as (cpu ops, annotations), made once."""
     kinds = tuple(sorted(set(kinds)))
-    return _memoised(ev, ("kind",) + kinds, lambda: ev[kind_mask(ev, kinds)])
+    counts = _memoised(ev, ("kind counts",), lambda: np.bincount(ev["kind"].to_numpy().astype(np.intp)))
+    present = tuple(k for k in kinds if 0 <= k < len(counts) and counts[k]) or kinds
+    return _memoised(ev, ("kind",) + present, lambda: ev[kind_mask(ev, present)])
+
+
+def rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """`frame[mask]`, without a copy where the rows kept are all of them (the frame itself) or one run of
+    consecutive rows (a slice, a view): the events inside the steady steps are most often all but a
+    few at either end. Like a selection, the result must not be modified in place."""
+    idx = np.flatnonzero(mask)
+    if len(idx) == len(frame):
+        return frame
+    if len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+        return frame.iloc[idx[0]: idx[-1] + 1]
+    return frame[mask]
 
 
 def derived(ev: pd.DataFrame, key: tuple, make: Callable[[], object]):
     """Anything computed from the event table `ev` once per analysis (inside `memo()`), like `of_kind`."""
     return _memoised(ev, ("derived",) + key, make)
+

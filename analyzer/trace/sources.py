@@ -74,7 +74,8 @@ def _within(url: str, seconds: float, what: str, fn: Callable):
     try:
         ok, value = box.get(timeout=seconds)
     except queue.Empty:
-        raise TraceError(url, f"no answer within {seconds:g} s while {what} (an unreachable or silent server?)") from None
+        raise TraceError(url, f"no answer within {seconds:g} s while {what} (an unreachable or silent "
+                              "server?)") from None
     if not ok:
         raise value
     return value
@@ -110,7 +111,8 @@ def read_url(url: str):
         if kind == "directory":
             raise TraceError(url, "is a directory (use analyze_path for directories)")
         if kind != "file":
-            raise TraceError(url, f"is {'not a regular file' if kind is None else f'a {kind} entry'}, not a regular file")
+            what = "an entry of no known type" if kind is None else f"a {kind} entry"
+            raise TraceError(url, f"is {what}, not a regular file")
         raw = _read(url, fs, path, info)
     except FileNotFoundError:
         raise TraceError(url, "no such file or directory") from None

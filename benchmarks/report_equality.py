@@ -1,0 +1,93 @@
+"""Do two versions of perfsleuth give the same reports? A check for optimisations, not a test.
+
+    python benchmarks/report_equality.py dump OUT [PATH ...]   # report.json of each trace / rank folder
+    python benchmarks/report_equality.py compare OLD NEW       # every difference, path by path
+
+`dump` analyses (in this interpreter, so run it with the version to check: a venv with the old code,
+then one with the new) every trace under ../shared/traces and fixtures/traces (stacks companions are
+read through their main trace, not on their own) and every folder of rank traces, one worker, and
+writes each report dict as JSON. Fields that hold timings of the analysis itself would be left out
+(TIMING); report@1 has none today. `compare` lists every value that differs; exit 1 when any does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOTS = (HERE.parent.parent / "shared" / "traces", HERE.parent / "fixtures" / "traces")
+TIMING = frozenset({"elapsed_s", "analysis_s", "wall_s"})  # keys dropped before comparing
+
+
+def targets(paths: list) -> list:
+    if paths:
+        return [Path(p) for p in paths]
+    out = []
+    for root in ROOTS:
+        files = sorted(p for p in root.rglob("*.json*") if ".stacks." not in p.name)
+        out += files
+        out += sorted({p.parent for p in files if p.parent.name != root.name and
+                       sum(1 for q in p.parent.glob("*.json*") if ".stacks." not in q.name) > 1})
+    return out
+
+
+def clean(obj):
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items() if k not in TIMING}
+    if isinstance(obj, list):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def dump(out: Path, paths: list) -> None:
+    from perfsleuth.api import analyze_path
+    from perfsleuth.errors import TraceError
+
+    out.mkdir(parents=True, exist_ok=True)
+    for p in targets(paths):
+        name = "__".join(p.resolve().parts[-3:]).replace(".json.gz", "").replace(".json", "")
+        try:
+            result = analyze_path(p, jobs=1)
+            data = clean(result.to_dict())
+        except TraceError as exc:
+            data = {"error": str(exc)}
+        (out / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        print(name, flush=True)
+
+
+def differences(a, b, where: str = "") -> list:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in
+                (differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{where}.{k}"))]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{where}: {len(a)} items vs {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {str(a)[:120]!r} vs {str(b)[:120]!r}"]
+
+
+def compare(old: Path, new: Path) -> int:
+    names = sorted({p.name for p in old.glob("*.json")} | {p.name for p in new.glob("*.json")})
+    bad = 0
+    for n in names:
+        if not (old / n).exists() or not (new / n).exists():
+            print(f"{n}: only in {'new' if (new / n).exists() else 'old'}")
+            bad += 1
+            continue
+        diffs = differences(json.loads((old / n).read_text()), json.loads((new / n).read_text()))
+        bad += bool(diffs)
+        for d in diffs:
+            print(f"{n}: {d}")
+    print(f"{len(names)} reports, {len(names) - bad} identical, {bad} different")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "dump":
+        dump(Path(sys.argv[2]), sys.argv[3:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        sys.exit(__doc__)
