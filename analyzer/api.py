@@ -37,7 +37,7 @@ def _analyze(trace: Trace, config: Config) -> Report:
     breakdown = attribute(trace, steps)
     share = time_share(breakdown)
     gpu = _on_gpu(trace, breakdown)
-    verdict, reason = decide(share, config, gpu)
+    verdict, reason = decide(share, config, gpu, unread=trace.unread_device)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
                     degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
@@ -83,7 +83,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
 
 
 def _on_gpu(trace: Trace, breakdown) -> bool:
-    return bool(breakdown.has_device and trace.device_type in ("cuda", "rocm"))
+    return bool(breakdown.has_device and trace.device_type in ("cuda", "rocm", "mtia"))
 
 
 def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> None:
@@ -91,7 +91,7 @@ def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> No
     (engine/reconsider.py): report.verdict, verdict_reason, verdict_text, degree, verdict_ruled_out."""
     from .engine.reconsider import reconsider
 
-    verdict, reason = decide(share, config, gpu)
+    verdict, reason = decide(share, config, gpu, unread=report.trace.unread_device)
     checked = reconsider(verdict, reason, share, report.findings, config, gpu)
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out

@@ -75,6 +75,11 @@ class Limits:
     rule_seconds: float = 2.0
     rule_output_chars: int = 65_536
     rule_sequence: int = 1_000_000
+    # A remote trace (an fsspec URL): reaching it and its first answer (connect, list, open), and then each
+    # further piece of it, within these seconds; pieces of `remote_piece` bytes (trace/sources.py).
+    remote_connect_s: float = 30.0
+    remote_stall_s: float = 60.0
+    remote_piece: int = 4 << 20
 
 
 LIMITS = Limits()

@@ -11,11 +11,18 @@ found go to tests/corpus/found/ and are run by test_corpus.py as they are (see t
 
 from __future__ import annotations
 
+import bz2
+import codecs
 import gzip
 import json
+import lzma
 import os
 import shutil
+import socket
 import stat
+import struct
+import threading
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -34,6 +41,7 @@ class Case:
     text: str = ""
     unprivileged: bool = False  # run with the permission bits applied (also as root)
     prefix: list = field(default_factory=list)  # a command the CLI runs under (e.g. prlimit)
+    absent: str = ""  # a text that must not be in the output (a false warning, a wrong verdict)
 
 
 def _file(name: str, *extra: str, command: str = "analyze") -> Callable:
@@ -209,6 +217,184 @@ def _many_jobs(folder: Path) -> tuple:
     return ["analyze", str(d), "-j", "256"], None
 
 
+# --- issue 28 -------------------------------------------------------------------------------------------
+HTA = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "hta"
+
+
+def _encoded(name: str, encode: Callable[[bytes], bytes]) -> Callable:
+    """The good trace, stored another way (a byte-order mark, UTF-16, bz2, xz, a zip ...)."""
+    def make(folder: Path) -> tuple:
+        path = folder / name
+        path.write_bytes(encode(_good_trace(folder, "plain.json").read_bytes()))
+        return ["analyze", str(path)], path
+    return make
+
+
+def _bz2_bomb(folder: Path) -> tuple:
+    path = folder / "bomb.json.bz2"
+    with bz2.open(path, "wb") as f:
+        chunk = b" " * (1 << 20)
+        for _ in range(200):
+            f.write(chunk)
+    return ["analyze", str(path)], path
+
+
+def _hta(relative: str) -> Callable:
+    def make(folder: Path) -> tuple:
+        path = folder / Path(relative).name
+        shutil.copy(HTA / relative, path)
+        return ["analyze", str(path)], path
+    return make
+
+
+def _ts_1e17(folder: Path) -> tuple:
+    """Steps back to back at 1e17 µs, where a double resolves 16 µs: rounding made them 'overlap'."""
+    tb = TraceBuilder(device=False)
+    for i in range(6):
+        tb.step(i + 1, 1e17 + i * 103.0, 103.0)
+        tb.op("aten::mm", 1e17 + i * 103.0 + 5, 90.0)
+    return ["analyze", str(tb.write(folder / "ts_1e17.json"))], None
+
+
+def _url(make_target: Callable[[Path], str]) -> Callable:
+    def make(folder: Path) -> tuple:
+        url = make_target(folder)
+        return ["analyze", url], None
+    return make
+
+
+def _local_fifo(folder: Path) -> str:
+    os.mkfifo(folder / "fifo.json")
+    return f"local://{folder / 'fifo.json'}"
+
+
+def _zip_bomb(folder: Path) -> str:
+    """A zip whose member inflates ~1000 times (300 MiB of spaces): fsspec read it whole."""
+    path = folder / "bomb.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("trace.json", "w", force_zip64=True) as f:
+            chunk = b" " * (1 << 20)
+            for _ in range(300):
+                f.write(chunk)
+    return f"zip://trace.json::file://{path}"
+
+
+def _zip_over_fifo(folder: Path) -> str:
+    os.mkfifo(folder / "archive.zip")
+    return f"zip://trace.json::file://{folder / 'archive.zip'}"
+
+
+def _zip_good(folder: Path) -> str:
+    with zipfile.ZipFile(folder / "t.zip", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.write(_good_trace(folder), "trace.json")
+    return f"zip://trace.json::file://{folder / 't.zip'}"
+
+
+def _listener(answer: bytes) -> int:
+    """A server on 127.0.0.1 that accepts and sends `answer` (nothing: it never answers); its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            if answer:
+                conn.sendall(answer)
+            held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1]
+
+
+def _scheduler(address: Callable[[], str]) -> Callable:
+    def make(folder: Path) -> tuple:
+        d = folder / "logs"
+        d.mkdir()
+        for i in range(2):
+            _good_trace(d, f"rank{i}.json")
+        return ["analyze", str(d), "--scheduler", address()], None
+    return make
+
+
+def _diff_base(value: float) -> Callable:
+    """A base report whose steps all last `value` µs: 0 µs passed the gate, 1e-300 printed 300 digits."""
+    def make(folder: Path) -> tuple:
+        good = json.loads((FILES / "report_good.json").read_text())
+        for s in good["steps"]:
+            s["duration_us"] = value
+        (folder / "base.json").write_text(json.dumps(good))
+        shutil.copy(FILES / "report_good.json", folder / "head.json")
+        return ["diff", str(folder / "base.json"), str(folder / "head.json"), "--fail-on-regression", "10%"], None
+    return make
+
+
+def _input_as_output(how: str) -> Callable:
+    def make(folder: Path) -> tuple:
+        trace = _good_trace(folder, "t.json")
+        target = folder / "out.json"
+        if how == "symlink":
+            target.symlink_to(trace)
+        elif how == "hardlink":
+            os.link(trace, target)
+        else:
+            target = trace
+        return ["analyze", str(trace), "--json", str(target), "--force"], target
+    return make
+
+
+def _many_files(folder: Path) -> tuple:
+    d = folder / "logs"
+    d.mkdir()
+    first = _good_trace(d, "rank0000.json")
+    for i in range(1, 400):
+        shutil.copy(first, d / f"rank{i:04d}.json")
+    return ["analyze", str(d), "-j", "2"], None
+
+
+CASES_28 = [
+    Case("bom-utf8", _encoded("bom.json", lambda b: codecs.BOM_UTF8 + b), 0, "verdict:"),
+    Case("utf16", _encoded("utf16.json", lambda b: b.decode().encode("utf-16")), 0, "verdict:"),
+    Case("utf16le-no-bom", _encoded("utf16le.json", lambda b: b.decode().encode("utf-16-le")), 0, "verdict:"),
+    Case("utf32", _encoded("utf32.json", lambda b: b.decode().encode("utf-32")), 0, "verdict:"),
+    Case("bz2", _encoded("t.json.bz2", bz2.compress), 0, "verdict:"),
+    Case("xz", _encoded("t.json.xz", lzma.compress), 0, "verdict:"),
+    Case("xz-truncated", _encoded("t.json.xz", lambda b: lzma.compress(b)[:-24]), 2, "corrupt or truncated xz data"),
+    Case("zip-file", _encoded("t.json", lambda b: b"PK\x03\x04" + b), 2, "is a zip archive: unzip it first"),
+    Case("zstd-file", _encoded("t.json", lambda b: b"\x28\xb5\x2f\xfd" + b), 2, "is zstd-compressed"),
+    Case("bz2-bomb", _bz2_bomb, 2, "inflates to more than 100 times its compressed size"),
+    Case("memory-timeline", _hta("memory_analysis/memory_timeline.raw.gz"), 2,
+         "a JSON list of lists, as in torch.profiler's memory timeline"),
+    Case("mtia-inference", _hta("mtia_inference_trace/mtia_inference_rank_0.json.gz"), 0, "device: ARTEMIS (mtia)",
+         absent="no device activity"),
+    Case("cupti-profiler", _hta("cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"), 0,
+         "77 CUPTI profiler ranges (cuda_profiler_range)", absent="KERNEL-BOUND"),
+    Case("ts-1e17", _ts_1e17, 0, "timestamps around 1e+17 µs are resolved to only 16 µs", absent="overlap"),
+    Case("url-local-dev-zero", _url(lambda f: "local:///dev/zero"), 2, "is a character device, not a regular file"),
+    Case("url-local-fifo", _url(_local_fifo), 2, "is a FIFO (named pipe), not a regular file"),
+    Case("url-zip-bomb", _url(_zip_bomb), 2, "inflates to more than 100 times its compressed size"),
+    Case("url-zip-over-fifo", _url(_zip_over_fifo), 2, "is a FIFO (named pipe), not a regular file"),
+    Case("url-zip-good", _url(_zip_good), 0, "verdict:"),
+    *[Case(f"scheduler-{name}", _scheduler(lambda a=address: a), 2, text) for name, address, text in (
+        ("not-a-port", "tcp://a:b", "the port must be a number from 1 to 65535, got 'b'"),
+        ("port-99999", "tcp://127.0.0.1:99999", "the port must be a number from 1 to 65535, got '99999'"),
+        ("ipv6-unclosed", "tcp://[::1:1", "an IPv6 address needs its closing ']'"),
+        ("ipv6-bare", "tcp://::1:8786", "an IPv6 address goes in brackets"),
+        ("scheme", "http://127.0.0.1:8786", "the address must start with tcp:// or tls://"))],
+    Case("scheduler-tls-unconfigured", _scheduler(lambda: "tls://127.0.0.1:1"), 2, "cannot reach the Dask scheduler at "
+         "tls://127.0.0.1:1", absent="Exception ignored"),
+    Case("scheduler-silent", _scheduler(lambda: f"tcp://127.0.0.1:{_listener(b'')}"), 2,
+         "within 20 s (is one listening there?)", absent="Exception ignored"),
+    Case("scheduler-huge-frame", _scheduler(lambda: f"tcp://127.0.0.1:{_listener(struct.pack('Q', 2**62))}"), 2,
+         "is not a Dask scheduler: its first answer announces a message too large", absent="out of memory"),
+    *[Case(f"diff-base-{name}", _diff_base(v), 1, "no percentage against it, and more than any --fail-on-regression")
+      for name, v in (("zero", 0.0), ("denormal", 5e-324), ("tiny", 1e-300))],
+    *[Case(f"input-as-output-{how}", _input_as_output(how), 2, "perfsleuth never writes a report over its input, "
+           "--force or not") for how in ("same", "symlink", "hardlink")],
+    Case("many-small-files", _many_files, 0, "perfsleuth: analysing the folder: "),
+]
+
 CASES = [
     # crashes on small malformed traces
     *[Case(f"zero-{n}", _file(f"zero_{n}.json"), 2, "the trace spans no time (every event has zero duration)")
@@ -274,4 +460,5 @@ CASES = [
       for layout in ("nested", "duplicate") for j in ("1", "2")],
     # scale
     Case("jobs-256", _many_jobs, 0, "-j 256 is more than the"),
+    *CASES_28,
 ]

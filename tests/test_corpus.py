@@ -45,7 +45,7 @@ def outcomes(tmp_path_factory):
     return {name: f.result() for name, f in futures.items()}
 
 
-def check_promise(proc, expect: int, text: str = "", names: Path = None):
+def check_promise(proc, expect: int, text: str = "", names: Path = None, absent: str = ""):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == expect, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     if expect == 2:
@@ -58,13 +58,14 @@ def check_promise(proc, expect: int, text: str = "", names: Path = None):
     else:
         assert text in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not [ch for ch in proc.stdout + proc.stderr if ord(ch) < 32 and ch not in "\n\t"], "raw control characters"
+    assert not absent or absent not in proc.stdout + proc.stderr, (absent, proc.stdout[-2000:], proc.stderr[-2000:])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_corpus_case(outcomes, case):
     proc, names = outcomes[case.name]
     assert not isinstance(proc, subprocess.TimeoutExpired), f"{case.name}: no answer in {TIMEOUT} s"
-    check_promise(proc, case.expect, case.text, names)
+    check_promise(proc, case.expect, case.text, names, case.absent)
 
 
 def test_examples_the_fuzzers_found(tmp_path):

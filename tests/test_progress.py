@@ -107,3 +107,19 @@ def test_phase_lines_are_said_once_per_change():
         phase(p, d)
     assert out.getvalue() == ("perfsleuth: waiting: 5 steps\nperfsleuth: profiling: 2 + 5\n"
                               "perfsleuth: writing: trace.json.gz\nperfsleuth: analysing: trace\\x07.json.gz\n")
+
+
+def test_a_long_folder_in_a_log_gets_a_count_now_and_then():
+    """issue 28: 5,000 small traces took six minutes without a word in a log. Not on a terminal, a folder that
+    takes long gets a count on stderr after LOG_AFTER_S, then every LOG_EVERY_S; never for the last trace."""
+    from perfsleuth.commands.progress import LOG_AFTER_S, LOG_EVERY_S
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = FolderProgress(stream=out, enabled=False, clock=lambda: now[0])
+    for i, t in enumerate([1.0, LOG_AFTER_S - 0.5, LOG_AFTER_S, LOG_AFTER_S + 1, LOG_AFTER_S + LOG_EVERY_S, 1e4], 1):
+        now[0] = t
+        progress(f"r{i}.json", _Report("host-bound", 0), None, i, 6)
+    assert out.getvalue().splitlines() == [
+        f"perfsleuth: analysing the folder: 3 of 6 traces in {LOG_AFTER_S:.0f} s",
+        f"perfsleuth: analysing the folder: 5 of 6 traces in {LOG_AFTER_S + LOG_EVERY_S:.0f} s"]

@@ -5,14 +5,19 @@ from __future__ import annotations
 from ..config import STALL_CATEGORIES, Config
 
 VERDICTS = ("dataloader-bound", "kernel-bound", "sync-bound", "transfer-bound", "host-bound",
-            "communication-bound")
+            "communication-bound", "device-unread")
+UNREAD = "device-unread"  # the trace launches device work it holds no activity of (trace/devices.py): no verdict
 
 
-def decide(share: dict, config: Config, gpu: bool = True, exclude: tuple = ()) -> tuple[str, str]:
+def decide(share: dict, config: Config, gpu: bool = True, exclude: tuple = (), unread: str = None) -> tuple[str, str]:
     """Return (verdict, one-sentence reason). Kernel time is useful work: a run is kernel-bound
     unless a stall takes a material share of the step, or kernels fill less than half of it. Without
     a GPU the `kernel` category is op compute, and the reason says "ops". Stall categories in `exclude`
-    are not candidates (their removal is forecast to buy nothing: engine/reconsider.py)."""
+    are not candidates (their removal is forecast to buy nothing: engine/reconsider.py). `unread`: what the trace
+    says of a device whose activity it does not hold; then the verdict is `device-unread`, never one drawn from
+    host op time."""
+    if unread:
+        return UNREAD, unread
     work = "kernels" if gpu else "ops"
     stalls = {c: share.get(c, 0.0) for c in STALL_CATEGORIES if c not in exclude}
     kernel = share.get("kernel", 0.0)
@@ -42,7 +47,9 @@ def verdict_share(verdict: str, share: dict) -> float:
     return float(share.get(verdict.removesuffix("-bound"), 0.0))
 
 
-def degree(verdict: str, share: dict) -> str:
+def degree(verdict: str, share: dict):
+    if verdict == UNREAD:
+        return None
     s = verdict_share(verdict, share)
     return next(name for bound, name in DEGREES if s >= bound)
 
@@ -61,6 +68,8 @@ def _what(category: str, pct: str, gpu: bool) -> str:
 
 def verdict_text(verdict: str, share: dict, gpu: bool) -> str:
     """'moderately dataloader-bound: 14% of each step waits for data; kernels 83%'."""
+    if verdict == UNREAD:
+        return "device-unread: the device's activity is not in the trace: where each step's time goes on it is unknown"
     category = verdict.removesuffix("-bound")
     words = f"{_ADVERB[degree(verdict, share)]}{verdict}: {_what(category, f'{verdict_share(verdict, share):.0%}', gpu)}"
     if category != "kernel":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -108,6 +109,22 @@ def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, for
         return []
     return write_outputs(data, out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path,
                          force=force)
+
+
+def protect_inputs(*paths) -> None:
+    """The inputs (a trace and its stacks companion, a folder's traces, diff's reports, run's script) can never be
+    written over, --force or not (report/safe_write.protect)."""
+    from ..report.safe_write import protect
+    from ..trace.companion import companion_name
+    from ..trace.sources import SUFFIXES
+
+    found = []
+    for p in map(str, paths):
+        if os.path.isdir(p):
+            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(SUFFIXES)]
+        else:
+            found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
+    protect(found)
 
 
 def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
@@ -233,6 +250,7 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
         say("perfsleuth: analyze --verbose is now --details (-v before the command is more logging)", err=True)
         details = True
     check_scheduler(scheduler)
+    protect_inputs(path)
     config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
@@ -343,6 +361,7 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     from .gates import check_regression, parse_threshold
 
     threshold = None if regression is None else parse_threshold(regression)
+    protect_inputs(base, head)
     check_diff_outputs(json_path, markdown_path, force)
     analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
     result = diff_paths(base, head, analysis=analysis)

@@ -7,13 +7,14 @@ profiled run (commands/run.py), then with --verify the experiments that measure 
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
 import click
 
 from ..errors import UsageError
-from .cli import emit, output_options, say, user_errors
+from .cli import emit, output_options, protect_inputs, say, user_errors
 from .run_config import RunConfig, unprofiled_steps
 from .verify_config import VerifyConfig
 
@@ -115,32 +116,64 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     job = resolve_target(target, script_args, module)
     runner.require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
+    if job.path is not None:
+        protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
-    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None)
+    finishing = late_signals(folder)
+    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
     interrupted = None
-    if outcome.user_traceback:
-        click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
-    if outcome.report is not None:
-        if outcome.export_error:  # the trace went to a temporary folder: the reports go beside it
+    with finishing.holding():
+        if outcome.user_traceback:
+            click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
+        if outcome.report is not None and outcome.export_error:  # the trace is in a temporary folder: reports too
             folder, json_path, html_path, markdown_path = outcome.trace_path.parent, None, None, None
             before = run_outputs.snapshot(run_outputs.targets(folder, None, None, None))
-        if verify:
-            interrupted = _verify(outcome, job, folder, checks)
-        data = emit(outcome.report, out_dir=None)
-        written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
-                                                  markdown_path=markdown_path, force=force)
-        stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
-        for p in [*written, outcome.trace_path]:
-            say(f"wrote {p}")
-        if stacks.is_file():
-            say(f"wrote {stacks} (Python stacks, for source lines)")
-        if note:
-            say(f"perfsleuth: {note}", err=True)
-    if outcome.message:
-        say(f"perfsleuth: {outcome.message}", err=True)
-    sys.exit(interrupted or outcome.exit_code)
+    if outcome.report is not None and verify and finishing.pending is None:
+        interrupted = _verify(outcome, job, folder, checks)  # its own way with signals: what was measured is kept
+    with finishing.holding():
+        if outcome.report is not None:
+            data = emit(outcome.report, out_dir=None)
+            written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
+                                                      markdown_path=markdown_path, force=force)
+            stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
+            for p in [*written, outcome.trace_path]:
+                say(f"wrote {p}")
+            if stacks.is_file():
+                say(f"wrote {stacks} (Python stacks, for source lines)")
+            if note:
+                say(f"perfsleuth: {note}", err=True)
+        if outcome.message:
+            say(f"perfsleuth: {outcome.message}", err=True)
+        if finishing.pending is not None:
+            kept = "the report was finished first" if outcome.report is not None else "no report"
+            say(f"perfsleuth: interrupted ({signal.Signals(finishing.pending).name}) after the script: {kept}",
+                err=True)
+    sys.exit(finishing.exit_code or interrupted or outcome.exit_code)
+
+
+def late_signals(folder: Path):
+    """What a signal does once the script is over (signals.Finishing): the first is said with where the trace is
+    and how to analyse it, and the report is finished; a second stops the analysis, saying the same."""
+    import shlex
+
+    from .signals import Finishing
+
+    def kept() -> str:
+        trace = finishing.trace
+        if trace is None:
+            return f"the output folder is {folder}"
+        return f"the trace is kept: {trace}; to analyse it: perfsleuth analyze {shlex.quote(str(trace))}"
+
+    def first(name: str) -> None:
+        say(f"perfsleuth: {name}: finishing the report first ({kept()}); {name} again stops now", err=True)
+
+    def second(name: str) -> None:
+        say(f"perfsleuth: {name} again: the report is not finished; {kept()}", err=True)
+
+    finishing = Finishing(first, second)
+    return finishing
 
 
 def _verify(outcome, job, folder: Path, config: VerifyConfig):

@@ -42,6 +42,9 @@ class DiffConfig:
     noise_k: float = 2.0  # a change must exceed this many pooled sigmas of step-to-step spread
     noise_floor: float = 0.01  # ... and this fraction of the base median (covers steps with no spread)
     min_spread_steps: int = 3  # fewer steps than this on a side: its spread is unknown, not zero
+    # A base median step shorter than this (µs: a nanosecond, the resolution of report@1's times) gives no
+    # percentage: a change against 0 µs, or a denormal, is not a ratio anyone can read (the gate says so).
+    min_base_us: float = 0.001
     top_changes: int = 10  # rows in each of the slower / faster kernel and op lists
     # Analysing a trace for a diff lists every kernel and op, so a name missing on one side really
     # is absent there (a report.json lists only its top Config.top_n).
@@ -199,7 +202,7 @@ def step_change(base: np.ndarray, head: np.ndarray, config: DiffConfig) -> dict:
     band = noise_band(base, head, config)
     ref = float(np.median(base))
     return {"base": b, "head": h, "change_us": _r(change),
-            "change": round(change / ref, 4) if ref > 0 else None,
+            "change": round(change / ref, 4) if ref >= config.min_base_us else None,
             "noise_us": _r(band), "call": classify(change, band),
             "spread_known": bool(base.size >= config.min_spread_steps and head.size >= config.min_spread_steps)}
 

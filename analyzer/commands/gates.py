@@ -130,10 +130,21 @@ def check_regression(diff: dict, threshold: Optional[float]) -> list:
         return []
     st = diff["step_time"]
     change = st.get("change")
-    if st.get("call") != REGRESSION or change is None or change <= threshold:
+    if st.get("call") != REGRESSION:
         return []
-    return [f"step time +{change:.1%} (median {_ms(st['base']['median'])} → {_ms(st['head']['median'])}, "
-            f"outside noise ±{_ms(st['noise_us'])}) exceeds --fail-on-regression {threshold * 100:g}%"]
+    grew = (f"(median {_ms(st['base']['median'])} → {_ms(st['head']['median'])}, "
+            f"outside noise ±{_ms(st['noise_us'])})")
+    if change is None:  # a base of (almost) 0 µs: no ratio, but the growth is beyond any threshold
+        return [f"step time grew from a base whose median step is {_ms(st['base']['median'])} {grew}: no percentage "
+                f"against it, and more than any --fail-on-regression (the base report is suspect)"]
+    if change <= threshold:
+        return []
+    return [f"step time {growth(change)} {grew} exceeds --fail-on-regression {threshold * 100:g}%"]
+
+
+def growth(change: float) -> str:
+    """+12.3%, or for ten times and more ×1,234 (a percentage of 15 digits says nothing more)."""
+    return f"×{change + 1:,.0f}" if change >= 9 else f"+{change:.1%}"
 
 
 def _ms(us: float) -> str:

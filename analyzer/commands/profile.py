@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import os
 import shutil
 import sys
 import tempfile
@@ -42,13 +43,19 @@ from .run import WHOLE_RUN_WARNING, ProfileSession, RunConfig, _WindowComplete, 
 from .run_paths import rank_info, trace_name
 
 
+def _remove_folder(path: str, pid: int) -> None:
+    """Remove the folder, only from the process that made it: a child forked meanwhile exits without it."""
+    if os.getpid() == pid:
+        shutil.rmtree(path, True)
+
+
 class TempFolder:
     """A temporary trace folder, removed (with what is in it) once nothing refers to this object any
     more, or when Python exits; `keep()` leaves it where it is."""
 
     def __init__(self):
         self.path = Path(tempfile.mkdtemp(prefix="perfsleuth-")).absolute()
-        self._remove = weakref.finalize(self, shutil.rmtree, str(self.path), True)
+        self._remove = weakref.finalize(self, _remove_folder, str(self.path), os.getpid())
 
     def keep(self) -> None:
         self._remove.detach()

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, run_facts, run_outputs
+from . import code_sites, forks, rival, run_facts, run_outputs
 from .run_config import RunConfig
 from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
-from .signals import as_interrupts, exit_code, signal_name
+from .signals import Finishing, as_interrupts, exit_code, signal_name
 from .compile_facts import CompileWatch
 from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
 from .step_hooks import StepHooks
@@ -81,6 +81,9 @@ class ProfileSession:
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
+        self.cuda = False  # a profiler of this session records CUDA activity (forks.py)
+        self.rival_at: Optional[str] = None  # where the script started its own profiler (rival.py), if it did
+        self._unwatch_rival = lambda: None
         self._finished = False
         self._host: Optional[dict] = None  # run_facts.host_facts, taken once per profiler
         self._meta_sent: tuple = (None, -1)  # (profiler, loaders seen) the metadata was last added for
@@ -97,6 +100,11 @@ class ProfileSession:
         return self.hooks.source
 
     @property
+    def recording(self) -> bool:
+        """One of this session's profilers records now (forks.py: a child forked meanwhile stops recording)."""
+        return self._light is not None or self._prof is not None or self._stacks.window is not None
+
+    @property
     def profiled_steps(self) -> int:
         """Steps of the active window that completed."""
         c = self.config
@@ -106,15 +114,15 @@ class ProfileSession:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        forks.profiling(self)  # a fork from now on: the child is neither profiled nor stopped, and never hangs
         c = self.config
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
+        self.cuda = self.cuda or torch.cuda.is_available()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         if light:
-            return profile(activities=activities, on_trace_ready=self._on_light_ready)
-        return profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
-                       schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
-                       on_trace_ready=self._on_trace_ready)
+            return rival.ours(profile(activities=activities, on_trace_ready=self._on_light_ready))
+        return rival.ours(profile(activities=activities, record_shapes=c.record_shapes, with_stack=c.with_stack,
+                                  schedule=schedule(wait=c.wait, warmup=c.warmup, active=c.active, repeat=1),
+                                  on_trace_ready=self._on_trace_ready))
 
     def start(self) -> "ProfileSession":
         self._clock.probe()  # before profiling starts: its children are not in the trace
@@ -130,7 +138,13 @@ class ProfileSession:
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
+        self._unwatch_rival = rival.watch(self._rival)
         return self
+
+    def _rival(self, where: Optional[str]) -> None:
+        """The script starts a torch.profiler of its own (rival.py): this session stops profiling first."""
+        if not self._finished and self.hooks.mine():
+            self.rival_at = rival.stand_aside(where, self.finish)
 
     def _record_metadata(self, final: bool = False, **extra) -> None:
         """Machine and loader facts into the trace (run_facts.py). torch keeps metadata added while it
@@ -173,7 +187,7 @@ class ProfileSession:
     def step(self, source: str, obj: Any = None) -> None:
         """A step boundary from `source` (the hooks, or `prof.step()`): counted if the source counts. Each
         step is timed by the clock, between this hook and the last one (step_clock.py)."""
-        if not self.hooks.accept(source, obj):
+        if not self.hooks.mine() or not self.hooks.accept(source, obj):  # another thread, or a forked child
             return
         self.step_clock.enter()
         try:
@@ -304,6 +318,8 @@ class ProfileSession:
         """Stop profiling (a window cut short is still exported, its last step named partial in the trace;
         with `whole_run`, a run that saw no step boundary keeps its light recording as the trace); stop and
         write the stacks window; remove the hooks unless asked to keep them."""
+        if not self.hooks.owner.in_process():  # a forked child: the profiler and its files are the parent's
+            return
         self._finished = True
         if self._light is not None:
             self._record_metadata()  # the loaders seen since the start
@@ -317,9 +333,10 @@ class ProfileSession:
         self._after_left = 0
         self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
-        if not keep_hooks:
+        if not keep_hooks or self.rival_at:
             self.hooks.remove()
             self._stacks.unwatch()
+            self._unwatch_rival()
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
@@ -327,23 +344,30 @@ class ProfileSession:
 
 
 # --- running a script --------------------------------------------------------------------------
-def run_script(target: Target, config: RunConfig, out_dir: Path,
-               on_phase: Optional[Callable[[str, str], None]] = None) -> RunOutcome:
+def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optional[Callable[[str, str], None]] = None,
+               finishing: Optional[Finishing] = None) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded.
-    `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing."""
+    `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing. A signal once the
+    script is over waits for the trace to be written, and for its analysis unless repeated (`finishing`)."""
+    finishing = finishing or Finishing(lambda name: None)
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     session.on_phase = on_phase if rank in (None, 0) else None  # rank 0 speaks for the job
     ended = "finished"
-    with _script_environment(target), as_interrupts():
+    exits = forks.watching_os_exit(forks.Owner(), lambda code, here: forks.os_exit_notice(session, code, here))
+    with _script_environment(target), as_interrupts(), exits:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
-            _execute(target)
+            forks.execute(lambda: _execute(target), session.hooks.owner, format_user_traceback)
+        except forks.ChildExit:  # a child the script forked ends here, as it would without perfsleuth
+            raise
         except _WindowComplete as exc:
             ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
+            forks.stop_children()  # while the script's objects (its queues) are still alive
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
+            forks.stop_children()
         except SystemExit as exc:
             ended, outcome.exit_code = "exited", exc.code
         except BaseException as exc:  # the script's own error: reported, not ours to crash on
@@ -352,15 +376,20 @@ def run_script(target: Target, config: RunConfig, out_dir: Path,
                 outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
                 outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
         finally:
-            with run_outputs.quiet_child_signals():  # the script is over: a dying worker is not ours to raise
+            finishing.trace = session.trace_path
+            # the script is over: a dying worker is not ours to raise, a signal waits for the trace to be written
+            with finishing.holding(allows_stop=False), run_outputs.quiet_child_signals():
                 # a script that ran to its end without a single step boundary is analysed whole
                 session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
                 session.shutdown_workers()
                 gc.collect()
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
+    outcome.rival_at = session.rival_at
     if session.export_error:
         outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
     if session.on_phase is not None and session.trace_written:
         session.on_phase("analysing", outcome.trace_path.name)
-    conclude(outcome, ended, session.window_done, config)
+    finishing.trace = outcome.trace_path if outcome.trace_path.is_file() else None
+    with finishing.holding():  # the analysis: a first signal is said and waits, a second one stops it
+        conclude(outcome, ended, session.window_done, config)
     return outcome

@@ -35,6 +35,7 @@ class RunOutcome:
     signal: Optional[str] = None  # SIGINT, SIGTERM or SIGHUP when the run was interrupted
     export_error: Optional[str] = None  # the trace could not be written where asked (see ProfileSession)
     stopped_at: Optional[str] = None  # where the script was when stopped after the window ("train.py:57 in closure")
+    rival_at: Optional[str] = None  # where the script started its own torch.profiler (rival.py), if it did
 
 
 def conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) -> None:
@@ -65,6 +66,13 @@ def conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) ->
         at = f" at {o.stopped_at}" if o.stopped_at else ""
         o.message = (f"stopped the script after step {o.steps} (profiled {o.profiled_steps}){at}; --full runs it "
                      f"to the end")
+    if o.rival_at:  # perfsleuth stopped profiling there; the script's error, if any, comes after
+        covers = (f"the report covers the {o.profiled_steps} profiled step(s) recorded before it" if have
+                  else "nothing profiled to report")
+        line = (f"the script starts its own torch.profiler at {o.rival_at}: perfsleuth stopped profiling there (one "
+                f"profiler per process), {covers}; remove the script's profiler to profile it with perfsleuth run, or "
+                f"analyse the script's own trace with perfsleuth analyze")
+        o.message = f"{line}; {o.message}" if ended == "raised" else line
     if o.whole_run:
         o.warnings.append(WHOLE_RUN_WARNING)
         if o.exit_code in (0, None):
@@ -82,6 +90,17 @@ def conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) ->
         own = analyze(o.trace_path.absolute(), o.warnings)
         o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
         o.message = "; ".join(m for m in (o.message, note) if m) or None
+
+
+def os_exit_line(code, site: Optional[dict], steps: int, profiled: int, kept: Optional[Path]) -> str:
+    """What perfsleuth says when the script calls os._exit(): the process ends at once, so there is no report;
+    what was recorded is kept (written just before), and the line says where and how to analyse it."""
+    import shlex
+
+    at = f" at {site['file']}:{site['line']}" if site else ""
+    what = (f"the trace of the {profiled} profiled step(s) is kept: {kept}; analyse it with: perfsleuth analyze "
+            f"{shlex.quote(str(kept))}" if kept else "nothing profiled was kept")
+    return f"perfsleuth: the script called os._exit({code}){at} at step {steps}: the process ends now, without a report; {what}"
 
 
 def analyze(trace_path: Path, warnings: Sequence[str] = ()):

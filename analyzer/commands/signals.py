@@ -61,3 +61,45 @@ def as_interrupts() -> Iterator[None]:
     finally:
         for sig, previous in saved.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+
+class Finishing:
+    """Signals while `perfsleuth run` finishes what it has: the trace, its analysis, the report files. A
+    SIGINT, SIGTERM or SIGHUP there no longer throws the recorded steps away (issue 28): the first one is
+    noted (`pending`) and said at once by `on_first(name)` -- a line that names the kept trace and the command
+    that analyses it, so that it is known even if a SIGKILL follows --, and the work goes on; the caller exits
+    with 128 + its number once the report is written. A second one, in a block that `allows_stop`, stops at
+    once (`on_second(name)` first, then Interrupted). Main thread only; elsewhere nothing changes."""
+
+    def __init__(self, on_first, on_second=lambda name: None):
+        self.on_first, self.on_second = on_first, on_second
+        self.pending = None  # the first signal's number
+        self.trace = None  # the trace being finished (run.py sets it), for the lines that say where it is
+
+    @contextlib.contextmanager
+    def holding(self, allows_stop: bool = True) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            name = signal.Signals(signum).name
+            if self.pending is None:
+                self.pending = signum
+                self.on_first(name)
+            elif allows_stop:
+                self.on_second(name)
+                raise Interrupted(signum)
+
+        sigs = (signal.SIGINT, *CAUGHT)
+        saved = {sig: signal.signal(sig, handler) for sig in sigs}
+        try:
+            yield
+        finally:
+            for sig, previous in saved.items():
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+    @property
+    def exit_code(self):
+        """128 + the pending signal, or None."""
+        return None if self.pending is None else 128 + int(self.pending)

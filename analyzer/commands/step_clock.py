@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..config import Config
+from .rival import ours
 from .run_outputs import write_trace
 
 log = logging.getLogger(__name__)
@@ -228,7 +229,7 @@ class StacksWindow:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        self._prof = profile(activities=activities, record_shapes=self.record_shapes, with_stack=True)
+        self._prof = ours(profile(activities=activities, record_shapes=self.record_shapes, with_stack=True))
         self._prof.start()
         return self
 

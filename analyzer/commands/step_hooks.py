@@ -23,6 +23,10 @@ Beside the boundaries, the hooks note where the user's code constructs each opti
 and calls `zero_grad`, for the optimizer findings' source lines (code_sites.py), and count the closure calls
 of each optimizer step (the stacks window may end after one: step_clock.StacksSchedule).
 
+Only the thread that installed the hooks, in its own process, makes boundaries (forks.Owner): another
+thread's optimizer steps, DataLoader batches and model calls, and everything in a forked child, pass
+through untouched.
+
 Torch is imported inside `install()` only. docs/run.md is the user's guide.
 """
 
@@ -36,6 +40,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from . import code_sites, run_facts
+from .forks import Owner
 
 OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the user's stack
 SOURCES = ("manual", "optimizer", "dataloader", "module")  # highest precedence first
@@ -88,6 +93,11 @@ class StepHooks:
         self.closure_calls = 0  # closure calls in the current step of the tracked optimizer
         self.closure_calls_per_step: Optional[int] = None  # ... in its last completed step
         self.on_closure: Callable[[], None] = lambda: None  # after each closure call (run.py: the stacks window)
+        self.owner = Owner()  # the process and thread whose boundaries count (set again by install)
+
+    def mine(self) -> bool:
+        """Is the caller the owning thread of the owning process? Hooks elsewhere pass through."""
+        return self.owner.here()
 
     # --- which boundaries count ----------------------------------------------------------------
     def accept(self, source: str, obj: Any = None) -> bool:
@@ -109,6 +119,8 @@ class StepHooks:
     def _optimizer_starts(self, opt: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
         """The optimizer pre-hook: from the first optimizer step on, the optimizer is the source (the lower
         ones give way, so no closure call is a step); the tracked optimizer's closure is counted."""
+        if not self.mine():
+            return None
         if self.source is None or _RANK[self.source] < _RANK["optimizer"]:
             self.source = "optimizer"
             self._remove_module_hooks()
@@ -127,7 +139,9 @@ class StepHooks:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         from torch.utils.data import dataloader as dl
 
-        handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: self.on_step("optimizer", opt))
+        self.owner = Owner()
+        handle = register_optimizer_step_post_hook(
+            lambda opt, args, kwargs: self.on_step("optimizer", opt) if self.mine() else None)
         self._undo.append(handle.remove)
         handle = register_optimizer_step_pre_hook(self._optimizer_starts)
         self._undo.append(handle.remove)
@@ -136,6 +150,8 @@ class StepHooks:
 
         @_own_frame
         def __next__(it):
+            if not hooks.mine():
+                return original_next(it)
             if isinstance(it, dl._MultiProcessingDataLoaderIter):
                 hooks._iterators.add(it)
             hooks.on_step("dataloader", None)
@@ -147,7 +163,8 @@ class StepHooks:
 
         @_own_frame
         def __iter__(loader):
-            run_facts.remember_loader(hooks.loaders, loader)
+            if hooks.mine():
+                run_facts.remember_loader(hooks.loaders, loader)
             return original_iter(loader)
 
         loader_cls.__iter__ = __iter__
@@ -188,6 +205,8 @@ class StepHooks:
 
         @_own_frame
         def pre(module, args):
+            if not self.mine():
+                return
             level = getattr(depth, "level", 0)
             if level == 0:
                 self._outermost_call(module)  # may raise (the window is complete): then no forward runs
@@ -195,6 +214,8 @@ class StepHooks:
 
         @_own_frame
         def post(module, args, output):
+            if not self.mine():
+                return
             depth.level = max(0, getattr(depth, "level", 0) - 1)
 
         handles = [nn_module.register_module_forward_pre_hook(pre),
@@ -224,7 +245,7 @@ class StepHooks:
 
         @_own_frame
         def __call__(mod, *args, **kwargs):
-            if hooks._module is not None and mod is hooks._module():
+            if hooks._module is not None and mod is hooks._module() and hooks.mine():
                 hooks.on_step("module", mod)
             return inherited(mod, *args, **kwargs)
 
@@ -245,7 +266,10 @@ class StepHooks:
         return list(self._iterators)
 
     def shutdown_workers(self) -> None:
-        """End the worker processes of the multi-process DataLoader iterators the script used."""
+        """End the worker processes of the multi-process DataLoader iterators the script used (in the owning
+        process only: a forked child's copies are not its workers)."""
+        if not self.owner.in_process():
+            return
         for it in list(self._iterators):
             with contextlib.suppress(Exception):
                 it._shutdown_workers()

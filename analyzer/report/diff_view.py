@@ -40,7 +40,16 @@ def _signed_pct(x: Any) -> str:
     v = number(x)
     if v is None:
         return "new"
+    if v >= 9:  # ten times and more: a factor (a percentage of 15 digits says nothing more)
+        return f"×{v + 1:,.0f}"
     return ("+" if v > 0 else "−" if v < 0 else "±") + fmt_pct(abs(v))
+
+
+def _step_pct(st: dict) -> str:
+    """The step time's change as a percentage; none against a base whose median step is 0 µs (diff.py)."""
+    if number(st.get("change")) is None and number(st.get("change_us")):
+        return "no percentage: the base's median step is 0 µs"
+    return _signed_pct(st.get("change"))
 
 
 def _pp(x: Any) -> str:
@@ -58,7 +67,7 @@ def _call(call: Any) -> str:
 def _headline_text(d: dict) -> str:
     st = d["step_time"]
     change = ("no change" if number(st["change_us"]) == 0
-              else f"{_signed_us(st['change_us'])}, {_signed_pct(st.get('change'))}")
+              else f"{_signed_us(st['change_us'])}, {_step_pct(st)}")
     basis = " without the profiler" if st.get("basis") == "unprofiled" else ""
     return (f"median step{basis} {fmt_us(st['base']['median'])} → {fmt_us(st['head']['median'])} ({change}): "
             f"{st['call']}")
@@ -159,7 +168,7 @@ def _md_headline(d: dict) -> str:
     verdict = (f"verdict {md_code(v['base'], 40)} → {md_code(v['head'], 40)}" if v["changed"]
                else f"verdict {md_code(v['head'], 40)} (unchanged)")
     basis = " without the profiler" if st.get("basis") == "unprofiled" else ""
-    return (f"### perfsleuth diff: median step{basis} **{_signed_pct(st.get('change'))}** "
+    return (f"### perfsleuth diff: median step{basis} **{_step_pct(st)}** "
             f"({md_text(_call(st['call']))}) · {verdict}\n\n> {md_text(_noise_sentence(st))}")
 
 
@@ -170,7 +179,7 @@ def _md_step_table(d: dict) -> str:
         f"| Step time{' (without the profiler)' if st.get('basis') == 'unprofiled' else ''} | Base | Head | Change |",
         "|:--|--:|--:|--:|",
         f"| Median | {fmt_us(b['median'])} | {fmt_us(h['median'])} | **{_signed_us(st['change_us'])}** "
-        f"({_signed_pct(st.get('change'))}) |",
+        f"({_step_pct(st)}) |",
         f"| Spread (MAD) | {fmt_us(b['mad'])} | {fmt_us(h['mad'])} | noise band ±{fmt_us(st['noise_us'])} |",
         f"| Range | {fmt_us(b['min'])} – {fmt_us(b['max'])} | {fmt_us(h['min'])} – {fmt_us(h['max'])} | |",
         f"| Steps | {b['n']} | {h['n']} | |",

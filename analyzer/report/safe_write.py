@@ -10,6 +10,9 @@ someone else wrote meanwhile, private files kept private (docs/robustness.md).
   overwrite), an old one (only with `force`) by `os.replace` after keeping a link to it. Any failure
   while placing puts back what was there; the staging folder is always removed.
 - New files get 0666 less the umask; a replaced file keeps its permission bits (a 0600 report stays 0600).
+- The command's inputs (`protect`: a trace, the traces of a folder, the reports `diff` reads, the script `run`
+  runs) are never a target, --force or not: the same file under another name, through a symbolic link or a
+  hard link, is refused (`analyze t.json.gz --json link.json --force` used to replace the trace).
 Errors are one-line UsageErrors naming the file (exit code 2 in the CLI).
 """
 
@@ -27,6 +30,20 @@ from typing import Iterable, Iterator, Optional
 
 from ..errors import UsageError
 from ..trace.files import kind_of
+
+_INPUTS: dict = {}  # (st_dev, st_ino) -> the input's path as given (`protect`)
+
+
+def protect(paths: Iterable) -> None:
+    """Remember the command's input files: no report is ever written over one of them (`check_target`)."""
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except (OSError, ValueError, TypeError):
+            continue  # a URL, or a file that is not there: reading it will say so
+        if stat.S_ISREG(st.st_mode):
+            _INPUTS.setdefault((st.st_dev, st.st_ino), str(p))
+
 
 _HELD = {signal.SIGINT, signal.SIGTERM} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
 
@@ -64,6 +81,12 @@ def check_target(path: Path, kind: str, force: bool) -> Optional[os.stat_result]
         raise UsageError(f"{path}: is a directory; give a file name for the {kind} output")
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{path}: is {kind_of(st.st_mode)}; perfsleuth writes reports only to regular files")
+    source = _INPUTS.get((st.st_dev, st.st_ino))
+    if source is not None:
+        how = ("" if os.path.abspath(source) == os.path.abspath(path) else
+               " through a symbolic link" if os.path.islink(path) else " under another name (a hard link)")
+        raise UsageError(f"{path}: is the input {source}{how}; perfsleuth never writes a report over its input, "
+                         f"--force or not")
     if not force:
         raise UsageError(f"{path}: exists; use --force to overwrite")
     _check_folder(target_of(path))

@@ -11,23 +11,96 @@ and only its small result travels back. dask[distributed] is an optional extra (
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
+import re
+import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Iterator, Optional
 
 from ..errors import UsageError
 
 LOCAL = "local"
-CONNECT_TIMEOUT_S = 20  # reaching an existing scheduler, or starting a LocalCluster
-_ADDRESS_PREFIXES = ("tcp://", "tls://")
+CONNECT_TIMEOUT_S = 20  # reaching an existing scheduler (its handshake included), or starting a LocalCluster
+_SCHEMES = ("tcp", "tls")
+_HOST = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?$")
 
 
 def check_scheduler(scheduler: Optional[str]) -> None:
-    """A bad --scheduler value is a UsageError, found before any work."""
+    """A bad --scheduler value is a UsageError, found before any work: tcp:// or tls://, a host name or an IP
+    address (IPv6 in brackets), a port from 1 to 65535, nothing after it."""
     if scheduler is None or scheduler == LOCAL:
         return
-    if not scheduler.startswith(_ADDRESS_PREFIXES) or ":" not in scheduler.split("://", 1)[1]:
-        raise UsageError(f"--scheduler {scheduler!r}: give tcp://HOST:PORT (a running Dask scheduler) or 'local'")
+    why = _address_problem(scheduler)
+    if why:
+        raise UsageError(f"--scheduler {scheduler!r}: {why}; give tcp://HOST:PORT (a running Dask scheduler, "
+                         f"tcp://[::1]:8786 for IPv6) or 'local'")
+
+
+def _address_problem(address: str) -> Optional[str]:
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in _SCHEMES:
+        return "the address must start with tcp:// or tls://"
+    if rest.startswith("["):
+        host, closed, after = rest[1:].partition("]")
+        if not closed:
+            return "an IPv6 address needs its closing ']'"
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"{host!r} is not an IPv6 address"
+        if not after.startswith(":"):
+            return "no port after the address"
+        port = after[1:]
+    else:
+        host, colon, port = rest.rpartition(":")
+        if not colon:
+            return "no port (tcp://HOST:PORT)"
+        if ":" in host:
+            return "an IPv6 address goes in brackets, as tcp://[::1]:8786"
+        if not _HOST.match(host):
+            return f"{host!r} is not a host name or an IP address" if host else "no host"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"the port must be a number from 1 to 65535, got {port!r}"
+    return None
+
+
+def _hello(address: str, seconds: float) -> None:
+    """A Dask handshake with the scheduler at `address` within `seconds`, before any Client exists: distributed's
+    own connect waits for the handshake's answer without a deadline (a listener that never answers held it for
+    ever), and a Client that fails to start warns from its __del__ at exit. The handshake runs on an event
+    loop of its own, in a helper thread (the caller may be inside a running loop: a notebook)."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def hello():
+        comm = await asyncio.wait_for(connect(address, timeout=seconds), seconds)
+        await comm.close()
+
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            asyncio.run(hello())
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001  handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="perfsleuth-dask-hello", daemon=True)
+    thread.start()
+    thread.join(seconds + 5)
+    exc = outcome[0] if outcome else TimeoutError()
+    if exc is None:
+        return
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(exc):
+        raise UsageError(f"no answer from a Dask scheduler at {address} within {seconds:g} s (is one listening "
+                         "there?)")
+    if isinstance(exc, (MemoryError, OverflowError)):
+        raise UsageError(f"the server at {address} is not a Dask scheduler: its first answer announces a message "
+                         "too large to receive")
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    raise UsageError(f"cannot reach the Dask scheduler at {address}: {text[:300]}")
 
 
 @contextlib.contextmanager
@@ -64,8 +137,11 @@ def _dask_client(scheduler: str, jobs: int):
             address = cluster.scheduler_address
         else:
             address = scheduler
+            _hello(address, CONNECT_TIMEOUT_S)
+        stack.enter_context(dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT_S}s"}))
         try:
             client = stack.enter_context(Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False))
-        except (OSError, TimeoutError) as exc:
-            raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  whatever distributed raises: one line
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise UsageError(f"cannot reach the Dask scheduler at {address}: {text[:300]}") from None
         yield client

@@ -78,6 +78,13 @@ def max_document_bytes() -> int:
     return int(mem * LIMITS.memory_share) if mem else 1 << 62
 
 
+def check_size(path, size: int, ceiling: int) -> None:
+    """TraceError when a document of `size` bytes is more than this machine can analyse."""
+    if size > ceiling:
+        raise TraceError(path, f"is larger than {ceiling / 2**30:.1f} GiB, more than this machine can analyse (the "
+                               f"limit is {LIMITS.memory_share:.0%} of its memory)")
+
+
 def check_inflated(path, out: int, consumed: int, ceiling: int) -> None:
     """TraceError when `out` inflated bytes (from `consumed` compressed ones) break a bound."""
     if out > ceiling:

@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceError
-from . import files
+from . import encodings, files
 
 MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -165,7 +165,9 @@ def too_deep() -> str:
 
 
 def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list]:
-    """Top level and the per-event raw slices. A bare JSON list of events is accepted (old traces)."""
+    """Top level and the per-event raw slices. A bare JSON list of events is accepted (old traces). A byte-order
+    mark is dropped and UTF-16/32 re-encoded first (encodings.text)."""
+    raw = encodings.text(path, raw)
     try:
         return _split(path, raw)
     except RecursionError as exc:
@@ -181,8 +183,12 @@ def split_document(path: Path, raw: bytes, warnings: list) -> tuple[Header, list
 
 
 def _split(path: Path, raw: bytes) -> tuple[Header, list]:
-    first = raw[:64].lstrip()[:1]
+    start = raw[:64].lstrip()
+    first = start[:1]
     if first == b"[":
+        if start[1:].lstrip()[:1] == b"[":  # rows, not events
+            raise TraceError(path, "not a PyTorch profiler trace: a JSON list of lists, as in torch.profiler's memory "
+                                   "timeline (export_memory_timeline's .raw.gz: [time, action, bytes, category] rows)")
         return Header(), _SPLIT.decode(raw)
     if first != b"{":
         msgspec.json.decode(raw)  # raises the decoder's own message for non-JSON

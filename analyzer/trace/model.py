@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -22,7 +21,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import document, files, kineto, sources, validate
+from . import devices, document, encodings, files, kineto, sources, times, validate
 from .hugepages import release_free_memory
 
 log = logging.getLogger(__name__)
@@ -45,8 +44,9 @@ _KIND_OF_CAT = {
     "gpu_user_annotation": GPU_ANNOTATION,
     "python_function": PYTHON,
     "cuda_sync": DEVICE_SYNC,
+    "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
 }
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz")
 TRIM_AFTER_ENTRIES = 200_000  # a load this large leaves tens of MB of freed heap (hugepages.release_free_memory)
 
 
@@ -86,7 +86,7 @@ class Trace:
     raw_event_count: int = 0  # entries of traceEvents, all phases
     event_count: int = 0  # complete events analysed (kept when `events` is dropped after analysis)
     devices: list = field(default_factory=list)
-    device_type: str = "cpu"  # cuda | rocm | cpu | other
+    device_type: str = "cpu"  # cuda | rocm | mtia | cpu | other
     rank: Optional[int] = None
     world_size: Optional[int] = None
     backend: Optional[str] = None
@@ -94,6 +94,9 @@ class Trace:
     process_groups: dict = field(default_factory=dict)
     thread_names: dict = field(default_factory=dict)
     has_stacks: bool = False
+    time_resolution_ns: int = 0  # the finest difference the timestamps carry as read (_resolution)
+    device_categories: dict = field(default_factory=dict)  # events of the device categories read apart (MTIA, ...)
+    unread_device: Optional[str] = None  # the device whose activity the trace does not hold, said (devices.py)
     has_shapes: bool = False
     warnings: list = field(default_factory=list)
     # What `perfsleuth run` / `profile()` recorded about the machine and the DataLoaders (the trace's
@@ -147,6 +150,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     else:
         path = Path(path)
         buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
+    buf = encodings.decompress(path, buf)  # bz2 / xz inflated within bounds; a zip, zstd, pickle ... named
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
     # absolute: a report read later, from another folder, still names the right file
@@ -164,10 +168,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     trace.event_count = len(trace.events)
     trace.has_stacks = bool((trace.events["kind"] == PYTHON).any())
     trace.has_shapes = bool((trace.events["in_type"].cat.codes > 0).any())
-    trace.device_type = _device_type(trace, header)
-    if trace.devices and trace.device_type == "cpu":
-        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
-                              "(was the profiler's CUDA activity enabled?)")
+    _read_devices(trace, header)
     return trace
 
 
@@ -247,6 +248,9 @@ def _chunk_frame(c: dict) -> tuple:
     cols = {k: c[k][keep] for k in _FLOAT_COLUMNS + kineto.INT_COLUMNS}
     kind = _kinds(c["cat"])
     names = np.array(c["name"], dtype=object)
+    seen = devices.categories_seen(c["cat"])
+    if devices.MTIA_CATEGORY in seen:
+        devices.refine_kinds(kind, c["cat"], names, MEMCPY, OTHER)
     in_type = np.full(len(names), "", dtype=object)
     ops = np.flatnonzero(kind == CPU_OP)
     in_type[ops] = [",".join(t) if t else "" for t in (c["input_type"][i] for i in ops.tolist())]
@@ -254,7 +258,7 @@ def _chunk_frame(c: dict) -> tuple:
     cols["name"] = pd.Categorical(names[keep])
     cols["in_type"] = pd.Categorical(in_type[keep])
     cols["pg"] = _pg_column(c["pg"], keep)
-    return cols, c["meta"], c.get("skipped", 0)
+    return cols, c["meta"], c.get("skipped", 0), seen
 
 
 def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
@@ -266,7 +270,9 @@ def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
 
 
 def _take_chunk(out: tuple, trace: Trace) -> dict:
-    cols, meta, skipped = out
+    cols, meta, skipped, seen = out
+    for cat, n in seen.items():
+        trace.device_categories[cat] = trace.device_categories.get(cat, 0) + n
     if skipped:
         trace.warnings.append(f"{skipped} entries of traceEvents that are not event objects were ignored")
     for pid, tid, name, value in meta:
@@ -292,7 +298,7 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     cols["name"] = names
     cols["pg"] = pgs
     cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
-    rows = _normalise_times(cols, trace)
+    rows = times.normalise(cols, trace)
     if rows is None:
         return _empty_frame()
     for k in list(cols):  # one column at a time, so that one column is the only extra copy
@@ -328,70 +334,15 @@ def _duplicates(cols: dict) -> np.ndarray:
     return dup
 
 
-_FAR_US = 4e15  # an event this far (127 years) from the trace's median time is absurd: it is dropped
-_LONG_NS = 1e18  # and so is a duration this long (31 years): ts + dur stays inside int64 nanoseconds
-
-
-def _normalise_times(cols: dict, trace: Trace) -> Optional[np.ndarray]:
-    """Turn ts/dur into int64 ns from the earliest event (in place) and return the rows to keep, in
-    start order; None when no event has a usable timestamp. The origin is taken among the events near
-    the median time, so one absurd timestamp (1e308, -1e300) is dropped instead of pushing every
-    other event out of range."""
-    warnings = trace.warnings
-    ts, dur = cols["ts"], cols["dur"]
-    missing = np.isnan(ts)
-    if missing.any():
-        warnings.append(f"{int(missing.sum())} events without a numeric timestamp were dropped")
-    finite = np.isfinite(ts)
-    if not finite.any():
-        if (~missing).any():
-            warnings.append(f"{int((~missing).sum())} events with absurd timestamps or durations were dropped "
-                            f"(e.g. ts {ts[~missing][0]:g} µs)")
-        return None
-    with np.errstate(invalid="ignore", over="ignore"):
-        far = ~missing & ~(np.abs(ts - np.median(ts[finite])) <= _FAR_US)
-        bad_dur = (~np.isfinite(dur) | (dur < 0)) & ~missing & ~far
-        if bad_dur.any():
-            warnings.append(f"{int(bad_dur.sum())} events with a missing, negative or non-numeric duration "
-                            "were counted as zero-length")
-        long = ~missing & ~far & ~bad_dur & (dur * 1000.0 > _LONG_NS)
-    huge = far | long
-    if huge.any():
-        i = int(np.flatnonzero(huge)[0])
-        example = f"ts {ts[i]:g} µs" if far[i] else f"dur {dur[i]:g} µs"
-        warnings.append(f"{int(huge.sum())} events with absurd timestamps or durations were dropped "
-                        f"(e.g. {example}: more than a century away from the rest of the trace)")
-    keep = ~(missing | huge)
-    if not keep.any():
-        return None
-    t0 = float(ts[keep].min())
-    with np.errstate(invalid="ignore", over="ignore"):  # the dropped rows may overflow
-        ts_ns = np.rint((ts - t0) * 1000.0)
-        dur_ns = np.rint(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0) * 1000.0)
-    cols["ts"] = np.where(keep, ts_ns, 0).astype(np.int64)
-    cols["dur"] = np.where(keep, dur_ns, 0).astype(np.int64)
-    trace.t0_us = t0
-    rows = np.flatnonzero(keep)
-    return rows[np.argsort(cols["ts"][rows], kind="stable")]
-
-
-_HIP = re.compile(r"^hip[A-Z]")
-
-
-def _device_type(trace: Trace, header: kineto.Header) -> str:
+def _read_devices(trace: Trace, header: kineto.Header) -> None:
+    """The device type and name, and what the trace says of a device whose activity it does not hold (devices.py)."""
     ev = trace.events
-    has_device_work = bool(ev["kind"].isin(DEVICE_KINDS).any())
+    has_work = bool(ev["kind"].isin(DEVICE_KINDS).any())
     runtime_names = ev.loc[ev["kind"] == RUNTIME, "name"].cat.remove_unused_categories().cat.categories
-    if header.roctracer_version is not None or header.hip_runtime_version is not None or any(
-        _HIP.match(n) for n in runtime_names
-    ):
-        return "rocm"
-    if any(n.startswith("cu") for n in runtime_names) or any(
-        "nvidia" in d.name.lower() or "tesla" in d.name.lower() for d in trace.devices
-    ):
-        return "cuda" if has_device_work or len(runtime_names) else "cpu"
-    if any(d.name.lower().startswith(("amd", "instinct")) for d in trace.devices) and has_device_work:
-        return "rocm"
-    if has_device_work:
-        return "other"
-    return "cpu"
+    trace.device_type = devices.device_type(trace, header, has_work, runtime_names)
+    if trace.device_type == "mtia" and not trace.devices:
+        trace.devices.append(Device(name="MTIA"))
+    trace.unread_device = devices.unread(trace, has_work, runtime_names, devices.launch_calls(ev, RUNTIME))
+    if not trace.unread_device and trace.devices and trace.device_type == "cpu":  # (unread: the verdict says it)
+        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
+                              "(was the profiler's CUDA activity enabled?)")
