@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SMALL = HERE.parent.parent / "shared" / "traces" / "a100_alexnet_small.json.gz"
+SMALL = HERE.parent / "fixtures" / "traces" / "real" / "a100_alexnet_small.json.gz"
 GROUPS = ("pandas", "numpy", "click", "jinja2", "markupsafe", "msgspec", "perfsleuth", "tomllib")
 HEAVY = ("pandas", "numpy", "torch")
 
