@@ -33,8 +33,9 @@ def dist(tmp_path_factory) -> Path:
             ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}))
     (src / "analyzer" / "version.py").write_text(f'__version__ = "{VERSION}"\n')
     out = src.parent / "dist"
+    # from outside the checkout: a build/ folder there (setuptools leaves one) would shadow the build module
     done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(src)], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, cwd=src.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 

@@ -42,6 +42,7 @@ from typing import Any, Callable, Optional
 from . import code_sites, run_facts
 from .forks import Owner
 
+_compiling: Callable[[], bool] = lambda: False  # torch.compiler.is_compiling once install() imported torch
 OWN_FRAME = "<perfsleuth>"  # the file name of the code perfsleuth puts inside the user's stack
 SOURCES = ("manual", "optimizer", "dataloader", "module")  # highest precedence first
 _RANK = {s: len(SOURCES) - i for i, s in enumerate(SOURCES)}
@@ -96,7 +97,12 @@ class StepHooks:
         self.owner = Owner()  # the process and thread whose boundaries count (set again by install)
 
     def mine(self) -> bool:
-        """Is the caller the owning thread of the owning process? Hooks elsewhere pass through."""
+        """Is the caller the owning thread of the owning process? Hooks elsewhere pass through. Inside a graph
+        that dynamo traces (a compiled model calling its submodules runs the module hooks in the trace), yes:
+        os.getpid and threading.get_ident are functions dynamo skips, and calling them broke every compiled
+        program's graph at each submodule call."""
+        if _compiling():
+            return True
         return self.owner.here()
 
     # --- which boundaries count ----------------------------------------------------------------
@@ -139,6 +145,8 @@ class StepHooks:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         from torch.utils.data import dataloader as dl
 
+        global _compiling
+        _compiling = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", _compiling)
         self.owner = Owner()
         handle = register_optimizer_step_post_hook(
             lambda opt, args, kwargs: self.on_step("optimizer", opt) if self.mine() else None)

@@ -94,8 +94,8 @@ def _hello(address: str, seconds: float) -> None:
     if exc is None:
         return
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(exc):
-        raise UsageError(f"no answer from a Dask scheduler at {address} within {seconds:g} s (is one listening "
-                         "there?)")
+        raise UsageError(f"cannot reach the Dask scheduler at {address}: no answer within {seconds:g} s (is one "
+                         "listening there?)")
     if isinstance(exc, (MemoryError, OverflowError)):
         raise UsageError(f"the server at {address} is not a Dask scheduler: its first answer announces a message "
                          "too large to receive")
