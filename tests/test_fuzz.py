@@ -9,17 +9,20 @@ of real reports, of a rule file and of pyproject.toml. CI runs FUZZ_EXAMPLES exa
 PERFSLEUTH_FUZZ_SAVE=1, copies every input that breaks the promise into tests/corpus/found/.
 """
 
+import bz2
 import copy
 import gzip
 import hashlib
 import itertools
 import json
+import lzma
 import os
 import shutil
 import tempfile
 import traceback
 from pathlib import Path
 
+import fsspec
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -198,6 +201,32 @@ def test_fuzz_traces(case):
         path = Path(d) / name
         path.write_bytes(gzip.compress(raw, 1) if gz else raw)
         keep_if_broken(lambda: promise(cli("analyze", path, "-j", "1", "-o", Path(d) / "out")), name, path.read_bytes())
+
+
+COMPRESS = {"": lambda b: b, ".gz": lambda b: gzip.compress(b, 1), ".bz2": bz2.compress, ".xz": lzma.compress}
+
+
+@SETTINGS
+@given(mutated_traces(), st.sampled_from(["memory", "local"]), st.sampled_from(sorted(COMPRESS)))
+def test_fuzz_remote_traces(case, scheme, compression):
+    """The same mutated traces through fsspec URLs (issue 28): `memory://` (fsspec's in-memory file system)
+    and `local://` go through the bounded remote reader, plain or compressed, and keep the same promise."""
+    raw, _ = case
+    data = COMPRESS[compression](raw)
+    name = f"t{next(_COUNTER)}.json{compression}"
+    with tempfile.TemporaryDirectory() as d:
+        if scheme == "memory":
+            fs = fsspec.filesystem("memory")
+            fs.pipe(f"/fuzz/{name}", data)
+            url = f"memory://fuzz/{name}"
+        else:
+            (Path(d) / name).write_bytes(data)
+            url = f"local://{Path(d) / name}"
+        try:
+            keep_if_broken(lambda: promise(cli("analyze", url, "-j", "1", "-o", Path(d) / "out")), name, data)
+        finally:
+            if scheme == "memory":
+                fs.rm(f"/fuzz/{name}")
 
 
 # --- reports (diff) ----------------------------------------------------------------------------------------
