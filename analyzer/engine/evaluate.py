@@ -41,10 +41,14 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
 def rate(finding: dict) -> dict:
     """Set a finding's `severity` and `severity_from` from its one number (report/numbers.py): the
     measurement (`verified`) when there is one, else the forecast: >= 1.25x high, >= 1.05x medium,
-    otherwise low. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
+    otherwise low; a measurement that says "no difference beyond noise" no higher than the forecast. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
     call it again after attaching `verified` (or call `order`, which does)."""
     h = numbers.headline(finding)
-    if h["kind"] is not None:
+    if h["kind"] == "measured":  # an inconclusive measurement rates no higher than the forecast does
+        forecast = numbers.headline({"forecast": finding.get("forecast")})["speedup"]
+        finding["severity"] = numbers.measured_severity(finding["verified"], forecast)
+        finding["severity_from"] = "measured"
+    elif h["kind"] is not None:
         finding["severity"], finding["severity_from"] = numbers.severity_for(h["speedup"]), h["kind"]
     elif finding.get("severity_from") in (None, "rule"):  # the rule's severity is still there: cap it
         finding["severity"] = numbers.capped(str(finding.get("severity") or "low"))

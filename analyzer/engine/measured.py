@@ -5,13 +5,16 @@ the finding's number, its severity and its rank (report/numbers.py: one number p
 for, then rates and orders the findings as the engine does (`evaluate.order`: severity from the measured
 speed-up, `severity_from = "measured"`, the largest saving first). A fix that measured at most NO_GAIN
 is low with "tried: no gain on this machine", one below SLOWER "tried: slower on this machine; don't
-apply"; a measurement whose pairs lie on both sides of 1.0 says "no difference beyond noise".
+apply"; a measurement whose pairs lie on both sides of 1.0 says "no difference beyond noise" and rates
+the finding no higher than its forecast does (`rated`).
 `api.recheck` does the ordering again and checks the verdict against the new numbers.
 """
 
 from __future__ import annotations
 
-from ..report.numbers import NO_GAIN, SLOWER, severity_for
+from typing import Optional
+
+from ..report.numbers import NO_GAIN, SLOWER, measured_severity
 from .evaluate import order
 
 NO_GAIN_NOTE = "tried: no gain on this machine"
@@ -19,8 +22,13 @@ SLOWER_NOTE = "tried: slower on this machine; don't apply"
 NOISE_NOTE = "no difference beyond noise"
 
 
-def rated(verified: dict) -> tuple:
-    """(severity, note) of a measurement: the severity `evaluate.rate` gives it, and the words for it."""
+def rated(verified: dict, forecast: Optional[float] = None) -> tuple:
+    """(severity, note) of a measurement: the severity `evaluate.rate` gives it, and the words for it.
+
+    A measurement whose pairs lie on both sides of 1.0 ("no difference beyond noise") is inconclusive: it
+    cannot rate a finding above what its forecast (`forecast`, the forecast's speed-up) rates it, nor above
+    medium without one -- the median of such pairs alone made a fix [medium] or [high] that the same
+    measurement says may buy nothing."""
     speedup = float(verified["speedup"])
     noise = verified.get("outcome") == "noise"
     if speedup < SLOWER:
@@ -28,8 +36,7 @@ def rated(verified: dict) -> tuple:
     elif speedup <= NO_GAIN:
         note = NO_GAIN_NOTE
     else:
-        note = NOISE_NOTE if noise else ""
-        return severity_for(speedup), note
+        return measured_severity(verified, forecast), NOISE_NOTE if noise else ""
     return "low", note + (f" ({NOISE_NOTE})" if noise else "")
 
 

@@ -47,6 +47,16 @@ def capped(severity: str, at_most: str = WITHOUT_NUMBER_AT_MOST) -> str:
     return severity if rank.get(severity, 0) <= rank[at_most] else at_most
 
 
+def measured_severity(verified: dict, forecast: Optional[float] = None) -> str:
+    """The severity a measured fix (`verified`) gives its finding: from its speed-up, except that a measurement
+    whose pairs lie on both sides of 1.0 (outcome "noise") is inconclusive and rates the finding no higher
+    than its forecast's speed-up (`forecast`) does, nor above WITHOUT_NUMBER_AT_MOST without one."""
+    severity = severity_for(verified.get("speedup"))
+    if verified.get("outcome") == "noise":
+        severity = capped(severity, severity_for(forecast) if forecast is not None else WITHOUT_NUMBER_AT_MOST)
+    return severity
+
+
 def headline(finding: Any) -> dict:
     """{"kind": "measured" | "forecast" | None, "speedup", "low", "high", "saving_us"} of a finding:
     the number all outputs show for it."""
