@@ -8,7 +8,7 @@ from perfsleuth.commands.cli import main
 from perfsleuth.commands.verify_config import VerifyConfig
 from perfsleuth.commands.verify_fixes import CODE_CHANGE, FRESH, TOGGLE, Context, forecast_workers, plan
 from perfsleuth.commands.verify_stats import measured, outcome, pairs
-from perfsleuth.engine.evaluate import rate
+from perfsleuth.engine.evaluate import order, rate
 from perfsleuth.engine.measured import NO_GAIN_NOTE, SLOWER_NOTE, apply_verified, rated
 from perfsleuth.errors import UsageError
 
@@ -109,6 +109,20 @@ def test_an_inconclusive_measurement_rates_no_higher_than_the_forecast(speedup, 
     f = {"rule": "x", "forecast": {"speedup": forecast, "kind": "forecast" if forecast else "none"},
          "verified": verified(speedup, outcome_)}
     assert rate(f)["severity"] == severity and f["severity_from"] == "measured"
+
+
+def test_an_inconclusive_measurement_ranks_no_higher_than_its_forecast():
+    """The unseen dcgan run: foreach measured 1.09x (0.93-1.20x) against a 1.02x forecast (low) led the report
+    above persistent workers, measured 1.08x (noise) against a 1.075x forecast (medium)."""
+    foreach = {"rule": "fused-optimizer", "forecast": {"speedup": 1.02, "saving_us": 1960.0, "kind": "forecast"},
+               "verified": {**verified(1.09, "noise", saving=8300.0), "low": 0.93, "high": 1.20}}
+    workers = {"rule": "dataloader-slow", "forecast": {"speedup": 1.075, "saving_us": 7000.0, "kind": "forecast"},
+               "verified": {**verified(1.085, "noise", saving=7800.0), "low": 0.95, "high": 1.3}}
+    out = order([foreach, workers])
+    assert [f["rule"] for f in out] == ["dataloader-slow", "fused-optimizer"]
+    assert [f["severity"] for f in out] == ["medium", "low"]
+    conclusive = {**foreach, "verified": {**foreach["verified"], "outcome": "faster", "low": 1.05}}
+    assert [f["rule"] for f in order([conclusive, workers])] == ["fused-optimizer", "dataloader-slow"]
 
 
 def test_the_demoted_finding_carries_the_note():

@@ -65,11 +65,12 @@ def _ceiling_saving(finding: dict) -> float:
 
 
 def sort_key(finding: dict) -> tuple:
-    """Findings whose number (measured, else forecast) buys more than numbers.NO_GAIN (1.02x) first, by that
-    saving per step; then findings without a number, by their ceiling; then those whose number buys next to
-    nothing or costs time (a reason not to apply the fix, not a lead). Ties: severity (high first), then slug."""
-    h = numbers.headline(finding)
-    saving = numbers.saving_of(finding)
+    """Findings whose number (measured, else forecast; an inconclusive measurement no more than the forecast:
+    numbers.ranked) buys more than numbers.NO_GAIN (1.02x) first, by that saving per step; then findings
+    without a number, by their ceiling; then those whose number buys next to nothing or costs time (a reason
+    not to apply the fix, not a lead). Ties: severity (high first), then slug."""
+    h = numbers.ranked(finding)
+    saving = h["saving_us"]
     if h["kind"] is None:
         group, amount = 1, _ceiling_saving(finding)
     else:

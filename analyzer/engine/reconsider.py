@@ -100,14 +100,14 @@ def _elsewhere(verdict: str, findings: list) -> str:
     category = verdict.removesuffix("-bound")
     top = None
     for f in findings:
-        h = numbers.headline(f)
+        h = numbers.ranked(f)
         if h["speedup"] is None or h["speedup"] <= numbers.NO_GAIN or h["saving_us"] is None:
             continue
         if top is None or h["saving_us"] > top[1]["saving_us"]:
             top = (f, h)
     if top is None or top[0].get("category") == category:
         return ""
-    f, h = top
+    f, h = top[0], numbers.headline(top[0])  # said with its own number
     number = f"measured {h['speedup']:.2f}×" if h["kind"] == "measured" else f"est. {h['speedup']:.2f}×"
     return (f"the largest {_said(h['kind'])} saving is in {f.get('category') or '?'}, not {category}: "
             f"{f.get('rule') or '?'} {number}, {fmt_us(h['saving_us'])} per step")
