@@ -131,3 +131,37 @@ def kept_section(path: Path) -> str:
     if BEGIN not in old or END not in old:
         return ""
     return BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
+
+
+# --- each rule's forecasts on these programs: analyzer/engine/unseen_record.py ---------------------------------
+RIGHT = (0.67, 1.5)  # a forecast within this factor of the measurement is right (as in fix_verification.py) ...
+NO_HELP, AT_MOST = 1.1, 1.2  # ... and a fix measured below 1.1x must have been forecast at 1.2x or less
+
+
+def forecast_right(forecast: float, measured: float) -> bool:
+    """The criterion of docs/accuracy.md, applied to a finding's forecast and its `--verify` measurement."""
+    if measured < NO_HELP and forecast > AT_MOST:
+        return False
+    return RIGHT[0] <= forecast / measured <= RIGHT[1]
+
+
+def rule_record(docs: list) -> dict:
+    """{rule: {"checked", "right", "missed": [program, ...]}}: every finding of every (non-smoke) run whose forecast
+    and `--verify` measurement are both numbers, judged by `forecast_right`. analyzer/engine/unseen_record.py holds
+    it for the committed results (tests/test_unseen_bench.py checks that it does)."""
+    record: dict = {}
+    for doc in docs:
+        if doc.get("smoke"):
+            continue
+        for row in doc.get("rows") or []:
+            for f in row.get("findings") or []:
+                fc, v = f.get("forecast") or {}, f.get("verified") or {}
+                if fc.get("kind", "forecast") != "forecast" or not fc.get("speedup") or not v.get("speedup"):
+                    continue
+                r = record.setdefault(f["rule"], {"checked": 0, "right": 0, "missed": []})
+                r["checked"] += 1
+                if forecast_right(float(fc["speedup"]), float(v["speedup"])):
+                    r["right"] += 1
+                elif row["program"] not in r["missed"]:
+                    r["missed"].append(row["program"])
+    return {rule: {**r, "missed": sorted(r["missed"])} for rule, r in sorted(record.items())}

@@ -178,3 +178,41 @@ def test_runner_stops_the_script_after_its_steps_and_says_when_it_ended_first(tm
     doc = json.loads(out.read_text())
     assert (proc.returncode, "finished" in proc.stdout) == (3, True)
     assert (len(doc["warmup_s"]), len(doc["step_s"]), doc["complete"]) == (2, 1, False)
+
+
+def test_the_engines_record_is_what_the_committed_results_give():
+    """engine/unseen_record.py is written from fixtures/accuracy/unseen/*.json by report.rule_record: the
+    severity cap it sets follows the measurements, never a number typed in by hand."""
+    from perfsleuth.engine.unseen_record import RECORD
+
+    results = sorted((BENCH.parent / "fixtures" / "accuracy" / "unseen").glob("*.json"))
+    assert len(results) >= 2
+    assert report.rule_record([json.loads(p.read_text()) for p in results]) == RECORD
+
+
+@pytest.mark.parametrize("forecast, measured, right", [
+    (1.02, 1.19, True), (2.29, 1.04, False), (1.54, 0.59, False), (1.3, 1.05, False), (1.2, 1.0, True),
+    (1.5, 1.0, False), (3.0, 2.0, True), (3.1, 2.0, False)])
+def test_a_forecast_is_judged_as_docs_accuracy_judges_it(forecast, measured, right):
+    assert report.forecast_right(forecast, measured) is right
+
+
+def test_a_rule_that_missed_on_unseen_programs_is_at_most_medium_and_says_so():
+    from perfsleuth.engine.evaluate import rate
+    from perfsleuth.engine.unseen_record import of
+    from perfsleuth.report.figures import number_text
+
+    f = rate({"rule": "cpu-threads", "forecast": {"kind": "forecast", "speedup": 2.29, "low": 1.69, "high": 3.06,
+                                                   "saving_us": 40000.0, "unseen": of("cpu-threads")}})
+    assert (f["severity"], f["severity_from"]) == ("medium", "forecast")
+    assert number_text(f) == ("est. 2.29× (1.69–3.06×) · forecasts of this rule missed on 4 of 4 checks on programs "
+                              "the models were not fitted to: `perfsleuth run --verify` measures it")
+    g = rate({"rule": "fused-optimizer", "forecast": {"kind": "forecast", "speedup": 1.3, "low": 1.2, "high": 1.3,
+                                                       "saving_us": 100.0, "unseen": of("fused-optimizer")}})
+    assert g["severity"] == "high" and "missed" not in number_text(g)
+    noisy = rate({"rule": "cpu-threads", "forecast": {**f["forecast"]},
+                  "verified": {"speedup": 1.4, "low": 0.9, "high": 1.6, "outcome": "noise", "saving_us": 10.0}})
+    assert noisy["severity"] == "medium"  # the median 1.4x, the forecast 2.29x: both high, the model's record not
+    measured = rate({"rule": "cpu-threads", "forecast": {**f["forecast"]},
+                     "verified": {"speedup": 1.4, "low": 1.3, "high": 1.6, "outcome": "faster", "saving_us": 10.0}})
+    assert measured["severity"] == "high"  # a conclusive measurement decides alone

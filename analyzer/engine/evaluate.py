@@ -17,6 +17,7 @@ from jinja2 import Undefined
 from ..analysis.forecast import no_forecast
 from ..facts.core import REQUIREMENTS, Facts
 from ..report import numbers
+from . import unseen_record
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .forecast import Forecasts
 from .sandbox import BudgetError, metered, render
@@ -41,15 +42,23 @@ def _call(rule: Rule, what: str, fn: Callable, names: dict) -> Any:
 def rate(finding: dict) -> dict:
     """Set a finding's `severity` and `severity_from` from its one number (report/numbers.py): the
     measurement (`verified`) when there is one, else the forecast: >= 1.25x high, >= 1.05x medium,
-    otherwise low; a measurement that says "no difference beyond noise" no higher than the forecast. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
+    otherwise low; a measurement that says "no difference beyond noise" no higher than the forecast; a forecast
+    of a rule whose forecasts missed on programs the models were not fitted to (engine/unseen_record.py) at most
+    medium. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
     call it again after attaching `verified` (or call `order`, which does)."""
     h = numbers.headline(finding)
     if h["kind"] == "measured":  # an inconclusive measurement rates no higher than the forecast does
         forecast = numbers.headline({"forecast": finding.get("forecast")})["speedup"]
-        finding["severity"] = numbers.measured_severity(finding["verified"], forecast)
-        finding["severity_from"] = "measured"
+        severity = numbers.measured_severity(finding["verified"], forecast)
+        if finding["verified"].get("outcome") == "noise" and unseen_record.missed(
+                (finding.get("forecast") or {}).get("unseen")):
+            severity = numbers.capped(severity)  # nor can a forecast of a model that missed elsewhere lift it
+        finding["severity"], finding["severity_from"] = severity, "measured"
     elif h["kind"] is not None:
-        finding["severity"], finding["severity_from"] = numbers.severity_for(h["speedup"]), h["kind"]
+        severity = numbers.severity_for(h["speedup"])
+        if unseen_record.missed((finding.get("forecast") or {}).get("unseen")):  # a model that missed elsewhere
+            severity = numbers.capped(severity)
+        finding["severity"], finding["severity_from"] = severity, h["kind"]
     elif finding.get("severity_from") in (None, "rule"):  # the rule's severity is still there: cap it
         finding["severity"] = numbers.capped(str(finding.get("severity") or "low"))
         finding["severity_from"] = "rule"
@@ -97,6 +106,9 @@ def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -
             continue
         f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
             rule.forecast, "evaluated without a replay")
+        record = unseen_record.of(rule.slug)
+        if record is not None and isinstance(f["forecast"], dict):
+            f["forecast"] = {**f["forecast"], "unseen": record}
         findings.append(f)
     return order(findings)
 

@@ -65,7 +65,21 @@ def number_text(finding: Any, reason_chars: int = 0) -> str:
     `est. 1.30× (1.20–1.40×)`, `no forecast` or `no reliable forecast[: reason]` (see present.fmt_forecast)."""
     est = fmt_forecast(forecast_of(finding), reason_chars)
     v = verified_of(finding)
-    return f"{measured_text(v)} · {est}" if v else est
+    return f"{measured_text(v)} · {est}" if v else est + unseen_text(finding)
+
+
+def unseen_text(finding: Any) -> str:
+    """` · this forecast missed on 2 of 4 checks on programs it was not fitted to: --verify measures it`, for a
+    rule whose forecasts missed there (engine/unseen_record.py, docs/accuracy.md); '' otherwise."""
+    fc = forecast_of(finding)
+    rec = fc.get("unseen") if isinstance(fc, dict) else None
+    if forecast_kind(fc) != "forecast" or not isinstance(rec, dict):
+        return ""
+    checked, right = number(rec.get("checked")), number(rec.get("right"))
+    if checked is None or right is None or right >= checked:
+        return ""
+    return (f" · forecasts of this rule missed on {int(checked - right)} of {int(checked)} checks on programs the "
+            "models were not fitted to: `perfsleuth run --verify` measures it")
 
 
 def short_text(finding: Any) -> str:

@@ -1,0 +1,31 @@
+"""How each rule's forecasts fared on programs the models were not fitted to (docs/accuracy.md, "On programs the
+models were not fitted to"): per rule, the findings whose forecast and `perfsleuth run --verify` measurement are both
+in the committed results (fixtures/accuracy/unseen/*.json), how many forecasts were right (within 0.67-1.5x of the
+measurement, and at most 1.2x where the fix measured below 1.1x), and the programs where one was not.
+
+A forecast of a rule that missed there is still shown, but it rates its finding at most medium and says so, with
+`--verify` as the way to know (engine/evaluate.rate; report/figures.number_text): on those programs the worker and
+thread models, right on every fitted fixture, forecast 1.5-2.3x for fixes that measured 0.59-1.11x.
+
+Written from the results by `benchmarks/unseen_report.rule_record`; tests/test_unseen_bench.py checks that this is
+what the committed results give. Data, no imports.
+"""
+
+SOURCE = "docs/accuracy.md"
+RECORD = {
+    "cpu-threads": {"checked": 4, "right": 0, "missed": ["dcgan", "imagenet-w2"]},
+    "dataloader-slow": {"checked": 1, "right": 1, "missed": []},
+    "fused-optimizer": {"checked": 14, "right": 14, "missed": []},
+    "num-workers": {"checked": 2, "right": 0, "missed": ["lightning"]},
+}
+
+
+def of(rule: str):
+    """The rule's record, or None where none of its forecasts was checked on such a program."""
+    r = RECORD.get(rule)
+    return {**r, "missed": list(r["missed"]), "source": SOURCE} if r else None
+
+
+def missed(record) -> bool:
+    """Did a forecast of the rule miss on a program it was not fitted to?"""
+    return isinstance(record, dict) and int(record.get("right", 0)) < int(record.get("checked", 0))
