@@ -2,19 +2,19 @@
 scheduler addresses checked and reached within a deadline (listeners on 127.0.0.1 only), diff's gate on a base
 of 0 µs, reports never written over an input, hooks inert in other threads. End to end: tests/test_corpus.py."""
 
-import re
 import bz2
 import codecs
 import gzip
 import json
 import lzma
 import os
-import socket
+import re
 import struct
 import threading
 import time
 import zipfile
 
+import badcorpus
 import fsspec
 import numpy as np
 import pytest
@@ -140,21 +140,7 @@ def test_good_scheduler_addresses_pass():
         check_scheduler(address)
 
 
-def _listener(answer: bytes) -> int:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-    held = []
-
-    def serve():
-        while True:
-            conn, _ = server.accept()
-            if answer:
-                conn.sendall(answer)
-            held.append(conn)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server.getsockname()[1]
+_listener = badcorpus._listener  # a 127.0.0.1 listener that sends `answer` and then holds the connection
 
 
 def test_a_listener_that_never_answers_is_bounded_and_a_huge_frame_is_no_memory_error():
