@@ -105,7 +105,8 @@ def test_demotion_and_notes(speedup, outcome_, severity, note):
     (1.3, "noise", None, "medium"),
 ])
 def test_an_inconclusive_measurement_rates_no_higher_than_the_forecast(speedup, outcome_, forecast, severity):
-    assert rated(verified(speedup, outcome_), forecast)[0] == severity
+    fc = {"speedup": forecast, "kind": "forecast"} if forecast else None
+    assert rated(verified(speedup, outcome_), fc)[0] == severity
     f = {"rule": "x", "forecast": {"speedup": forecast, "kind": "forecast" if forecast else "none"},
          "verified": verified(speedup, outcome_)}
     assert rate(f)["severity"] == severity and f["severity_from"] == "measured"

@@ -95,13 +95,14 @@ def rated(finding: dict, rule_says: str) -> bool:
     """The finding's severity is what issue 24 prescribes: from its forecast (>= 1.25x high, >= 1.05x
     medium, else low; at most medium for a rule whose forecasts missed on programs the models were not fitted
     to, engine/unseen_record.py) when it has one, else `rule_says` (the rule's own severity), at most medium."""
-    from perfsleuth.engine.unseen_record import missed
     from perfsleuth.report.numbers import capped, severity_for
 
     forecast = finding.get("forecast") or {}
     speedup = forecast.get("speedup")
     if speedup is not None:
-        expected = capped(severity_for(speedup)) if missed(forecast.get("unseen")) else severity_for(speedup)
+        unseen = forecast.get("unseen") or {}
+        missed = unseen.get("right", 0) < unseen.get("checked", 0)
+        expected = capped(severity_for(speedup)) if missed else severity_for(speedup)
         return (finding["severity"], finding["severity_from"]) == (expected, "forecast")
     return (finding["severity"], finding["severity_from"]) == (capped(rule_says), "rule")
 

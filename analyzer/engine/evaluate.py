@@ -47,18 +47,12 @@ def rate(finding: dict) -> dict:
     medium. Without either, the rule's own severity (`severity_when`), at most medium. Idempotent:
     call it again after attaching `verified` (or call `order`, which does)."""
     h = numbers.headline(finding)
+    by_forecast = numbers.forecast_severity(finding.get("forecast"))
     if h["kind"] == "measured":  # an inconclusive measurement rates no higher than the forecast does
-        forecast = numbers.headline({"forecast": finding.get("forecast")})["speedup"]
-        severity = numbers.measured_severity(finding["verified"], forecast)
-        if finding["verified"].get("outcome") == "noise" and unseen_record.missed(
-                (finding.get("forecast") or {}).get("unseen")):
-            severity = numbers.capped(severity)  # nor can a forecast of a model that missed elsewhere lift it
-        finding["severity"], finding["severity_from"] = severity, "measured"
-    elif h["kind"] is not None:
-        severity = numbers.severity_for(h["speedup"])
-        if unseen_record.missed((finding.get("forecast") or {}).get("unseen")):  # a model that missed elsewhere
-            severity = numbers.capped(severity)
-        finding["severity"], finding["severity_from"] = severity, h["kind"]
+        finding["severity"] = numbers.measured_severity(finding["verified"], by_forecast)
+        finding["severity_from"] = "measured"
+    elif h["kind"] is not None:  # the forecast's number
+        finding["severity"], finding["severity_from"] = by_forecast, h["kind"]
     elif finding.get("severity_from") in (None, "rule"):  # the rule's severity is still there: cap it
         finding["severity"] = numbers.capped(str(finding.get("severity") or "low"))
         finding["severity_from"] = "rule"

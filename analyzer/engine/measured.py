@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..report.numbers import NO_GAIN, SLOWER, measured_severity
+from ..report.numbers import NO_GAIN, SLOWER, forecast_severity, measured_severity
 from .evaluate import order
 
 NO_GAIN_NOTE = "tried: no gain on this machine"
@@ -22,11 +22,11 @@ SLOWER_NOTE = "tried: slower on this machine; don't apply"
 NOISE_NOTE = "no difference beyond noise"
 
 
-def rated(verified: dict, forecast: Optional[float] = None) -> tuple:
+def rated(verified: dict, forecast: Optional[dict] = None) -> tuple:
     """(severity, note) of a measurement: the severity `evaluate.rate` gives it, and the words for it.
 
     A measurement whose pairs lie on both sides of 1.0 ("no difference beyond noise") is inconclusive: it
-    cannot rate a finding above what its forecast (`forecast`, the forecast's speed-up) rates it, nor above
+    cannot rate a finding above what its forecast (`forecast`, the finding's forecast object) rates it, nor above
     medium without one -- the median of such pairs alone made a fix [medium] or [high] that the same
     measurement says may buy nothing."""
     speedup = float(verified["speedup"])
@@ -36,7 +36,7 @@ def rated(verified: dict, forecast: Optional[float] = None) -> tuple:
     elif speedup <= NO_GAIN:
         note = NO_GAIN_NOTE
     else:
-        return measured_severity(verified, forecast), NOISE_NOTE if noise else ""
+        return measured_severity(verified, forecast_severity(forecast)), NOISE_NOTE if noise else ""
     return "low", note + (f" ({NOISE_NOTE})" if noise else "")
 
 

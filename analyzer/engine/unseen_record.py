@@ -4,7 +4,7 @@ in the committed results (fixtures/accuracy/unseen/*.json), how many forecasts w
 measurement, and at most 1.2x where the fix measured below 1.1x), and the programs where one was not.
 
 A forecast of a rule that missed there is still shown, but it rates its finding at most medium and says so, with
-`--verify` as the way to know (engine/evaluate.rate; report/figures.number_text): on those programs the worker and
+`--verify` as the way to know (report/numbers.forecast_severity; report/figures.number_text): on those programs the worker and
 thread models, right on every fitted fixture, forecast 1.5-2.3x for fixes that measured 0.59-1.11x.
 
 Written from the results by `benchmarks/unseen_report.rule_record`; tests/test_unseen_bench.py checks that this is
@@ -24,8 +24,3 @@ def of(rule: str):
     """The rule's record, or None where none of its forecasts was checked on such a program."""
     r = RECORD.get(rule)
     return {**r, "missed": list(r["missed"]), "source": SOURCE} if r else None
-
-
-def missed(record) -> bool:
-    """Did a forecast of the rule miss on a program it was not fitted to?"""
-    return isinstance(record, dict) and int(record.get("right", 0)) < int(record.get("checked", 0))

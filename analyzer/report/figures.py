@@ -72,13 +72,10 @@ def unseen_text(finding: Any) -> str:
     """` · this forecast missed on 2 of 4 checks on programs it was not fitted to: --verify measures it`, for a
     rule whose forecasts missed there (engine/unseen_record.py, docs/accuracy.md); '' otherwise."""
     fc = forecast_of(finding)
-    rec = fc.get("unseen") if isinstance(fc, dict) else None
-    if forecast_kind(fc) != "forecast" or not isinstance(rec, dict):
+    if forecast_kind(fc) != "forecast" or not numbers.missed_unseen(fc):
         return ""
-    checked, right = number(rec.get("checked")), number(rec.get("right"))
-    if checked is None or right is None or right >= checked:
-        return ""
-    return (f" · forecasts of this rule missed on {int(checked - right)} of {int(checked)} checks on programs the "
+    checked, right = int(fc["unseen"]["checked"]), int(fc["unseen"]["right"])
+    return (f" · forecasts of this rule missed on {checked - right} of {checked} checks on programs the "
             "models were not fitted to: `perfsleuth run --verify` measures it")
 
 

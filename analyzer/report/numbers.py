@@ -47,13 +47,29 @@ def capped(severity: str, at_most: str = WITHOUT_NUMBER_AT_MOST) -> str:
     return severity if rank.get(severity, 0) <= rank[at_most] else at_most
 
 
-def measured_severity(verified: dict, forecast: Optional[float] = None) -> str:
+def forecast_severity(forecast: Any) -> Optional[str]:
+    """The severity a forecast gives its finding (None without a forecast speed-up): from the speed-up, at most
+    WITHOUT_NUMBER_AT_MOST for a rule whose forecasts missed on programs the models were not fitted to
+    (`forecast.unseen`, engine/unseen_record.py)."""
+    x = headline({"forecast": forecast})["speedup"]
+    if x is None:
+        return None
+    return capped(severity_for(x)) if missed_unseen(forecast) else severity_for(x)
+
+
+def missed_unseen(forecast: Any) -> bool:
+    """Did forecasts of this finding's rule miss on programs the models were not fitted to (`forecast.unseen`)?"""
+    rec = forecast.get("unseen") if isinstance(forecast, dict) else None
+    return isinstance(rec, dict) and int(rec.get("right", 0)) < int(rec.get("checked", 0))
+
+
+def measured_severity(verified: dict, bound: Optional[str] = None) -> str:
     """The severity a measured fix (`verified`) gives its finding: from its speed-up, except that a measurement
-    whose pairs lie on both sides of 1.0 (outcome "noise") is inconclusive and rates the finding no higher
-    than its forecast's speed-up (`forecast`) does, nor above WITHOUT_NUMBER_AT_MOST without one."""
+    whose pairs lie on both sides of 1.0 (outcome "noise") is inconclusive and rates the finding no higher than
+    its forecast does (`bound`: `forecast_severity`), nor above WITHOUT_NUMBER_AT_MOST without one."""
     severity = severity_for(verified.get("speedup"))
     if verified.get("outcome") == "noise":
-        severity = capped(severity, severity_for(forecast) if forecast is not None else WITHOUT_NUMBER_AT_MOST)
+        severity = capped(severity, bound or WITHOUT_NUMBER_AT_MOST)
     return severity
 
 
