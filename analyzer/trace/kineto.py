@@ -36,7 +36,8 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int = -1
     python_id: int = msgspec.field(default=-1, name="Python id")
     python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
-    input_type: Optional[list[str]] = msgspec.field(default=None, name="Input type")
+    # left undecoded (a slice of the buffer): few distinct values, each decoded once (joined_input_types)
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
     name: Optional[str] = None  # metadata events: process / thread name
     # Collectives (record_param_comms and, in newer traces, NCCL kernels): the process group, and the
     # collective's sequence number in it where the trace records one (analysis/ranks.py matches on them).
@@ -282,7 +283,7 @@ def _strict_columns(evs: list) -> dict:
         "bytes": _ints(map(attrgetter("bytes"), args), n),
         "py_id": _ints(map(attrgetter("python_id"), args), n),
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
-        "input_type": list(map(attrgetter("input_type"), args)),
+        "input_type": list(map(attrgetter("input_type"), args)),  # msgspec.Raw
         **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
         "meta": meta,
         "entries": len(evs),
@@ -297,6 +298,24 @@ def _comm_columns(pgs: list, args: list, n: int) -> dict:
         return {"pg": pgs, "seq": np.full(n, -1, dtype=np.int64), "peer": np.full(n, -1, dtype=np.int64)}
     dst, src = _ints(map(attrgetter("dst_rank"), args), n), _ints(map(attrgetter("src_rank"), args), n)
     return {"pg": pgs, "seq": _ints(map(attrgetter("seq"), args), n), "peer": np.where(dst >= 0, dst, src)}
+
+
+_ANY = msgspec.json.Decoder()
+_LIST_OF_STR = msgspec.json.Encoder()
+
+
+def joined_input_types(raws: list) -> list:
+    """Each op's "Input type" (the JSON text as decoded: msgspec.Raw or bytes) as its types joined by
+    commas, "" for none. Ops repeat a few signatures: each distinct text is decoded once."""
+    texts = list(map(bytes, raws))
+    joined: dict = {}
+    for text in set(texts):
+        try:
+            value = _ANY.decode(text)
+        except (msgspec.DecodeError, RecursionError):
+            value = None
+        joined[text] = ",".join(map(str, value)) if isinstance(value, list) and value else ""
+    return list(map(joined.__getitem__, texts))
 
 
 def _lax_int(v) -> int:
@@ -352,7 +371,8 @@ def _lax_columns(items: list) -> dict:
         "dur": np.array([_lax_float(e.get("dur")) for e in xs], dtype=np.float64),
         "corr": arg("correlation"), "ext": arg("External id"), "bytes": arg("bytes"),
         "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
-        "input_type": [[str(x) for x in t] if isinstance(t := a.get("Input type"), list) else None for a in args],
+        "input_type": [_LIST_OF_STR.encode([str(x) for x in t]) if isinstance(t := a.get("Input type"), list)
+                       else b"null" for a in args],
         "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
         "seq": arg("Seq"),
         "peer": np.where((dst := arg("Dst Rank")) >= 0, dst, arg("Src Rank")),

@@ -153,11 +153,16 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
     buf = encodings.decompress(path, buf)  # bz2 / xz inflated within bounds; a zip, zstd, pickle ... named
     header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
+    return build_trace(path, header, outs, entries, warnings)
+
+
+def build_trace(path, header: kineto.Header, outs: list, entries: int, warnings: list[str]) -> Trace:
+    """The Trace from a decoded document: its header and the decoded pieces (`outs`, consumed)."""
     # absolute: a report read later, from another folder, still names the right file
     trace = Trace(path=sources.absolute(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
     frames = [_take_chunk(out, trace) for out in outs]
-    del outs
+    outs.clear()  # the caller's list too: the decoded pieces go before the columns are assembled
     trace.events = _assemble(frames, trace)
     if entries >= TRIM_AFTER_ENTRIES:
         release_free_memory()  # the decode's freed chunks, before the analysis builds on top of them
@@ -253,12 +258,25 @@ def _chunk_frame(c: dict) -> tuple:
         devices.refine_kinds(kind, c["cat"], names, MEMCPY, OTHER)
     in_type = np.full(len(names), "", dtype=object)
     ops = np.flatnonzero(kind == CPU_OP)
-    in_type[ops] = [",".join(t) if t else "" for t in (c["input_type"][i] for i in ops.tolist())]
+    raws = c["input_type"]
+    in_type[ops] = kineto.joined_input_types([raws[i] for i in ops.tolist()])
     cols["kind"] = kind[keep]
-    cols["name"] = pd.Categorical(names[keep])
-    cols["in_type"] = pd.Categorical(in_type[keep])
+    cols["name"] = _categorical(names[keep])
+    cols["in_type"] = _categorical(in_type[keep])
     cols["pg"] = _pg_column(c["pg"], keep)
     return cols, c["meta"], c.get("skipped", 0), seen
+
+
+def _categorical(values: np.ndarray) -> pd.Categorical:
+    """pd.Categorical(values) for strings (sorted categories), hashing each value once: pd.Categorical
+    infers the values' type and sorts them on top of the hashing."""
+    if not len(values):
+        return pd.Categorical(values)
+    codes, uniques = pd.factorize(values)
+    order = np.argsort(uniques, kind="stable")
+    rank = np.empty(len(order), dtype=codes.dtype)
+    rank[order] = np.arange(len(order), dtype=codes.dtype)
+    return pd.Categorical.from_codes(rank[codes], categories=pd.Index(uniques[order]))
 
 
 def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:

@@ -1,0 +1,65 @@
+"""The decoder's columns: each op's "Input type" is left undecoded by the strict Structs and decoded once per
+distinct text (kineto.joined_input_types); names and input types become categoricals with sorted
+categories, hashed once (model._categorical) -- the same columns as pd.Categorical gives."""
+
+import json
+
+import msgspec
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfsleuth.trace import kineto
+from perfsleuth.trace.model import _categorical, load_trace
+from tracebuilder import TraceBuilder
+
+
+def test_input_types_are_joined_once_per_distinct_text():
+    raws = [msgspec.Raw(b'["float", "int"]'), msgspec.Raw(b"null"), msgspec.Raw(b'["float","int"]'),
+            msgspec.Raw(b"[]"), msgspec.Raw(b'"float"'), msgspec.Raw(b'[1, null, ["x"]]'), b'["float", "int"]']
+    assert kineto.joined_input_types(raws) == ["float,int", "", "float,int", "", "", "1,None,['x']", "float,int"]
+    assert kineto.joined_input_types([]) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["", "aten::mm", "aten::add_", "Memcpy HtoD", "é", "ProfilerStep#3", "b", "a"]),
+                max_size=40))
+def test_categorical_is_pd_categorical(values):
+    arr = np.array(values, dtype=object)
+    want, got = pd.Categorical(arr), _categorical(arr)
+    assert list(got.categories) == list(want.categories)
+    assert got.categories.dtype == want.categories.dtype
+    assert got.codes.dtype == want.codes.dtype and got.codes.tolist() == want.codes.tolist()
+
+
+def test_ops_input_types_reach_the_table_and_other_events_have_none(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 100)
+    tb.op("aten::mm", 5, 10, **{"Input type": ["float", "float"]})
+    tb.op("aten::add", 20, 10, **{"Input type": ["c10::Half", "", "Scalar"]})
+    tb.op("aten::add", 40, 10, **{"Input type": ["c10::Half", "", "Scalar"]})
+    tb.op("aten::empty", 60, 5)
+    tb.annotation("not an op", 70, 5, **{"Input type": ["float"]})  # only ops carry types into the table
+    tr = load_trace(tb.write(tmp_path / "t.json"))
+    ev = tr.events.set_index("name")["in_type"].astype(str)
+    assert ev["aten::mm"] == "float,float"
+    assert ev["aten::add"].tolist() == ["c10::Half,,Scalar", "c10::Half,,Scalar"]
+    assert ev["aten::empty"] == "" and ev["not an op"] == ""
+    assert list(tr.events["in_type"].cat.categories) == ["", "c10::Half,,Scalar", "float,float"]
+    assert tr.has_shapes
+
+
+def test_a_lenient_piece_joins_input_types_the_same_way(tmp_path):
+    # an id beyond int64 sends the piece to the lenient decoder; its ops' types come out as the strict ones do
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 3,
+               "args": {"Input type": ["float", 2], "External id": 2**70}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 9, "dur": 3,
+               "args": {"Input type": ["float", "int"]}}]
+    with pytest.raises(OverflowError):  # what sends it to the lenient path
+        kineto._strict_columns(kineto._STRICT.decode(json.dumps(events).encode()))
+    path = tmp_path / "lax.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tr = load_trace(path)
+    assert tr.events["in_type"].astype(str).tolist() == ["float,2", "float,int"]
