@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import re
@@ -9,30 +10,60 @@ import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
-from .analysis.attribution import attribute
-from .analysis.ranks import summarize_rank
-from .analysis.steps import find_steps
-from .analysis.tables import time_share, top_kernels, top_ops
-from .analysis.verdict import decide, degree, verdict_text
 from .config import Config
 from .errors import TraceError, UsageError
-from .report.model import Report, ReportSet
 from .trace.hugepages import without_huge_pages
-from .trace import cluster, sources
-from .trace.model import Trace, load_trace, scan_trace_files
-from .trace.selection import memo
+from .trace import cluster, reading, sources
+
+if TYPE_CHECKING:
+    from .report.model import Report, ReportSet
+    from .trace.model import Trace
 
 log = logging.getLogger(__name__)
 
+# What analysing a trace imports (pandas with the stages): imported by load_analysis, so that a large
+# trace's decoding workers are forked without it while this process imports it (analyze_file).
+ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "analysis.ranks", "analysis.steps",
+                    "analysis.tables", "analysis.verdict", "report.model", "engine.catalog", "engine.evaluate",
+                    "engine.explain", "engine.forecast", "engine.reconsider", "facts.core", "facts.forecasting",
+                    "facts.stacks", "analysis.forecast")
+
+
+def load_analysis() -> None:
+    """Import the analysis, and compile what every analysis evaluates of each built-in rule (whether it
+    applies, its condition). Each once: later calls cost nothing."""
+    for name in ANALYSIS_MODULES:
+        importlib.import_module(f".{name}", __package__)
+    from .engine.catalog import load_catalog
+
+    for rule in load_catalog():  # the cached built-in rules: analyses without --rules or --set use these
+        rule.compiled["applies"], rule.compiled["condition"]  # noqa: B018
+
+
+def __getattr__(name: str):  # Report, ReportSet, Trace, load_trace: imported when asked for
+    homes = {"Report": "report.model", "ReportSet": "report.model", "Trace": "trace.model", "load_trace": "trace.model"}
+    if name in homes:
+        return getattr(importlib.import_module(f".{homes[name]}", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
+    from .trace.selection import memo
+
     with memo():  # each selection of events by kind is made once for the whole analysis
         return _analyze(trace, config or Config())
 
 
 def _analyze(trace: Trace, config: Config) -> Report:
+    from .analysis.attribution import attribute
+    from .analysis.ranks import summarize_rank
+    from .analysis.steps import find_steps
+    from .analysis.tables import time_share, top_kernels, top_ops
+    from .analysis.verdict import decide, degree, verdict_text
+    from .report.model import Report
+
     steps = find_steps(trace)
     breakdown = attribute(trace, steps)
     share = time_share(breakdown)
@@ -89,6 +120,7 @@ def _on_gpu(trace: Trace, breakdown) -> bool:
 def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> None:
     """The verdict from the shares (analysis/verdict.decide), checked against the findings' numbers
     (engine/reconsider.py): report.verdict, verdict_reason, verdict_text, degree, verdict_ruled_out."""
+    from .analysis.verdict import decide
     from .engine.reconsider import reconsider
 
     verdict, reason = decide(share, config, gpu, unread=report.trace.unread_device)
@@ -138,8 +170,12 @@ def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dic
     """The forecast of one fix on one trace file, whether or not a rule fired: `model` is a forecast
     model (`perfsleuth.analysis.forecast.MODELS`, e.g. "dataloader-workers"), `params` sets the fix
     where the model allows it ({"workers": 1}). The finding's `forecast` object (docs/schema.md)."""
+    from .analysis.attribution import attribute
+    from .analysis.steps import find_steps
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
+    from .trace.model import load_trace
+    from .trace.selection import memo
 
     config = config or Config()
     with without_huge_pages():
@@ -153,9 +189,13 @@ def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dic
 
 def analyze_file(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None, jobs: int = 1) -> Report:
-    """One trace file; `jobs` > 1 decodes a large file's chunks in that many forked processes."""
+    """One trace file; `jobs` > 1 decodes a large file's chunks in that many forked processes, forked
+    before the analysis is imported: this process imports it while they decode."""
     with without_huge_pages():
-        return analyze_trace(load_trace(path, progress, jobs), config)
+        decoded = reading.read_events(path, progress, jobs, idle=load_analysis)
+        from .trace.model import build_trace
+
+        return analyze_trace(build_trace(*decoded), config)
 
 
 def usable_cpus() -> int:
@@ -192,7 +232,7 @@ def _analyze_member(path: Path, config: Optional[Config]):
         return None, f"internal error ({type(exc).__name__}: {text}); please report it with the trace"
 
 
-OnFile = Callable[[str, Optional[Report], Optional[str], int, int], None]
+OnFile = Callable[[str, Optional["Report"], Optional[str], int, int], None]
 
 
 def _fan_out(files: list, config: Optional[Config], jobs: int, scheduler: Optional[str] = None,
@@ -271,6 +311,8 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
         path = Path(path)
         if not _is_dir(path):
             return analyze_file(path, config, progress, capped_jobs(jobs))
+        from .trace.model import scan_trace_files
+
         files, unlisted = scan_trace_files(path)
     if not files and not unlisted:
         raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
@@ -286,8 +328,11 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
     (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
     warnings.
     `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
+    from .report.model import ReportSet
+
     files = list(files)
     jobs = max(1, min(len(files), (jobs or usable_cpus()) if scheduler else capped_jobs(jobs)))
+    load_analysis()  # once, here: the processes forked to read the files inherit it
     results = _fan_out(files, config, jobs, scheduler, on_file)
     result = ReportSet(path=sources.absolute(root) if root else root)  # absolute, as each report's trace path
     for f, (report, problem) in zip(files, results):

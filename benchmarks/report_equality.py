@@ -53,7 +53,10 @@ def dump(out: Path, paths: list) -> None:
             data = clean(result.to_dict())
         except TraceError as exc:
             data = {"error": str(exc)}
-        (out / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        text = json.dumps(data, indent=1, sort_keys=True, default=str)
+        # each version's checkout in its own folder: the fixtures' paths compare as <checkout>/fixtures/...
+        text = text.replace(json.dumps(str(HERE.parent))[1:-1], "<checkout>")
+        (out / f"{name}.json").write_text(text)
         print(name, flush=True)
 
 

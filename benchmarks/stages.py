@@ -41,7 +41,7 @@ import sys, time, json, functools, importlib
 t0 = time.perf_counter()
 from pathlib import Path
 from perfsleuth import api
-from perfsleuth.trace import document, kineto, model as T
+from perfsleuth.trace import columns, document, kineto, model as T
 from perfsleuth.trace.hugepages import without_huge_pages
 t1 = time.perf_counter()
 path, jobs, detail, stages = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", json.loads(sys.argv[4])
@@ -85,7 +85,7 @@ if detail:
 t1 = time.perf_counter()  # the wrapping imported modules the analysis would import: counted as imports
 with without_huge_pages():
     buf = kineto.read_file(path)
-    header, outs, entries = document.decode_events(path, buf, [], T._chunk_frame, jobs)
+    header, outs, entries = document.decode_events(path, buf, [], columns.chunk_columns, jobs)
     t2 = time.perf_counter()
     del buf
     trace = T.build_trace(path, header, outs, entries, [])

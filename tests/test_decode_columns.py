@@ -1,6 +1,7 @@
 """The decoder's columns: each op's "Input type" is left undecoded by the strict Structs and decoded once per
-distinct text (kineto.joined_input_types); names and input types become categoricals with sorted
-categories, hashed once (model._categorical) -- the same columns as pd.Categorical gives."""
+distinct text (kineto.joined_input_types); the workers' transform (trace/columns.py, no pandas) codes names,
+input types and groups into sorted categories, hashing each value once -- the table then holds the same
+categoricals as pd.Categorical gives; event kinds come from categories in any case."""
 
 import json
 
@@ -11,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfsleuth.trace import kineto
-from perfsleuth.trace.model import _categorical, load_trace
+from perfsleuth.trace import columns, kineto
+from perfsleuth.trace.model import load_trace
 from tracebuilder import TraceBuilder
 
 
@@ -26,9 +27,10 @@ def test_input_types_are_joined_once_per_distinct_text():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["", "aten::mm", "aten::add_", "Memcpy HtoD", "é", "ProfilerStep#3", "b", "a"]),
                 max_size=40))
-def test_categorical_is_pd_categorical(values):
-    arr = np.array(values, dtype=object)
-    want, got = pd.Categorical(arr), _categorical(arr)
+def test_codes_make_the_categorical_pd_categorical_makes(values):
+    codes, categories = columns.coded(values)
+    want = pd.Categorical(np.array(values, dtype=object))
+    got = pd.Categorical.from_codes(codes, categories=pd.Index(categories))
     assert list(got.categories) == list(want.categories)
     assert got.categories.dtype == want.categories.dtype
     assert got.codes.dtype == want.codes.dtype and got.codes.tolist() == want.codes.tolist()
@@ -63,3 +65,23 @@ def test_a_lenient_piece_joins_input_types_the_same_way(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     tr = load_trace(path)
     assert tr.events["in_type"].astype(str).tolist() == ["float,2", "float,int"]
+
+
+def test_kinds_from_categories_old_and_new_spellings():
+    cats = ["kernel", "Kernel", "cuda_runtime", "Runtime", "cpu_op", "Operator", "python_function", "gpu_memcpy",
+            "Memset", "user_annotation", "gpu_user_annotation", "cuda_sync", "ac2g", ""]
+    k = columns
+    assert columns.kinds(cats).tolist() == [k.KERNEL, k.KERNEL, k.RUNTIME, k.RUNTIME, k.CPU_OP, k.CPU_OP, k.PYTHON,
+                                            k.MEMCPY, k.MEMSET, k.ANNOTATION, k.GPU_ANNOTATION, k.DEVICE_SYNC,
+                                            k.OTHER, k.OTHER]
+    assert columns.kinds([]).dtype == np.int8 and columns.kinds([]).size == 0
+
+
+def test_the_decoding_transform_imports_no_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys; from perfsleuth.trace import columns, reading; "
+            "print(sorted(m for m in ('pandas', 'jinja2', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -70,3 +70,34 @@ docs = {what = "w", why = "w", example = "e", use_instead = "u", thresholds = "t
 """)
     out = _start("rules", "--rules", str(rule))
     assert out["code"] == 2 and "pandas" in out["loaded"]
+
+
+_FORKS = r"""
+import json, os, sys
+forks = []
+os.register_at_fork(before=lambda: forks.append(sorted(m for m in ("pandas", "jinja2") if m in sys.modules)))
+from perfsleuth.trace import byteranges
+byteranges.MIN_BYTES = 1000  # the parallel byte-range path for this small real trace
+from perfsleuth.commands.cli import main
+try:
+    main(["analyze", "-j", "2", "--json", sys.argv[2], sys.argv[1]], prog_name="perfsleuth")
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "forks": forks, "after": "pandas" in sys.modules}), file=sys.stderr)
+"""
+
+
+def test_a_large_traces_decoding_workers_are_forked_before_the_analysis_is_imported(tmp_path):
+    """`analyze` forks the decoding workers first and imports pandas and the analysis while they decode
+    (api.load_analysis as reading.read_events' idle): the workers carry only what decoding needs."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real" / "a100_trace_diff_control.json.gz"
+    proc = subprocess.run([sys.executable, "-c", _FORKS, str(trace), str(tmp_path / "r.json")], capture_output=True,
+                          text=True, timeout=300)
+    out = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert out["code"] == 0, proc.stderr[-2000:]
+    assert len(out["forks"]) == 2 and out["forks"] == [[], []]  # two workers, neither with pandas nor jinja2
+    assert out["after"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["trace"]["events"] > 0 and report["verdict"]

@@ -37,8 +37,9 @@ from ..config import CATEGORIES, Config
 from . import crossrank as cr
 from .arrivals import consistency
 from .tables import us as _us
+from .verdict import STRAGGLER_BOUND
 
-STRAGGLER_BOUND, COMMUNICATION_BOUND = "straggler-bound", "communication-bound"
+COMMUNICATION_BOUND = "communication-bound"
 ASSUMPTIONS = (
     "the straggler's extra time lies before the collectives it reaches last",
     "the other ranks' work and the transfer times stay as measured",

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ..analysis.stragglers import STRAGGLER_BOUND
+from ..analysis.verdict import STRAGGLER_BOUND
 from ..analysis.verdict import VERDICTS as RANK_VERDICTS
 from ..config import Config
 from ..errors import UsageError

@@ -30,34 +30,36 @@ def _identity(columns: dict) -> dict:
 
 
 def decode_events(path: Path, raw, warnings: list, transform: Callable = _identity, jobs: int = 1,
-                  progress: Optional[Callable[[int, int], None]] = None) -> tuple:
+                  progress: Optional[Callable[[int, int], None]] = None,
+                  idle: Optional[Callable[[], None]] = None) -> tuple:
     """(header, `transform(columns)` of each chunk of events in document order, entries of traceEvents)
     for the file as read by kineto.read_file (closed here). Columns: X events as arrays and lists, M
-    events as tuples. `progress(done, total)` counts bytes or events: only the ratio means anything."""
+    events as tuples. `progress(done, total)` counts bytes or events: only the ratio means anything.
+    `idle()` is called in this process once workers decode (not at all when none do)."""
     parallel = jobs > 1 and workers.can_fork()
     done, buf, ranges_tried = None, raw, False
     if isinstance(raw, kineto.MappedFile):  # cut on the mapping; each range read (pread) by a worker
         ranges_tried = True
         with contextlib.closing(raw):
             if parallel:
-                done = _ranges(path, raw.map, partial(_file_pieces, raw.fd), transform, jobs, progress)
+                done = _ranges(path, raw.map, partial(_file_pieces, raw.fd), transform, jobs, progress, idle)
             if done is None:
                 buf = raw.read_all()  # the sequential path decodes private bytes, never the mapping
     elif raw[:2] == kineto.GZIP_MAGIC:
-        done, inflated = _inflating(path, raw, transform, jobs, progress) if parallel else (None, None)
+        done, inflated = _inflating(path, raw, transform, jobs, progress, idle) if parallel else (None, None)
         ranges_tried = inflated is not None  # inflated while cutting: the ranges failed already
         if done is None:
             buf = inflated if ranges_tried else kineto.inflate(path, raw)
     if done is None and parallel and not ranges_tried:
-        done = _ranges(path, buf, partial(_span_pieces, buf), transform, jobs, progress)
+        done = _ranges(path, buf, partial(_span_pieces, buf), transform, jobs, progress, idle)
     if done is not None:
         header, outs, entries, new = done
         warnings.extend(w for w in new if w not in warnings)
         return header, outs, entries
-    return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress)
+    return _sequential(path, buf, warnings, transform, jobs if parallel else 1, progress, idle)
 
 
-def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress) -> Optional[tuple]:
+def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress, idle) -> Optional[tuple]:
     """(header, outputs, entries, warnings) with the document cut into byte ranges (byteranges.py) that
     forked workers decode, or None when it is small, cannot be placed, or a range does not decode."""
     if len(buf) < byteranges.MIN_BYTES:
@@ -65,7 +67,8 @@ def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress
     planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
     if planned is None:
         return None
-    done = workers.run(path, pieces_of, planned[1], transform, jobs, _end, len(buf), progress, fallible=True)
+    done = workers.run(path, pieces_of, planned[1], transform, jobs, _end, len(buf), progress, fallible=True,
+                       idle=idle)
     return None if done is None else (planned[0], *done)
 
 
@@ -85,7 +88,7 @@ def _end(span: tuple) -> int:
     return span[1]
 
 
-def _inflating(path: Path, gz, transform, jobs: int, progress) -> tuple:
+def _inflating(path: Path, gz, transform, jobs: int, progress, idle) -> tuple:
     """(header, outputs, entries, warnings) decoded while the document is inflated, or None; and
     the inflated document when that much was done (the fallback then starts from it)."""
     buf = gzstream.shared_buffer(gz)
@@ -107,16 +110,16 @@ def _inflating(path: Path, gz, transform, jobs: int, progress) -> tuple:
         header, rest = finished
         for span in rest:
             decoder.submit(span)
-        done = decoder.results(lambda span: (total + span[1]) // 2, total, progress)
+        done = decoder.results(lambda span: (total + span[1]) // 2, total, progress, idle)
     return (None, buf) if done is None else ((header, *done), None)
 
 
-def _sequential(path: Path, buf, warnings: list, transform, jobs: int, progress) -> tuple:
+def _sequential(path: Path, buf, warnings: list, transform, jobs: int, progress, idle) -> tuple:
     header, parts = kineto.split_document(path, buf, warnings)
     starts = range(0, len(parts), CHUNK)
     outs, _, new = workers.run(path, partial(_parts_pieces, parts), starts, transform,
                                jobs if len(starts) >= MIN_PARALLEL_CHUNKS else 1,
-                               lambda i: min(i + CHUNK, len(parts)), len(parts), progress)
+                               lambda i: min(i + CHUNK, len(parts)), len(parts), progress, idle=idle)
     warnings.extend(w for w in new if w not in warnings)
     return header, outs, len(parts)
 

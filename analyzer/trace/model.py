@@ -21,31 +21,14 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import devices, document, encodings, files, kineto, sources, times, validate
+from . import devices, files, kineto, reading, sources, times, validate
 from .hugepages import release_free_memory
 
 log = logging.getLogger(__name__)
 
-# --- normalised event kinds ---------------------------------------------------------------------
-KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, DEVICE_SYNC, OTHER = range(10)
-KIND_NAMES = (
-    "kernel", "memcpy", "memset", "runtime", "cpu_op", "annotation", "gpu_annotation", "python",
-    "device_sync", "other",
-)
-DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)  # work that occupies the device
-_KIND_OF_CAT = {
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
-    "gpu_memset": MEMSET, "memset": MEMSET,
-    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": RUNTIME, "xpu_runtime": RUNTIME,
-    "mtia_runtime": RUNTIME, "privateuse1_runtime": RUNTIME, "hip_runtime": RUNTIME,
-    "cpu_op": CPU_OP, "operator": CPU_OP,
-    "user_annotation": ANNOTATION,
-    "gpu_user_annotation": GPU_ANNOTATION,
-    "python_function": PYTHON,
-    "cuda_sync": DEVICE_SYNC,
-    "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
-}
+# the normalised event kinds (defined with the decoding workers' transform, which needs no pandas)
+from .columns import (ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, GPU_ANNOTATION, KERNEL,  # noqa: E402,F401
+                      KIND_NAMES, MEMCPY, MEMSET, OTHER, PYTHON, RUNTIME, FLOAT_COLUMNS)
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz")
 TRIM_AFTER_ENTRIES = 200_000  # a load this large leaves tens of MB of freed heap (hugepages.release_free_memory)
 
@@ -143,17 +126,7 @@ def load_trace(path: Union[str, os.PathLike], progress: Optional[Callable[[int, 
 
     `progress(done, total)` is called after each chunk of events (for a progress bar; only the ratio
     means anything). `jobs` > 1 decodes the chunks of a large trace in that many forked processes."""
-    warnings: list[str] = []
-    path = sources.local_path(os.fspath(path))
-    if sources.is_url(path):
-        buf = sources.read_url(path)  # bytes: decoded like a local file's
-    else:
-        path = Path(path)
-        buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
-    buf = encodings.decompress(path, buf)  # bz2 / xz inflated within bounds; a zip, zstd, pickle ... named
-    header, outs, entries = document.decode_events(path, buf, warnings, _chunk_frame, jobs, progress)
-    del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
-    return build_trace(path, header, outs, entries, warnings)
+    return build_trace(*reading.read_events(path, progress, jobs))
 
 
 def build_trace(path, header: kineto.Header, outs: list, entries: int, warnings: list[str]) -> Trace:
@@ -231,60 +204,11 @@ def _empty_frame() -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _kinds(cats: list) -> np.ndarray:
-    codes, uniques = pd.factorize(pd.Series(cats, dtype=object), use_na_sentinel=False)
-    table = np.array([_KIND_OF_CAT.get(str(u).lower(), OTHER) for u in uniques], dtype=np.int8)
-    return table[codes] if len(table) else np.empty(0, np.int8)
-
-
-_FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
-_NUMERIC = _FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
+_NUMERIC = FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
 # Ids most traces have none of (no Python stacks, no collectives): int8 -1 then, which every selection and
 # copy of the table carries at 4 bytes a row instead of 32 (readers convert with .to_numpy(np.int64)).
 _SPARSE = ("py_id", "py_parent", "seq", "peer")
 _ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "pg", "end")  # the frame's columns
-
-
-def _chunk_frame(c: dict) -> tuple:
-    """(columns of the complete events of one chunk, times still in float µs; metadata tuples; count
-    of skipped entries). Pure: it may run in a worker process."""
-    # Spans/Traces pseudo-processes (string pids) are the profiler's own bookkeeping, not work.
-    keep = ~c["string_pid"]
-    cols = {k: c[k][keep] for k in _FLOAT_COLUMNS + kineto.INT_COLUMNS}
-    kind = _kinds(c["cat"])
-    names = np.array(c["name"], dtype=object)
-    seen = devices.categories_seen(c["cat"])
-    if devices.MTIA_CATEGORY in seen:
-        devices.refine_kinds(kind, c["cat"], names, MEMCPY, OTHER)
-    in_type = np.full(len(names), "", dtype=object)
-    ops = np.flatnonzero(kind == CPU_OP)
-    raws = c["input_type"]
-    in_type[ops] = kineto.joined_input_types([raws[i] for i in ops.tolist()])
-    cols["kind"] = kind[keep]
-    cols["name"] = _categorical(names[keep])
-    cols["in_type"] = _categorical(in_type[keep])
-    cols["pg"] = _pg_column(c["pg"], keep)
-    return cols, c["meta"], c.get("skipped", 0), seen
-
-
-def _categorical(values: np.ndarray) -> pd.Categorical:
-    """pd.Categorical(values) for strings (sorted categories), hashing each value once: pd.Categorical
-    infers the values' type and sorts them on top of the hashing."""
-    if not len(values):
-        return pd.Categorical(values)
-    codes, uniques = pd.factorize(values)
-    order = np.argsort(uniques, kind="stable")
-    rank = np.empty(len(order), dtype=codes.dtype)
-    rank[order] = np.arange(len(order), dtype=codes.dtype)
-    return pd.Categorical.from_codes(rank[codes], categories=pd.Index(uniques[order]))
-
-
-def _pg_column(pgs: list, keep: np.ndarray) -> pd.Categorical:
-    n = int(keep.sum())
-    if pgs.count(None) == len(pgs):  # the common case: no collective in this chunk
-        return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[""])
-    values = np.array(["" if p is None else p for p in pgs], dtype=object)
-    return pd.Categorical(values[keep])
 
 
 def _take_chunk(out: tuple, trace: Trace) -> dict:
@@ -296,6 +220,9 @@ def _take_chunk(out: tuple, trace: Trace) -> dict:
     for pid, tid, name, value in meta:
         if name == "thread_name" and isinstance(value, str) and isinstance(pid, (int, str)) and isinstance(tid, (int, str)):
             trace.thread_names[(pid, tid)] = value
+    for k in ("name", "in_type", "pg"):  # (codes, sorted categories) from the workers' columns.chunk_columns
+        codes, categories = cols[k]
+        cols[k] = pd.Categorical.from_codes(codes, categories=pd.Index(categories))
     return cols
 
 

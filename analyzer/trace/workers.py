@@ -72,9 +72,13 @@ class Decoder:
         dead.set_exception(BrokenProcessPool("a worker process died"))
         return dead
 
-    def results(self, done_at: Callable, total: int, progress: Optional[Callable] = None) -> Optional[tuple]:
+    def results(self, done_at: Callable, total: int, progress: Optional[Callable] = None,
+                idle: Optional[Callable[[], None]] = None) -> Optional[tuple]:
         """(outputs in order, entries, warnings), or None as soon as a fallible task fails.
-        `progress(done_at(task), total)` after each task, and `progress(total, total)` at the end."""
+        `progress(done_at(task), total)` after each task, and `progress(total, total)` at the end.
+        `idle()` runs first, while the workers decode (not at all without workers)."""
+        if idle is not None and self.pool is not None and self.pending:
+            idle()
         outs, entries, warnings, done = [], 0, [], 0
         for task, pending in self.pending:
             try:
@@ -99,9 +103,10 @@ class Decoder:
 
 
 def run(path: Path, blobs_of: Callable, tasks: Iterable, transform: Callable, jobs: int, done_at: Callable,
-        total: int, progress: Optional[Callable] = None, fallible: bool = False) -> Optional[tuple]:
+        total: int, progress: Optional[Callable] = None, fallible: bool = False,
+        idle: Optional[Callable[[], None]] = None) -> Optional[tuple]:
     """All `tasks` in order: (outputs, entries, warnings), or None when a fallible task fails."""
     with Decoder(path, blobs_of, transform, jobs, fallible) as decoder:
         for task in tasks:
             decoder.submit(task)
-        return decoder.results(done_at, total, progress)
+        return decoder.results(done_at, total, progress, idle)

@@ -1,0 +1,89 @@
+"""A decoded piece's columns as the event table will hold them, without pandas: the event kinds, and
+names, input types and process groups as codes into sorted categories.
+
+This is the transform the decoding workers run (`chunk_columns`). It imports no pandas, so that a
+large trace's workers can be forked before pandas and the analysis are imported: the main process
+imports them while the workers decode (reading.read_events' `idle`). model.py turns the codes into
+categoricals when it assembles the table.
+"""
+
+from __future__ import annotations
+
+from itertools import compress
+
+import numpy as np
+
+from . import devices, kineto
+
+# --- normalised event kinds ---------------------------------------------------------------------
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, GPU_ANNOTATION, PYTHON, DEVICE_SYNC, OTHER = range(10)
+KIND_NAMES = (
+    "kernel", "memcpy", "memset", "runtime", "cpu_op", "annotation", "gpu_annotation", "python",
+    "device_sync", "other",
+)
+DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)  # work that occupies the device
+KIND_OF_CAT = {
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
+    "gpu_memset": MEMSET, "memset": MEMSET,
+    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": RUNTIME, "xpu_runtime": RUNTIME,
+    "mtia_runtime": RUNTIME, "privateuse1_runtime": RUNTIME, "hip_runtime": RUNTIME,
+    "cpu_op": CPU_OP, "operator": CPU_OP,
+    "user_annotation": ANNOTATION,
+    "gpu_user_annotation": GPU_ANNOTATION,
+    "python_function": PYTHON,
+    "cuda_sync": DEVICE_SYNC,
+    "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
+}
+FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
+
+
+def kinds(cats: list) -> np.ndarray:
+    """The kind code of each event from its category (old capitalised ones too; unknown: OTHER)."""
+    kind_of = {c: KIND_OF_CAT.get(str(c).lower(), OTHER) for c in set(cats)}
+    return np.fromiter(map(kind_of.__getitem__, cats), dtype=np.int8, count=len(cats))
+
+
+def coded(values: list) -> tuple:
+    """(codes, categories) of a list of strings, the categories sorted: what pd.Categorical(values)
+    holds, with each value hashed once (model.py makes the categorical from them)."""
+    index: dict = {}
+    first = np.fromiter([index.setdefault(v, len(index)) for v in values], dtype=np.int64, count=len(values))
+    uniques = list(index)
+    order = sorted(range(len(uniques)), key=uniques.__getitem__)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[first], [uniques[i] for i in order]
+
+
+def chunk_columns(c: dict) -> tuple:
+    """(columns of the complete events of one chunk, times still in float µs, with names, input types
+    and process groups as (codes, categories); metadata tuples; count of skipped entries; device
+    categories seen). Pure, and free of pandas: it runs in the decoding workers."""
+    # Spans/Traces pseudo-processes (string pids) are the profiler's own bookkeeping, not work.
+    keep = ~c["string_pid"]
+    cols = {k: c[k][keep] for k in FLOAT_COLUMNS + kineto.INT_COLUMNS}
+    kind = kinds(c["cat"])
+    names = c["name"]
+    seen = devices.categories_seen(c["cat"])
+    if devices.MTIA_CATEGORY in seen:
+        devices.refine_kinds(kind, c["cat"], np.array(names, dtype=object), MEMCPY, OTHER)
+    in_type = [""] * len(names)
+    ops = np.flatnonzero(kind == CPU_OP).tolist()
+    raws = c["input_type"]
+    for i, joined in zip(ops, kineto.joined_input_types([raws[i] for i in ops])):
+        in_type[i] = joined
+    kept = keep.tolist()
+    every = all(kept)
+    cols["kind"] = kind[keep]
+    cols["name"] = coded(names if every else list(compress(names, kept)))
+    cols["in_type"] = coded(in_type if every else list(compress(in_type, kept)))
+    cols["pg"] = _pg_codes(c["pg"], kept, every)
+    return cols, c["meta"], c.get("skipped", 0), seen
+
+
+def _pg_codes(pgs: list, kept: list, every: bool) -> tuple:
+    if pgs.count(None) == len(pgs):  # the common case: no collective in this chunk
+        return np.zeros(sum(kept), dtype=np.int64), [""]
+    values = ["" if p is None else p for p in pgs]
+    return coded(values if every else list(compress(values, kept)))
