@@ -3,6 +3,7 @@
     python benchmarks/bench.py [--source fixtures/traces/real/v100_df_index_resolver.json.gz]
                                [--times 1 2 5 10 20] [--workdir /tmp/perfsleuth-bench] [--write docs/perf.md]
     python benchmarks/bench.py --check [--against docs/perf.md] [--tolerance 0.2]
+    python benchmarks/bench.py --from-rows LOG [--write docs/perf.md]   # render an earlier run's rows
 
 For each replication factor it builds the trace (benchmarks/make_large.py), then runs, each in a
 fresh interpreter: (a) `perfsleuth analyze` end to end, (b) HTA's TraceAnalysis load +
@@ -154,7 +155,17 @@ def main() -> None:
     ap.add_argument("--against", type=Path, default=HERE.parent / "docs" / "perf.md")
     ap.add_argument("--tolerance", type=float, default=0.2, help="with --check: a ratio may be this much "
                     "(relative) worse than recorded before it counts as a regression [0.2]")
+    ap.add_argument("--from-rows", type=Path, metavar="LOG", help="measure nothing: render (and --write) the rows an "
+                    "earlier run printed (its standard output, one JSON row per case: a --check run's too)")
     args = ap.parse_args()
+    if args.from_rows:
+        rows = [json.loads(line) for line in args.from_rows.read_text().splitlines() if line.startswith("{")]
+        table = render(rows, machine(), args.hta_python, "python benchmarks/bench.py --check, rendered with "
+                       f"--from-rows ({len(rows)} cases)")
+        print(table)
+        if args.write:
+            write_section(args.write, table)
+        return
     args.workdir.mkdir(parents=True, exist_ok=True)
     recorded = read_figures(args.against) if args.check else {}
     times = sorted(int(k[1:]) for k in recorded) if args.check else args.times

@@ -84,3 +84,23 @@ def test_check_needs_recorded_figures(tmp_path):
     doc.write_text("# Perf, no figures yet\n")
     with pytest.raises(SystemExit, match="no recorded figures"):
         bench.read_figures(doc)
+
+
+def test_from_rows_writes_the_figures_of_an_earlier_runs_log(tmp_path):
+    """--from-rows renders the JSON rows a run printed (a --check run's log) without measuring anything; the
+    figures it writes are the ones a later --check compares with."""
+    import json
+    import subprocess
+
+    rows = _rows(1.6, 40.0)
+    log = tmp_path / "check.out"
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n| case | ratio |\n0 regression(s) beyond 20%\n")
+    doc = tmp_path / "perf.md"
+    doc.write_text(f"intro\n{bench.BEGIN}\nold\n{bench.END}\nrest\n")
+    script = Path(bench.__file__)
+    proc = subprocess.run([sys.executable, str(script), "--from-rows", str(log), "--write", str(doc)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert bench.read_figures(doc) == bench.figures(rows)
+    assert doc.read_text().startswith("intro\n") and doc.read_text().endswith("rest\n")
+    assert "rendered with --from-rows (5 cases)" in doc.read_text()
