@@ -363,8 +363,10 @@ def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optio
         except forks.ChildExit:  # a child the script forked ends here, as it would without perfsleuth
             raise
         except _WindowComplete as exc:
-            ended, outcome.stopped_at = "stopped", code_sites.stopped_at(exc.__traceback__)
-            forks.stop_children()  # while the script's objects (its queues) are still alive
+            ended = "stopped"
+            with finishing.holding(allows_stop=False):  # the script is over: a signal waits, as below
+                outcome.stopped_at = code_sites.stopped_at(exc.__traceback__)
+                forks.stop_children()  # while the script's objects (its queues) are still alive
         except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
             ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
             forks.stop_children()
