@@ -101,3 +101,26 @@ def test_a_large_traces_decoding_workers_are_forked_before_the_analysis_is_impor
     assert out["after"]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["trace"]["events"] > 0 and report["verdict"]
+
+
+_AFTER_LOAD = r"""
+import json, sys
+from perfsleuth import api
+api.load_analysis()
+before = set(sys.modules)
+report = api.analyze_file(sys.argv[1])
+print(json.dumps({"new": sorted(m for m in set(sys.modules) - before if m.startswith("perfsleuth")),
+                  "verdict": report.verdict}))
+"""
+
+
+def test_load_analysis_imports_what_the_analysis_of_a_trace_needs():
+    """api.ANALYSIS_MODULES is kept by hand: whatever it misses would be imported after the decode, on the
+    critical path, instead of while the workers decode. Analysing a real trace after it imports nothing more."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real" / "a100_alexnet_small.json.gz"
+    proc = subprocess.run([sys.executable, "-c", _AFTER_LOAD, str(trace)], capture_output=True, text=True, timeout=300)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["verdict"]
+    assert out["new"] == []

@@ -69,8 +69,9 @@ def number_text(finding: Any, reason_chars: int = 0) -> str:
 
 
 def unseen_text(finding: Any) -> str:
-    """` · this forecast missed on 2 of 4 checks on programs it was not fitted to: --verify measures it`, for a
-    rule whose forecasts missed there (engine/unseen_record.py, docs/accuracy.md); '' otherwise."""
+    """` · forecasts of this rule missed on 4 of 4 checks on programs the models were not fitted to: `perfsleuth
+    run --verify` measures it`, for a rule whose forecasts missed there (engine/unseen_record.py,
+    docs/accuracy.md); '' otherwise."""
     fc = forecast_of(finding)
     if forecast_kind(fc) != "forecast" or not numbers.missed_unseen(fc):
         return ""

@@ -22,13 +22,13 @@ from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from . import devices, files, kineto, reading, sources, times, validate
+# the normalised event kinds, defined with the decoding workers' transform (no pandas there)
+from .columns import (ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, GPU_ANNOTATION, KERNEL,  # noqa: F401
+                      KIND_NAMES, MEMCPY, MEMSET, OTHER, PYTHON, RUNTIME, FLOAT_COLUMNS)
 from .hugepages import release_free_memory
 
 log = logging.getLogger(__name__)
 
-# the normalised event kinds (defined with the decoding workers' transform, which needs no pandas)
-from .columns import (ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, GPU_ANNOTATION, KERNEL,  # noqa: E402,F401
-                      KIND_NAMES, MEMCPY, MEMSET, OTHER, PYTHON, RUNTIME, FLOAT_COLUMNS)
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.bz2", ".json.xz")
 TRIM_AFTER_ENTRIES = 200_000  # a load this large leaves tens of MB of freed heap (hugepages.release_free_memory)
 

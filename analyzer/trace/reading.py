@@ -36,15 +36,16 @@ def read_events(path: Union[str, os.PathLike], progress: Optional[Callable[[int,
         path = Path(path)
         buf = kineto.read_file(path)  # regular files only; a missing file, a loop, a FIFO said as such
     buf = encodings.decompress(path, buf)  # bz2 / xz inflated within bounds; a zip, zstd, pickle ... named
-    waited = []
+    idled = idle is None
 
-    def while_decoding() -> None:
-        if idle is not None and not waited:
-            waited.append(True)
+    def while_decoding() -> None:  # once: during the decode when workers run it, else after it
+        nonlocal idled
+        if not idled:
+            idled = True
             idle()
 
     header, outs, entries = document.decode_events(path, buf, warnings, columns.chunk_columns, jobs, progress,
                                                    while_decoding)
     del buf  # the document (decode_events closed a mapped one) goes before the columns are assembled
-    while_decoding()  # no worker ran: now
+    while_decoding()
     return Decoded(path, header, outs, entries, warnings)
