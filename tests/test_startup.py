@@ -5,10 +5,12 @@ sys.modules in a fresh interpreter, not with a timer (benchmarks/startup.py meas
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 HEAVY = ("pandas", "numpy", "torch", "jinja2")
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real"
 
 _CHILD = r"""
 import json, sys
@@ -90,9 +92,7 @@ print(json.dumps({"code": code, "forks": forks, "after": "pandas" in sys.modules
 def test_a_large_traces_decoding_workers_are_forked_before_the_analysis_is_imported(tmp_path):
     """`analyze` forks the decoding workers first and imports pandas and the analysis while they decode
     (api.load_analysis as reading.read_events' idle): the workers carry only what decoding needs."""
-    from pathlib import Path
-
-    trace = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real" / "a100_trace_diff_control.json.gz"
+    trace = REAL / "a100_trace_diff_control.json.gz"
     proc = subprocess.run([sys.executable, "-c", _FORKS, str(trace), str(tmp_path / "r.json")], capture_output=True,
                           text=True, timeout=300)
     out = json.loads(proc.stderr.strip().splitlines()[-1])
@@ -117,9 +117,7 @@ print(json.dumps({"new": sorted(m for m in set(sys.modules) - before if m.starts
 def test_load_analysis_imports_what_the_analysis_of_a_trace_needs():
     """api.ANALYSIS_MODULES is kept by hand: whatever it misses would be imported after the decode, on the
     critical path, instead of while the workers decode. Analysing a real trace after it imports nothing more."""
-    from pathlib import Path
-
-    trace = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real" / "a100_alexnet_small.json.gz"
+    trace = REAL / "a100_alexnet_small.json.gz"
     proc = subprocess.run([sys.executable, "-c", _AFTER_LOAD, str(trace)], capture_output=True, text=True, timeout=300)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["verdict"]
