@@ -102,9 +102,13 @@ def runner(tmp_path_factory):
     Path(purelib, "deps.pth").write_text("".join(f"{p}\n" for p in deps))
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
+    # `gh api .../comments` lists the comments as the --jq filter would print them: the ids in $GH_COMMENTS
+    # whose body starts with the marker asked for (none: no earlier comment)
     _script(bin_dir / "gh", '#!/bin/sh\necho "$@" >> "$GH_LOG"\n'
-                            'case " $* " in *" --edit-last "*) exit 1;; esac\n'  # no earlier comment yet
-                            'while [ $# -gt 0 ]; do [ "$1" = --body-file ] && cp "$2" "$POSTED"; shift; done\n')
+                            'case " $* " in *" GET "*|*"/comments --paginate "*) '
+                            'cat "${GH_COMMENTS:-/dev/null}"; exit 0;; esac\n'
+                            'while [ $# -gt 0 ]; do [ "$1" = --body-file ] && cp "$2" "$POSTED"; '
+                            'case "$1" in body=@*) cp "${1#body=@}" "$POSTED";; esac; shift; done\n')
     env = runner_env(tmp, [venv / "bin", bin_dir])
     workspace = tmp / "empty"
     workspace.mkdir()
@@ -147,7 +151,8 @@ def _act(runner, tmp, head_delay):
 def test_the_documented_action_fails_a_pull_request_that_slows_the_step_by_30_percent(runner, tmp_path):
     done, repo, tmp = _act(runner, tmp_path, head_delay=0.0395)
     logs = "\n".join(f"--- {k}\n{v[-2500:]}" for k, v in done.logs.items())
-    out = repo / "perfsleuth-ci"
+    out = Path(done.steps["setup"]["outputs"]["dir"])
+    assert out.is_relative_to(tmp / "runner-temp")  # the runner's temporary folder, never the repository
     assert done.steps["diff"]["outputs"]["exit"] == "1", logs  # the regression gate tripped
     assert re.search(r"gate failed: step time \+\d+\.\d%", done.logs["Compare with the base commit"]), logs
     diff = json.loads((out / "diff.json").read_text())
@@ -161,17 +166,22 @@ def test_the_documented_action_fails_a_pull_request_that_slows_the_step_by_30_pe
     # published before failing: the job summary, the comment (a new one: no earlier comment to edit), the upload
     assert [o for n, o in done.outcomes.items() if n != "Fail on a regression or a banned bottleneck"] == [
         "skipped", *["success"] * 5, "uses", *["success"] * 3]
-    posted = (tmp / "posted.md").read_text(encoding="utf-8")
-    assert posted.startswith("### perfsleuth diff: median step without the profiler **+")
-    assert "(▲ regression)" in posted.splitlines()[0]
+    posted = (tmp / "posted.md").read_text(encoding="utf-8").splitlines()
+    assert posted[0] == "<!-- perfsleuth: perfsleuth-train.py -->"  # the hidden marker: this use's comment
+    assert posted[1].startswith("### perfsleuth diff: median step without the profiler **+")
+    assert "(▲ regression)" in posted[1]
     assert "<details><summary>Full report of this pull request</summary>" in posted
     comment = f"--body-file {out}/comment.md"
-    assert (tmp / "gh.log").read_text() == f"pr comment 42 {comment} --edit-last\npr comment 42 {comment}\n"
-    assert (tmp / "step-summary.md").read_text(encoding="utf-8").startswith(posted.splitlines()[0])
+    assert (tmp / "gh.log").read_text() == (
+        'api repos/o/r/issues/42/comments --paginate --jq .[] | select(.body | startswith("'
+        '<!-- perfsleuth: perfsleuth-train.py -->")) | .id\n'
+        f"pr comment 42 {comment}\n")
+    assert (tmp / "step-summary.md").read_text(encoding="utf-8").startswith(posted[1])
     assert done.uses == [("Upload the reports", "actions/upload-artifact@v4",
-                          {"name": "perfsleuth-report", "path": str(out), "if-no-files-found": "warn"})]
+                          {"name": "perfsleuth-train.py", "path": str(out), "if-no-files-found": "warn"})]
     assert sorted(p.name for p in out.iterdir()) == ["base", "comment.md", "diff.json", "diff.md", "head"]
     assert not Path(done.steps["setup"]["outputs"]["base"]).exists()  # the base checkout is removed
+    assert not (repo / "perfsleuth-ci").exists()  # nothing written into the user's repository
 
 
 def test_a_pull_request_that_does_not_slow_the_step_passes_the_regression_gate(runner, tmp_path):
@@ -180,7 +190,7 @@ def test_a_pull_request_that_does_not_slow_the_step_passes_the_regression_gate(r
     done, repo, tmp = _act(runner, tmp_path, head_delay=0.03)
     logs = "\n".join(f"--- {k}\n{v[-2500:]}" for k, v in done.logs.items())
     assert done.steps["diff"]["outputs"]["exit"] == "0", logs  # (the call may say a few % either way: under 10 %)
-    assert (repo / "perfsleuth-ci" / "diff.json").is_file()
+    assert (Path(done.steps["setup"]["outputs"]["dir"]) / "diff.json").is_file()
     assert done.steps["gates"]["outputs"]["exit"] == "1"
     assert "perfsleuth diff exited 0, perfsleuth analyze exited 1" in done.logs["Fail on a regression or a banned bottleneck"]
 
@@ -235,3 +245,83 @@ def test_run_words_are_split_as_a_shell_would_and_never_run():
                          text=True, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OPTIONS": "",
                                          "ARGS": "--name 'a b"}, timeout=60)
     assert bad.returncode != 0 and "No closing quotation" in bad.stderr and bad.stdout == ""
+
+
+def _setup_only(tmp: Path, inputs: dict, repo: Path, base: str):
+    env = runner_env(tmp, [])
+    github = {"event": {"pull_request": {"number": 42, "base": {"sha": base}}}, "token": "t", "repository": "o/r"}
+    return run_action(ACTION, ROOT, inputs, github, repo, env,
+                      skip=tuple(s["name"] for s in ACTION["runs"]["steps"] if s.get("id") != "setup"))
+
+
+def test_the_set_up_keeps_the_users_perfsleuth_ci_folder_and_an_earlier_uses_reports(tmp_path):
+    """Issue 38, class 4: the set-up step removed "$PWD/perfsleuth-ci" (a folder of the user's, committed or not)
+    and a second use in one job removed the first one's reports. Each use now works in a fresh folder of its own
+    under $RUNNER_TEMP, named in its outputs, and the artifact is named by the script (or the input)."""
+    repo, base = _repo(tmp_path, head_delay=0.03)
+    (repo / "perfsleuth-ci").mkdir()
+    (repo / "perfsleuth-ci" / "committed.txt").write_text("mine")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), "commit", "-qm", "ci"],
+                   check=True)
+    (repo / "perfsleuth-ci" / "uncommitted.txt").write_text("mine too")
+    first = _setup_only(tmp_path, {"script": "sub dir/train.py"}, repo, base)
+    assert first.outcomes["Check out the base commit"] == "success", first.logs
+    out1 = Path(first.steps["setup"]["outputs"]["dir"])
+    (out1 / "report.json").write_text("{}")  # what the first use wrote
+    second = _setup_only(tmp_path, {"script": "train.py", "artifact-name": "perfsleuth py3.12"}, repo, base)
+    out2 = Path(second.steps["setup"]["outputs"]["dir"])
+    assert sorted(p.name for p in (repo / "perfsleuth-ci").iterdir()) == ["committed.txt", "uncommitted.txt"]
+    assert (out1 / "report.json").read_text() == "{}" and out1 != out2
+    assert out1.is_relative_to(tmp_path / "runner-temp") and out2.is_relative_to(tmp_path / "runner-temp")
+    assert first.steps["setup"]["outputs"]["artifact"] == "perfsleuth-sub-dir-train.py"
+    assert second.steps["setup"]["outputs"]["artifact"] == "perfsleuth-py3.12"
+    assert Path(second.steps["setup"]["outputs"]["base"], "train.py").read_text().count("DELAY = 0.03") == 1
+
+
+def test_a_base_ref_that_starts_with_a_dash_is_refused_and_never_reaches_git(tmp_path):
+    """Issue 38, class 9: `--upload-pack=CMD` as base-ref was an option of `git fetch` and ran CMD against a
+    local-path origin. Refused in one line; nothing runs."""
+    repo, base = _repo(tmp_path, head_delay=0.03)
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(origin)], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", str(origin)], check=True)
+    pwned = tmp_path / "pwned"
+    done = _setup_only(tmp_path, {"script": "train.py", "base-ref": f"--upload-pack=touch {pwned};false"},
+                       repo, base)
+    assert done.outcomes["Check out the base commit"] == "failure"
+    assert done.logs["Check out the base commit"].strip() == (
+        "::error::perfsleuth: base-ref must not start with '-' (got one that does)")
+    assert not pwned.exists()
+    # a ref the checkout lacks is fetched from origin, after `--`
+    fetched = _setup_only(tmp_path, {"script": "train.py", "base-ref": "refs/heads/master"}, repo, base)
+    branch = subprocess.run(["git", "-C", str(repo), "branch", "--show-current"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    if branch != "master":  # the default branch name depends on git's configuration
+        fetched = _setup_only(tmp_path, {"script": "train.py", "base-ref": f"refs/heads/{branch}"}, repo, base)
+    assert fetched.outcomes["Check out the base commit"] == "success", fetched.logs
+
+
+def test_the_comment_step_edits_its_own_comment_and_no_other(runner, tmp_path):
+    """Issue 38, class 5: `gh pr comment --edit-last` edited the last comment of the token's user (another matrix
+    job's, another bot's). The step finds its own comment by a hidden marker naming the artifact and edits that
+    one; without one it posts a new comment."""
+    _, _, bin_dir = runner
+    [step] = [s for s in ACTION["runs"]["steps"] if s["name"] == "Post the pull-request comment"]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "diff.md").write_text("### perfsleuth diff: median step **+1.0%**\n")
+    ids = tmp_path / "ids"
+    ids.write_text("1234\n")  # the filter's output: the id of the comment that starts with this use's marker
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(out), "GH_REPO": "o/r", "PR": "42",
+           "ARTIFACT": "perfsleuth-py3.12", "GH_LOG": str(tmp_path / "gh.log"), "POSTED": str(tmp_path / "posted"),
+           "GH_COMMENTS": str(ids)}
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "gh.log").read_text().splitlines()
+    assert calls[0].startswith("api repos/o/r/issues/42/comments --paginate --jq ")
+    assert '<!-- perfsleuth: perfsleuth-py3.12 -->' in calls[0]
+    assert calls[1:] == [f"api -X PATCH repos/o/r/issues/comments/1234 -F body=@{out}/comment.md"]
+    assert (tmp_path / "posted").read_text().splitlines()[:2] == [
+        "<!-- perfsleuth: perfsleuth-py3.12 -->", "### perfsleuth diff: median step **+1.0%**"]
