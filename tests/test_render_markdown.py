@@ -121,6 +121,26 @@ def test_hostile_names_keep_tables_and_mermaid_intact():
         assert rows and all(r.count("<td") == width for r in rows)
 
 
+def test_names_that_mention_people_notify_nobody():
+    """Issue 38, class 8: @user and @org/team in a frame's folder, a device name, a title or a warning went
+    into the PR comment as mentions (notified again on every push: the comment is edited)."""
+    from test_escape import mentions_outside_code
+
+    r = make_report(steps=4, findings=2)
+    at = "@org/security-team"
+    r["trace"]["device"] = f"NVIDIA {at} H100"
+    r["verdict_reason"] = f"graph break in {at}/model.py"
+    f = r["findings"][0]
+    f["title"] = f"Slow op under {at}/train.py"
+    f["message"] = f"cc @octocat: {at}/train.py(12): step"
+    f["evidence"] = {"op": f"{at}/op", "note": "@someone"}
+    f["locations"] = [{"file": f"/home/u/{at}/train.py", "line": 3, "function": "@step"}]
+    r["warnings"] = [f"ping {at}"]
+    html = gfm(render_markdown(r))
+    assert "security-team" in html and "octocat" in html  # the names are there, as text
+    assert mentions_outside_code(html) == []
+
+
 def test_hostile_fix_cannot_close_the_details_block():
     report = make_report(findings=1)
     report["findings"][0]["fix"] = "</details>\n\n# heading\n\n```\n</details>\n```"

@@ -17,6 +17,11 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~&])")
 # A list or heading marker where the text starts a line (a bullet item's text, a table cell).
 _LEADING = re.compile(r"^(\s*)(?:([-+=])(?=[\s\-=]|$)|(\d+)([.)])(?=\s|$))")
 _AUTOLINK = re.compile(r"(?:(?<=www)\.|:(?=//))", re.IGNORECASE)
+# GitHub turns @user and @org/team in text (not in code) into mentions that notify them, after any
+# backslash escaping. A word joiner (U+2060, invisible) after the @ breaks its pattern, which needs a
+# letter or digit there; names in code spans are never mentions.
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+MENTION_BREAK = "@\u2060"
 _NEWLINES = re.compile(r"[\r\n\t\v\f\u2028\u2029\x85]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _BACKTICK_RUN = re.compile(r"`+")
@@ -79,6 +84,7 @@ def md_text(text: object, limit: int = 0) -> str:
     """Inline Markdown text that renders literally: no emphasis, links, HTML, or table breaks."""
     escaped = _MD_SPECIAL.sub(r"\\\1", shorten(one_line(text), limit))
     escaped = _LEADING.sub(_defuse_marker, escaped)
+    escaped = _MENTION.sub(MENTION_BREAK, escaped)
     return _AUTOLINK.sub(lambda m: "\\" + m.group(0), escaped)
 
 
