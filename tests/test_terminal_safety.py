@@ -108,3 +108,26 @@ def test_usable_cpus_follow_the_affinity_mask():
     from perfsleuth.api import usable_cpus
 
     assert usable_cpus() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "cp1252"}, {"PYTHONIOENCODING": "latin-1"},
+                                 {"PYTHONIOENCODING": "ascii"}])
+def test_an_output_encoding_that_cannot_show_the_text_costs_no_report(tmp_path, env):
+    """Issue 38, class 6: with a non-UTF-8 output encoding the terminal text (×, µ, ▲, any name from a trace)
+    ended in UnicodeEncodeError, exit 1, and no report, because the files came after it. Now the files come
+    first and what cannot be shown prints as '?'."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "real" / "h100_qwen0.5b_inference.json.gz"
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "perfsleuth", "analyze", str(trace), "-o", str(out)],
+                          capture_output=True, env={**os.environ, **env}, timeout=300)
+    assert done.returncode == 0, done.stderr.decode("latin-1")[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "summary.md"]
+    text = done.stdout.decode("latin-1")
+    assert "verdict:" in text
+    if env["PYTHONIOENCODING"] != "ascii":  # (click writes UTF-8 to a stream that claims ASCII)
+        assert "?" in text and "\u00d7" not in done.stdout.decode("latin-1")  # what it could not show: '?'
+    assert text.rstrip().endswith("report.json")  # "wrote" lines after the summary, as before

@@ -26,6 +26,19 @@ def say(text: str, err: bool = False) -> None:
     click.echo(terminal(text, keep_newlines=True), err=err)
 
 
+def tolerate_output_encoding() -> None:
+    """An output encoding that cannot show every character (PYTHONIOENCODING=cp1252, an ISO-8859 locale,
+    Windows' redirected output) prints "?" for those characters instead of ending with UnicodeEncodeError:
+    perfsleuth's text has "×", "µ", "▲" and names from traces have anything."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to print to anyway
+                pass
+
+
 def _fail(message: str) -> None:
     """The one line of a user error: a message that spans lines (an exception's text) stays one line."""
     from ..report.escape import terminal
@@ -89,14 +102,15 @@ def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=
     from ..report.terminal import render_terminal, render_terminal_set, shown_path
 
     data = result if isinstance(result, dict) else result.to_dict()
+    # the files first: nothing the terminal does (an encoding that cannot show a name) costs the report
+    written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
+                          markdown_path=markdown_path, force=force)
     say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
     cross = render_ranks_terminal(data)
     if cross:
         say("\n" + cross)
     for s in data.get("skipped", []):
         say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
-    written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
-                          markdown_path=markdown_path, force=force)
     for p in written:
         say(f"wrote {p}")
     return data
@@ -190,6 +204,7 @@ def main(verbose: int) -> None:
     `perfsleuth docs` lists the guides that come with perfsleuth; `perfsleuth rules SLUG`
     prints a rule's docs.
     """
+    tolerate_output_encoding()
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler()
     handler.setFormatter(_Escaping("%(levelname)s %(name)s: %(message)s"))
