@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 import fsspec
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -74,6 +75,12 @@ json_values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | s
 EVENT_KEYS = ["ph", "ts", "dur", "pid", "tid", "name", "cat", "args", "id"]
 ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "Input type", "name", "bytes", "stream"]
 TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "perfsleuth", "schemaVersion", "roctracer_version"]
+# The run metadata's sections and keys (commands/run_facts.py, compile_facts.py), the compile section's included
+META_KEYS = {"compile": ["steps", "compiles", "graph_breaks", "counters", "config", "version"],
+             "compile.steps": ["wait", "warmup", "active", "after"],
+             "compile.compiles": ["reason", "frame", "own", "failed", "us", "step", "phase", "id"],
+             "compile.graph_breaks": ["reason", "count"], "compile.counters": ["graph_breaks", "recompile_limit_hits"],
+             "clock": ["unprofiled_us", "after_us", "profiled_us", "unit"], "host": ["cpu_count", "torch_threads"]}
 
 
 def nested(depth: int, leaf="1") -> str:
@@ -82,7 +89,7 @@ def nested(depth: int, leaf="1") -> str:
 
 @st.composite
 def trace_mutation(draw, n_events: int):
-    kind = draw(st.sampled_from(["event", "event", "event", "arg", "delete", "duplicate", "top", "deep"]))
+    kind = draw(st.sampled_from(["event", "event", "event", "arg", "delete", "duplicate", "top", "deep", "meta", "meta"]))
     i = draw(st.integers(0, max(0, n_events - 1)))
     if kind == "event":
         return ("event", i, draw(st.sampled_from(EVENT_KEYS) | st.text(max_size=4)), draw(json_values))
@@ -94,6 +101,9 @@ def trace_mutation(draw, n_events: int):
         return ("duplicate", i, None, draw(st.integers(-1000, 1000)))
     if kind == "top":
         return ("top", None, draw(st.sampled_from(TOP_KEYS)), draw(json_values))
+    if kind == "meta":
+        section = draw(st.sampled_from(sorted(META_KEYS) + ["compile"] * 4))  # compile: the newest section
+        return ("meta", None, (section, draw(st.sampled_from(META_KEYS[section]))), draw(json_values))
     return ("deep", i, draw(st.sampled_from(["args", "name", "ts"])), draw(st.sampled_from([5, 100, 990, 1100, 3000])))
 
 
@@ -117,6 +127,8 @@ def mutate_trace(doc: dict, mutations: list) -> str:
         elif kind == "top":
             doc[key] = value
             events = doc["traceEvents"] if isinstance(doc.get("traceEvents"), list) else []
+        elif kind == "meta":
+            _set_meta(doc, *key, value)
         elif kind == "deep" and ev is not None:
             marker = f"@deep{len(deep)}@"
             ev[key] = marker
@@ -125,6 +137,21 @@ def mutate_trace(doc: dict, mutations: list) -> str:
     for marker, replacement in deep.items():
         text = text.replace(marker, replacement)
     return text
+
+
+def _set_meta(doc: dict, section: str, key: str, value) -> None:
+    """Put `value` at perfsleuth.SECTION.KEY (compile.compiles: in its first entry), making the path as needed."""
+    node = doc["perfsleuth"] if isinstance(doc.get("perfsleuth"), dict) else {"version": 1}
+    doc["perfsleuth"] = node
+    first, _, sub = section.partition(".")
+    node = node.setdefault(first, {}) if isinstance(node.get(first), dict) or first not in node else {}
+    if sub in ("compiles", "graph_breaks"):
+        entries = node.get(sub) if isinstance(node.get(sub), list) and node[sub] else [{}]
+        node[sub] = entries
+        node = entries[0] if isinstance(entries[0], dict) else {}
+    elif sub:
+        node = node.setdefault(sub, {}) if isinstance(node.get(sub), dict) or sub not in node else {}
+    node[key] = value
 
 
 @st.composite
@@ -400,3 +427,20 @@ def test_fuzz_pyproject(text):
         keep_if_broken(lambda: promise(cli("analyze", trace, cwd=d)), "pyproject.toml", text.encode())
         keep_if_broken(lambda: promise(cli("rules", cwd=d)), "pyproject.toml", text.encode())
         shutil.rmtree(Path(d), ignore_errors=True)
+
+
+@pytest.mark.parametrize("section", [{"compiles": 5}, {"graph_breaks": 3.5}, {"steps": {"wait": 7}}, {"steps": 4},
+                                     {"counters": [1]}, {"config": "x"}, 7, "compile", None])
+def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, section):
+    """Issue 38, class 7: `compiles`, `graph_breaks` or `steps.wait` a number ended in a traceback (exit 1, the
+    CI gate's code). The compile section is validated like the rest of the run metadata: a bad one is dropped
+    with a warning that names where, and the rest of the report stands."""
+    doc = copy.deepcopy(BASES[-2])  # recorded by `perfsleuth run`
+    doc["perfsleuth"]["compile"] = section
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    result = cli("analyze", path)
+    promise(result)
+    assert result.exit_code == 0
+    assert "perfsleuth compile metadata was ignored" in result.output
+    assert "verdict:" in result.output

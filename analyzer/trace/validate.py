@@ -4,7 +4,7 @@ A value of the wrong type is never used: the section is dropped with a warning t
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -32,6 +32,18 @@ class LoaderFacts(msgspec.Struct):
     collate_fn: Optional[str] = None
 
 
+class CompileSection(msgspec.Struct):
+    """`perfsleuth.compile` (commands/compile_facts.py): torch.compile's account of a run. Its lists and
+    tables must be lists and tables; what is inside an entry is read defensively where it is used."""
+
+    version: int = 1
+    steps: dict[str, list[Union[int, float, None]]] = msgspec.field(default_factory=dict)
+    compiles: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    graph_breaks: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    counters: dict[str, Any] = msgspec.field(default_factory=dict)
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 class RunMetadata(msgspec.Struct):
     """The trace's top-level `perfsleuth` object. Keys not listed here are kept as recorded (a newer
     perfsleuth may add some); the listed ones must have these types."""
@@ -50,4 +62,11 @@ def run_metadata(value, warnings: list) -> dict:
     except (msgspec.ValidationError, RecursionError) as exc:
         warnings.append(f"the trace's perfsleuth metadata was ignored: {str(exc)[:200]}")
         return {}
+    if "compile" in value:  # a section of its own: a bad one costs only itself
+        try:
+            msgspec.convert(value["compile"], CompileSection)
+        except (msgspec.ValidationError, RecursionError) as exc:
+            warnings.append(f"the trace's perfsleuth compile metadata was ignored: "
+                            f"{str(exc)[:200].replace('$', 'compile', 1)}")
+            value = {k: v for k, v in value.items() if k != "compile"}
     return value
