@@ -282,3 +282,27 @@ def test_every_host_bound_real_trace_is_explained(real_traces):
             ht = report["host_time"]
             assert ht["findings"] or ht["statement"], path.name
             assert bool(ht["statement"]) is not bool(ht["findings"]), path.name
+
+
+def test_a_huge_consumer_name_is_cut_in_the_statement_and_stored_whole_once(real_traces, tmp_path):
+    """Issue 38, class 10: a 10 MB frame name made the terminal's host-time line 10 MB and report.json held it
+    twice (the consumers table and the statement). The statement cuts the name; the table keeps it, once."""
+    import gzip
+    import json
+
+    from perfsleuth.report.terminal import render_terminal
+
+    doc = json.loads(gzip.decompress((real_traces / "mi250_rocm_minitoy.json.gz").read_bytes()))
+    huge = "hipLaunchKernel" + "x" * 2_000_000
+    for e in doc["traceEvents"]:
+        if e.get("name") == "hipLaunchKernel":
+            e["name"] = huge
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(doc))
+    report = analyze_file(path).to_dict()
+    ht = report["host_time"]
+    assert ht["consumers"][0]["name"] == huge  # whole, in the table
+    assert len(ht["statement"]) < 2000 and "hipLaunchKernelxxx" in ht["statement"] and "…" in ht["statement"]
+    assert json.dumps(report).count(huge) == 1
+    text = render_terminal(report)
+    assert max(len(line) for line in text.splitlines()) < 2000

@@ -5,13 +5,15 @@ table) and, when the verdict is host-bound and no host finding names the cause, 
 from __future__ import annotations
 
 from ..facts.core import Facts
+from ..report.escape import shorten
 from ..report.present import fmt_pct, fmt_us
 
 TOP = 5
+NAME_CHARS = 160  # of a consumer's name in the statement: the table beside it holds the whole name, once
 
 
 def _consumer_text(row: dict) -> str:
-    text = f"{row['name']} ({fmt_us(row['us_per_step'])} per step, {fmt_pct(row['share'])} of the step"
+    text = f"{shorten(str(row['name']), NAME_CHARS)} ({fmt_us(row['us_per_step'])} per step, {fmt_pct(row['share'])} of the step"
     longest, calls = row.get("max_call_us"), row.get("calls_per_step") or 0
     if longest and calls >= 2 and longest >= 0.5 * row["us_per_step"]:  # one call of several is most of it
         text += f"; one call took {fmt_us(longest)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import CATEGORIES
 from . import figures
-from .escape import terminal
+from .escape import shorten, terminal
 from .present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 
@@ -31,9 +31,13 @@ def _fmt_us(us) -> str:
     return f"{us:.1f} µs"
 
 
+MAX_TEXT = 1000  # characters of any one piece of text a line shows: a 10 MB frame name is cut, as HTML cuts it
+
+
 def _clean(text: str) -> str:
-    """Names from traces are data: control characters escaped, bidi controls shown (escape.terminal)."""
-    return terminal(text)
+    """Names from traces are data: control characters escaped, bidi controls shown (escape.terminal), and cut
+    at MAX_TEXT characters."""
+    return terminal(shorten(str(text), MAX_TEXT))
 
 
 def render_terminal(report: dict) -> str:
