@@ -276,3 +276,22 @@ def test_no_fix_is_slower_than_the_work_it_adds_on_a_real_trace(real_traces):
     assert all(fc["speedup"] is None or fc["speedup"] >= 0.999 for fc in fcs.values())
     assert fcs["item-sync"]["assumptions"]["device_waits"].startswith("device work started 144.80 ms per step after")
     assert report["forecast"]["replay"]["unexplained_device_wait_us"] == 144800.0
+
+
+def test_free_cores_round_to_the_nearest_core_and_say_when_a_fraction_decided():
+    """Issue 40: int() made 1.99 free cores of a 2-core machine one worker (0.80x measured where two ran
+    1.7x). A noisy busy figure rounds to the nearest core; a fraction near a half is said to decide."""
+    from perfsleuth.analysis.fc_loader import suggested_workers, whole_free_cores
+
+    assert suggested_workers(2, 0.01, 0) == (2, "min(8, 2.0 free of 2 cores)")
+    assert suggested_workers(2, 0.23, 0) == (2, "min(8, 1.8 free of 2 cores, rounded to 2)")
+    assert suggested_workers(2, 0.5, 0) == (2, "min(8, 1.5 free of 2 cores, rounded to 2: a close call "
+                                               "between 1 and 2)")
+    assert suggested_workers(2, 0.6, 0) == (1, "min(8, 1.4 free of 2 cores, rounded to 1: a close call "
+                                               "between 1 and 2)")
+    assert suggested_workers(2, 1.0, 0) == (1, "min(8, 1.0 free of 2 cores)")
+    assert suggested_workers(2, 1.9, 0) == (1, "min(8, 1.0 free of 2 cores)")  # never below one
+    assert suggested_workers(2, None, 0) == (2, "min(8, 2 cores)")
+    assert suggested_workers(16, 0.2, 0) == (8, "min(8, 15.8 free of 16 cores, rounded to 16)")
+    assert suggested_workers(2, 0.0, 2) == (3, "min(8, 2 cores)")  # always more than now
+    assert whole_free_cores(4, 1.75) == (2, "2.2 free of 4 cores, rounded to 2")

@@ -12,6 +12,8 @@ j - prefetch*W, and the step's `__next__` waits for it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dataclasses import fields
@@ -48,19 +50,39 @@ DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
 MAX_WORKERS = 8  # the fix's suggestion: min(8, free cores)
 UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
+ROUND_UP_FROM = 0.5  # free cores round to the nearest whole core (whole_free_cores)
+CLOSE_CALL = (0.3, 0.7)  # ... a fraction of a core in here decided the count: said
+
+
+def whole_free_cores(cores: float, others: Optional[float]) -> tuple[int, str]:
+    """The free cores as a whole number, and how it was reached: the cores less what other processes kept
+    busy, rounded to the nearest core (a half rounds up), at least 1. The busy figure is a measurement over
+    the window (noise of a few tenths of a core: issue 40): 1.99 free cores are 2, not 1. When the
+    fraction left is near a half (0.3-0.7) the rounding decided the count, and the text says so."""
+    if not others:
+        return max(1, int(round(cores))), f"{cores:g} cores"
+    free = max(cores - others, 1.0)
+    whole = max(1, math.floor(free + ROUND_UP_FROM))
+    what = f"{free:.1f} free of {cores:g} cores"
+    frac = free - math.floor(free)
+    if whole != free and CLOSE_CALL[0] <= frac <= CLOSE_CALL[1]:
+        what += f", rounded to {whole}: a close call between {math.floor(free)} and {math.floor(free) + 1}"
+    elif abs(whole - free) >= 0.05:
+        what += f", rounded to {whole}"
+    return whole, what
 
 
 def suggested_workers(cores: Optional[float], others: Optional[float], before: int) -> tuple[int, str]:
-    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and its
-    forecast use this one -- and why: min(8, free cores), always more than `before`. Free cores: the run's
-    cores less what other processes kept busy over the window, when that was recorded. (One fewer than
-    the cores, to leave the training loop one, measured worse on the 2-core machine: a Python-heavy
-    Dataset's step went 0.93x with 1 worker and 1.36x with 2, docs/accuracy.md.)"""
+    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and, unless
+    another count forecasts faster (`dataloader_workers`), its forecast -- and why: min(8, free cores),
+    always more than `before`. Free cores: `whole_free_cores` (rounded: int() made 1.99 free cores of a
+    2-core machine one worker, 0.80x measured, where two ran 1.7x; issue 40). (One fewer than the cores,
+    to leave the training loop one, measured worse on the 2-core machine: a Python-heavy Dataset's step
+    went 0.93x with 1 worker and 1.36x with 2, docs/accuracy.md.)"""
     if not cores:
         return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
-    free = max(cores - (others or 0.0), 1.0)
-    what = f"{free:.1f} free of {cores:g} cores" if others else f"{cores:g} cores"
-    return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
+    whole, what = whole_free_cores(cores, others)
+    return max(before + 1, min(MAX_WORKERS, whole)), f"min(8, {what})"
 
 
 def loading_cpu_fraction(m: Machine, multi: bool, before: int) -> tuple[float, Optional[float]]:
