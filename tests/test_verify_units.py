@@ -150,7 +150,8 @@ def test_plan_on_a_cpu_run():
     experiments, not_tried = plan(findings, ctx)
     assert [(e["variant"], e["how"], e["rules"]) for e in experiments] == [
         ("num_workers=2", FRESH, ["num-workers"]),  # the forecast's count
-        ("num_workers=1", FRESH, ["num-workers"]),  # the count that fits 2 free cores beside the main process
+        ("num_workers=1", FRESH, ["num-workers"]),  # then 1 up to the cores and one above (issue 40)
+        ("num_workers=3", FRESH, ["num-workers"]),
         ("optimizer foreach=True", TOGGLE, ["fused-optimizer"])]
     reasons = {(x["rule"], x["reason"]) for x in not_tried}
     assert ("item-sync", CODE_CHANGE) in reasons
@@ -167,10 +168,29 @@ def test_plan_with_a_busy_core_and_on_a_gpu():
                 {"rule": "cuda-graphs"}]
     experiments, _ = plan(findings, ctx)
     assert [e["variant"] for e in experiments] == [
-        "num_workers=2", "num_workers=1", "torch.set_num_threads(1)",
+        "num_workers=2", "num_workers=1", "num_workers=3", "torch.set_num_threads(1)",
         'torch.set_float32_matmul_precision("high")', "autocast around the top module's forward",
         "OMP_NUM_THREADS=1 at start", "torch.compile(top module)"]  # tier 2 last, in the findings' order
-    assert experiments[6]["rules"] == ["tiny-ops", "cuda-graphs"]  # one experiment for both
+    assert experiments[7]["rules"] == ["tiny-ops", "cuda-graphs"]  # one experiment for both
+
+
+def test_the_sweep_tries_what_a_person_tuning_it_tries():
+    """Issue 40: workers from 1 to the cores and one above, the forecast's count first (the budget may end the
+    sweep); on many cores the powers of two, the free cores and one above; threads: what fits and one below."""
+    def variants(**kw):
+        findings = [num_workers_finding(kw.pop("forecast", 2)), {"rule": "cpu-threads"}]
+        return [e["variant"] for e in plan(findings, Context(**kw))[0]]
+
+    assert variants(loaders=[{"num_workers": 0}], cores=4.0, free_cores=3.9, torch_threads=8, forecast=4) == [
+        "num_workers=4", "num_workers=1", "num_workers=2", "num_workers=3", "num_workers=5",
+        "torch.set_num_threads(4)", "torch.set_num_threads(3)", "OMP_NUM_THREADS=4 at start"]
+    assert variants(loaders=[{"num_workers": 0}], cores=16.0, free_cores=11.6, torch_threads=1, forecast=8) == [
+        "num_workers=8", "num_workers=1", "num_workers=2", "num_workers=4", "num_workers=9"]
+    # the count now is not tried again; 1.99 free cores are 2 (not 1) for the threads that fit
+    assert variants(loaders=[{"num_workers": 2}], cores=2.0, free_cores=1.99, torch_threads=4, forecast=3) == [
+        "num_workers=3", "num_workers=1", "torch.set_num_threads(1)", "OMP_NUM_THREADS=1 at start"]
+    assert variants(loaders=[{"num_workers": 0}], cores=None, free_cores=None, torch_threads=None, forecast=4) == [
+        "num_workers=4"]
 
 
 def test_defaults():
