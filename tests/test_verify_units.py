@@ -210,3 +210,64 @@ def test_verify_options_need_verify(tmp_path):
     result = CliRunner().invoke(main, ["run", "--verify-pairs", "2", str(script)])
     assert result.exit_code == 2
     assert result.stderr.strip() == "perfsleuth: error: --verify-pairs needs --verify"
+
+
+def sweep_experiment(n, ratios, status="measured"):
+    """An experiment of the num_workers sweep whose pairs have these ratios (baseline 10 µs windows)."""
+    ws = []
+    for k, r in enumerate(ratios):
+        ws += [window(2 * k, "A", 10.0), window(2 * k + 1, "B", 10.0 / r)]
+    v = measured(ws, variant=f"num_workers={n}", how=FRESH, steps=1, forecast=1.2, step_us=1000.0) if ws else None
+    return {"fix": "num_workers", "variant": f"num_workers={n}", "rules": ["num-workers"], "how": FRESH,
+            "params": {"num_workers": n}, "status": status, "verified": v}
+
+
+SNIPPET = ("```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+           "                    num_workers=1, persistent_workers=True,   # the forecast's count\n"
+           "                    prefetch_factor=2)\n```")
+
+
+def test_the_sweep_reports_the_best_setting_and_the_curve():
+    """Issue 40: 1 worker measured 0.80x, 2 workers 1.71x, 3 workers 1.62x, 4 not tried: the finding's number
+    is the best (2 workers), every output says which and shows the curve, and the snippet shows it."""
+    from perfsleuth.commands.verify import verified_by_rule
+    from perfsleuth.report.figures import best_measured, number_text
+
+    extra = {"experiments": [sweep_experiment(1, [0.8, 0.78, 0.89]), sweep_experiment(2, [1.71, 1.6, 1.8]),
+                             sweep_experiment(3, [1.62, 1.5, 1.7]), sweep_experiment(4, [], status="not tried")]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    best = verified_by_rule(extra, [f])["num-workers"]
+    assert (best["speedup"], best["variant"], best["params"]) == (1.71, "num_workers=2", {"num_workers": 2})
+    assert [(t["variant"], t["status"], t["speedup"]) for t in best["tried"]] == [
+        ("num_workers=1", "measured", 0.8), ("num_workers=2", "measured", 1.71),
+        ("num_workers=3", "measured", 1.62), ("num_workers=4", "not tried", None)]
+    [out] = apply_verified([f], {"num-workers": best})
+    assert out["severity"] == "high"
+    assert number_text(out) == ("measured 1.71× (1.60–1.80×, 3 pairs) with num_workers=2; settings: num_workers "
+                                "1: 0.80×, 2: 1.71×, 3: 1.62×, 4: not tried · est. 0.95×")
+    assert best_measured([out]).startswith("best measured fix: num-workers, measured 1.71× (1.60–1.80×, 3 pairs) "
+                                           "with num_workers=2; settings: num_workers 1: 0.80×")
+    assert out["fix"] == (
+        "```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+        "                    num_workers=2, persistent_workers=True,   # measured fastest here by `perfsleuth run "
+        "--verify`\n                    prefetch_factor=2)\n```\n\n`num_workers=2` is the setting measured fastest "
+        "on this machine by `perfsleuth run --verify` (settings: num_workers 1: 0.80×, 2: 1.71×, 3: 1.62×, "
+        "4: not tried).")
+
+
+def test_dont_apply_only_when_every_setting_tried_was_slower():
+    from perfsleuth.commands.verify import verified_by_rule
+    from perfsleuth.report.figures import measured_text
+
+    slower = {"experiments": [sweep_experiment(1, [0.8, 0.78, 0.89]), sweep_experiment(2, [0.9, 0.85, 0.92])]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    [out] = apply_verified([f], verified_by_rule(slower, [f]))
+    assert measured_text(out["verified"]) == ("measured 0.90× (0.85–0.92×, 3 pairs) with num_workers=2: tried: "
+                                              "slower on this machine; don't apply; settings: num_workers 1: 0.80×, "
+                                              "2: 0.90×")
+    assert out["fix"] == SNIPPET  # nothing measured faster: the snippet is left as it was
+    one_faster = {"experiments": slower["experiments"] + [sweep_experiment(3, [1.1, 1.08, 1.12])]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    [out] = apply_verified([f], verified_by_rule(one_faster, [f]))
+    assert out["verified"]["note"] == "" and out["verified"]["variant"] == "num_workers=3"
+    assert "don't apply" not in measured_text(out["verified"])
