@@ -271,3 +271,29 @@ def test_dont_apply_only_when_every_setting_tried_was_slower():
     [out] = apply_verified([f], verified_by_rule(one_faster, [f]))
     assert out["verified"]["note"] == "" and out["verified"]["variant"] == "num_workers=3"
     assert "don't apply" not in measured_text(out["verified"])
+
+
+def test_the_snippet_shows_the_count_the_forecast_advises():
+    """Issue 40: the rule renders the free cores' count; the forecast may advise another (the best of the counts
+    it compares), or say that none helps: the snippet follows it."""
+    from perfsleuth.engine.snippets import forecast_setting_snippet
+
+    def fc(said):
+        return {"speedup": 1.4, "assumptions": {"workers": said}}
+
+    better = fc("num_workers=2 (was 0): the best forecast (1: 0.95x, 2: 1.40x, 3: 1.30x), not the free cores' 1; "
+                "the free cores: min(8, 1.4 free of 2 cores, rounded to 1: a close call between 1 and 2)")
+    assert forecast_setting_snippet(SNIPPET, better) == (
+        "```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+        "                    num_workers=2, persistent_workers=True,   # the count with the best forecast\n"
+        "                    prefetch_factor=2)\n```\n\n`num_workers=2`: the best forecast (1: 0.95x, 2: 1.40x, "
+        "3: 1.30x), not the free cores' 1; the free cores: min(8, 1.4 free of 2 cores, rounded to 1: a close call "
+        "between 1 and 2).")
+    same = fc("num_workers=1 (was 0): the best forecast (1: 1.40x, 2: 1.30x); the free cores: min(8, 1 cores)")
+    assert forecast_setting_snippet(SNIPPET, same) == SNIPPET
+    none = fc("num_workers=1 (was 0): no count helps on this machine, every count forecasts slower (1: 0.92x, "
+              "2: 0.92x, 3: 0.91x); the least slow is shown; the free cores: min(8, 1.0 free of 2 cores)")
+    assert forecast_setting_snippet(SNIPPET, none) == SNIPPET + (
+        "\n\nNo worker count forecasts a gain on this machine (1: 0.92x, 2: 0.92x, 3: 0.91x): measure before "
+        "applying it (`perfsleuth run --verify` tries them).")
+    assert forecast_setting_snippet(SNIPPET, {"kind": "none"}) == SNIPPET

@@ -51,6 +51,7 @@ MAX_WORKERS = 8  # the fix's suggestion: min(8, free cores)
 UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
 ROUND_UP_FROM = 0.5  # free cores round to the nearest whole core (whole_free_cores)
+TIE = 1.02  # a count forecast within 2% of the best is as good (the model is no finer): the free cores' count is kept
 CLOSE_CALL = (0.3, 0.7)  # ... a fraction of a core in here decided the count: said
 
 
@@ -83,6 +84,28 @@ def suggested_workers(cores: Optional[float], others: Optional[float], before: i
         return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
     whole, what = whole_free_cores(cores, others)
     return max(before + 1, min(MAX_WORKERS, whole)), f"min(8, {what})"
+
+
+def forecast_counts(cores: float, before: int, suggested: int) -> list:
+    """The worker counts the forecast compares (issue 40): from one more than now up to the cores and one
+    above, at most MAX_WORKERS, and the suggested count."""
+    top = min(MAX_WORKERS, max(1, int(round(cores))) + 1)
+    return sorted(set(range(before + 1, top + 1)) | {suggested})
+
+
+def advised_workers(curve: dict, suggested: int, before: int, why: str) -> tuple[int, str]:
+    """The count the forecast advises and its `workers` assumption: the count with the best central forecast
+    (`curve`: count -> speed-up), the suggested one unless another forecasts more than TIE (2%) faster; when every
+    count forecasts below 1.0x, the least slow one, and the text says that no count helps on this machine."""
+    best = max(curve, key=lambda c: (curve[c], -abs(c - suggested)))
+    if suggested in curve and curve[suggested] * TIE >= curve[best]:
+        best = suggested
+    shown = ", ".join(f"{c}: {curve[c]:.2f}x" for c in sorted(curve))
+    if curve[best] < 1.0:
+        return best, (f"num_workers={best} (was {before}): no count helps on this machine, every count forecasts "
+                      f"slower ({shown}); the least slow is shown; the free cores: {why}")
+    said = "" if best == suggested else f", not the free cores' {suggested}"
+    return best, f"num_workers={best} (was {before}): the best forecast ({shown}){said}; the free cores: {why}"
 
 
 def loading_cpu_fraction(m: Machine, multi: bool, before: int) -> tuple[float, Optional[float]]:
@@ -166,8 +189,9 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         w0 = 0
     cpu_frac, share = loading_cpu_fraction(m, multi, w0)
     target, why = suggested_workers(m.cores, m.others_cores, w0)
-    if x.params.get("workers"):
-        target, why = int(x.params["workers"]), "as asked"
+    asked = x.params.get("workers")
+    if asked:
+        target, why = int(asked), "as asked"
     out["workers"] = f"num_workers={target} (was {w0}): {why}"
     out.update(m.assumptions)
     if m.others_cores is not None:
@@ -191,12 +215,32 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         wait = load * (1 - cpu_frac)
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
                         + (" (measured)" if share is not None else " (assumed: all CPU work)"))
-    k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
-    main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
-    worker_core = cpu_core
-    if not multi:  # a multi-process loader's measured batch time already holds the worker's side and waits
-        worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
-        wait += k * HANDOFF_WAIT_NS
+    tl_steps = len(tl.steps)
+    entry = p.fingerprint()
+    before, _ = step_ns(p)
+
+    def replay(target: int, k: float) -> tuple:
+        """The step with `target` workers at handoff scale k (the fixed point of the busy threads)."""
+        main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
+        worker_core, wait_k = cpu_core, wait
+        if not multi:  # a multi-process loader's measured batch time already holds the worker's side and waits
+            worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
+            wait_k += k * HANDOFF_WAIT_NS
+        n = 1.0 + target
+        for _ in range(ROUNDS):
+            v = m.speed(n)
+            p.a[:] = base_a
+            p.a[loaders] = gaps + main_core / s0  # host work is stored at the recording speed
+            p.host_speed = v / s0
+            p.workers = Workers(count=target, produce_ns=wait_k + worker_core / v, handoff_ns=main_core / v,
+                                prefetch=prefetch)
+            step, _ = step_ns(p)
+            window = step * tl_steps
+            busy_main = min(1.0, (main_work + main_core * n_batches) / v / window) if window > 0 else 1.0
+            busy_workers = min(float(target), worker_core / v * n_batches / window) if window > 0 else target
+            n = 0.5 * n + 0.5 * max(1.0, busy_main + busy_workers)
+        return step, n, v
+
     worker_ms = (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors) / 1e6
     main_ms = (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors) / 1e6
     worker_side = ("the workers' side is in the measured batch time; " if multi
@@ -210,19 +254,13 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)
     n_batches = loaders.size
-    n = 1.0 + target
-    for _ in range(ROUNDS):
-        v = m.speed(n)
-        p.a[:] = base_a
-        p.a[loaders] = gaps + main_core / s0  # host work is stored at the recording speed
-        p.host_speed = v / s0
-        p.workers = Workers(count=target, produce_ns=wait + worker_core / v, handoff_ns=main_core / v,
-                            prefetch=prefetch)
-        step, _ = step_ns(p)
-        window = step * len(tl.steps)
-        busy_main = min(1.0, (main_work + main_core * n_batches) / v / window) if window > 0 else 1.0
-        busy_workers = min(float(target), worker_core / v * n_batches / window) if window > 0 else target
-        n = 0.5 * n + 0.5 * max(1.0, busy_main + busy_workers)
+    if not asked and m.cores:
+        counts = forecast_counts(m.cores, w0, target)
+        curve = x.cached(("dataloader-workers curve", entry, tuple(counts)),
+                         lambda: {c: before / replay(c, 1.0)[0] for c in counts})
+        target, out["workers"] = advised_workers(curve, target, w0, why)
+    k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
+    step, n, v = replay(target, k)
     out["cpu"] = (f"{n:.1f} busy threads of this run: {v:.2f} of a core each "
                   f"(the main thread had {s0:.2f} while recorded)")
     return out

@@ -12,12 +12,11 @@ the finding no higher than its forecast does (`rated`).
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
-from ..report.figures import curve_text
 from ..report.numbers import NO_GAIN, SLOWER, forecast_severity, measured_severity
 from .evaluate import order
+from .snippets import best_setting_snippet
 
 NO_GAIN_NOTE = "tried: no gain on this machine"
 SLOWER_NOTE = "tried: slower on this machine; don't apply"
@@ -52,32 +51,3 @@ def apply_verified(findings: list, verified_by_rule: dict) -> list:
         if v.get("outcome") == "faster" and isinstance(f.get("fix"), str):
             f["fix"] = best_setting_snippet(f["fix"], f["verified"])
     return order(findings)
-
-
-def best_setting_snippet(fix: str, verified: dict) -> str:
-    """The fix's snippet with the setting measured fastest (issue 40): each `key=N` of the best experiment's
-    integer parameters (`num_workers=2`) set to its value, the line's comment saying so, and a line that
-    names it with the settings tried. Unchanged when the snippet names none of them."""
-    changed = False
-    out = []
-    for line in fix.split("\n"):
-        new = line
-        for key, value in (verified.get("params") or {}).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                new = re.sub(rf"\b{re.escape(str(key))}=\d+", f"{key}={value}", new)
-        if new != line or (verified.get("params") and _names_setting(line, verified)):
-            new = re.sub(r"#[^\n]*$", "# measured fastest here by `perfsleuth run --verify`", new)
-            changed = True
-        out.append(new)
-    if not changed:
-        return fix
-    curve = curve_text(verified)
-    said = f" (settings: {curve})" if curve else ""
-    return "\n".join(out) + (f"\n\n`{verified.get('variant')}` is the setting measured fastest on this machine by "
-                             f"`perfsleuth run --verify`{said}.")
-
-
-def _names_setting(line: str, verified: dict) -> bool:
-    """Does the line already set the best value (`num_workers=2`, the forecast's count too)?"""
-    return any(isinstance(v, int) and not isinstance(v, bool) and re.search(rf"\b{re.escape(str(k))}={v}\b", line)
-               for k, v in (verified.get("params") or {}).items())
