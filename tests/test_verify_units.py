@@ -293,7 +293,11 @@ def test_the_snippet_shows_the_count_the_forecast_advises():
     assert forecast_setting_snippet(SNIPPET, same) == SNIPPET
     none = fc("num_workers=1 (was 0): no count helps on this machine, every count forecasts slower (1: 0.92x, "
               "2: 0.92x, 3: 0.91x); the least slow is shown; the free cores: min(8, 1.0 free of 2 cores)")
-    assert forecast_setting_snippet(SNIPPET, none) == SNIPPET + (
+    assert forecast_setting_snippet(SNIPPET, none) == SNIPPET.replace("# the forecast's count", (
+        "# the least slow forecast")) + (
         "\n\nNo worker count forecasts a gain on this machine (1: 0.92x, 2: 0.92x, 3: 0.91x): measure before "
         "applying it (`perfsleuth run --verify` tries them).")
+    least = fc(none["assumptions"]["workers"].replace("num_workers=1", "num_workers=2", 1))
+    assert "num_workers=2, persistent_workers=True,   # the least slow forecast\n" in forecast_setting_snippet(
+        SNIPPET, least)
     assert forecast_setting_snippet(SNIPPET, {"kind": "none"}) == SNIPPET

@@ -30,8 +30,11 @@ def forecast_setting_snippet(fix: str, forecast: dict) -> str:
     if not m or not isinstance(fix, str):
         return fix
     if "no count helps" in m.group(2):
-        return fix + (f"\n\nNo worker count forecasts a gain on this machine ({m.group(2).split('(')[1].split(')')[0]}):"
-                      " measure before applying it (`perfsleuth run --verify` tries them).")
+        curve = m.group(2).split("(", 1)[1].split(")", 1)[0]
+        line = (f"No worker count forecasts a gain on this machine ({curve}): measure before applying it "
+                "(`perfsleuth run --verify` tries them).")
+        changed = with_setting(fix, {"num_workers": int(m.group(1))}, "the least slow forecast", line)
+        return changed if changed != fix else fix + f"\n\n{line}"
     if not re.search(r"\bnum_workers=\d+", fix) or re.search(rf"\bnum_workers={m.group(1)}\b", fix):
         return fix
     return with_setting(fix, {"num_workers": int(m.group(1))}, "the count with the best forecast",
