@@ -283,10 +283,11 @@ def plan_for(report, config: VerifyConfig) -> tuple:
 
 
 def verified_by_rule(extra: dict, findings: list) -> dict:
-    """The best measurement of each rule's fixes (by speed-up), its forecast ratio against that rule, and
-    `tried`: every setting of the rule's fixes that was tried, measured or not, in the order of its
-    parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The best is the finding's
-    number, so "don't apply" only when every setting measured was slower (issue 40)."""
+    """The best measurement of each rule's fixes (by speed-up), its forecast ratio against that
+    rule, and `tried`: every setting of the rule's fixes that was tried, measured or not, in the
+    order of its parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The
+    best is the finding's number: "don't apply" only when every setting measured was slower
+    (issue 40)."""
     forecasts = {f.get("rule"): (f.get("forecast") or {}).get("speedup") for f in findings}
     best: dict = {}
     tried: dict = {}
@@ -300,8 +301,8 @@ def verified_by_rule(extra: dict, findings: list) -> dict:
                 continue
             if rule not in best or v["speedup"] > best[rule]["speedup"]:
                 fc = forecasts.get(rule)
-                best[rule] = {**v, "params": dict(e.get("params") or {}),
-                              "forecast_ratio": round(fc / v["speedup"], 3) if fc and v["speedup"] else None}
+                ratio = round(fc / v["speedup"], 3) if fc and v["speedup"] else None
+                best[rule] = {**v, "params": dict(e.get("params") or {}), "forecast_ratio": ratio}
     for rule, v in best.items():
         v["tried"] = sorted(tried[rule], key=_setting_order)
     return best
@@ -311,9 +312,11 @@ def tried_entry(e: dict) -> dict:
     """One setting of `verified.tried` (docs/schema.md)."""
     v = e.get("verified") or {}
     status = "measured" if v else e.get("status")
+    if status == "measured" and not v:
+        status = "too few pairs"
     return {"fix": e["fix"], "variant": e["variant"], "params": dict(e.get("params") or {}),
-            "status": "too few pairs" if status == "measured" and not v else status, "speedup": v.get("speedup"), "low": v.get("low"),
-            "high": v.get("high"), "pairs": v.get("pairs"), "outcome": v.get("outcome")}
+            "status": status, **{k: v.get(k) for k in ("speedup", "low", "high", "pairs",
+                                                        "outcome")}}
 
 
 def _setting_order(t: dict) -> tuple:

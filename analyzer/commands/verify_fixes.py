@@ -17,7 +17,7 @@ from ..analysis.fc_loader import MAX_WORKERS, UNKNOWN_CORES_WORKERS, whole_free_
 
 FRESH, TOGGLE = "fresh process per window", "toggled in one process"
 CODE_CHANGE = "needs a code change: not tried"
-SWEEP_ALL_UP_TO = 4  # cores: up to this many, --verify tries every worker count from 1 to the cores + 1
+SWEEP_ALL_UP_TO = 4  # cores: up to this many, --verify tries every worker count, 1 to cores + 1
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _workers_now(c: Context) -> int:
 
 
 def _free_whole(c: Context) -> Optional[int]:
-    """The free cores as a whole number (analysis/fc_loader.whole_free_cores: rounded, not truncated)."""
+    """The free cores as a whole number (fc_loader.whole_free_cores: rounded, not truncated)."""
     if c.cores is None and c.free_cores is None:
         return None
     cores = c.cores if c.cores is not None else c.free_cores
@@ -87,9 +87,9 @@ def forecast_workers(finding: dict) -> Optional[int]:
 
 
 def worker_counts(c: Context) -> list:
-    """The counts a person tuning the loader tries (issue 40): 1 up to the cores and one above (on more
-    than SWEEP_ALL_UP_TO cores: the powers of two up to MAX_WORKERS, the free cores and one above), the
-    forecast's count first -- the budget may end the sweep before the last."""
+    """The counts a person tuning the loader tries (issue 40): 1 up to the cores and one above
+    (on more than SWEEP_ALL_UP_TO cores: the powers of two up to MAX_WORKERS, the free cores and
+    one above), the forecast's count first -- the budget may end the sweep before the last."""
     cores = int(round(c.cores)) if c.cores else None
     first = forecast_workers(c.finding)
     if cores is None:
@@ -99,7 +99,8 @@ def worker_counts(c: Context) -> list:
     else:
         free = _free_whole(c) or cores
         top = min(cores, MAX_WORKERS)
-        sweep = sorted({2 ** k for k in range(8) if 2 ** k <= top} | {min(free, top), min(free, top) + 1})
+        fit = min(free, top)
+        sweep = sorted({2 ** k for k in range(8) if 2 ** k <= top} | {fit, fit + 1})
     counts = ([first] if first else []) + sweep
     return [n for i, n in enumerate(counts) if n not in counts[:i]]
 
@@ -140,7 +141,7 @@ def _thread_counts(c: Context) -> Union[list, str]:
         return "torch already runs one intra-op thread"
     free = _free_whole(c)
     fit = max(1, free - _workers_now(c)) if free is not None else 1
-    counts = sorted({n for n in (fit, fit - 1) if 1 <= n < now}, reverse=True)  # what fits, and one below
+    counts = sorted({n for n in (fit, fit - 1) if 1 <= n < now}, reverse=True)  # fits, one below
     return counts or f"{now} threads already fit the cores"
 
 

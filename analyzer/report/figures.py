@@ -48,9 +48,10 @@ def outcome(verified: dict) -> str:
 
 
 def measured_text(verified: dict) -> str:
-    """`measured 1.41× (1.35–1.52×, 3 pairs)`, followed by what the outcome means when it is not a gain; when
-    several settings were tried (`tried`, issue 40) the best one's name and the curve:
-    `measured 1.71× (1.60–1.80×, 3 pairs) with num_workers=2; settings: num_workers 1: 0.80×, 2: 1.71×, 3: 1.62×`."""
+    """`measured 1.41× (1.35–1.52×, 3 pairs)`, followed by what the outcome means when it is
+    not a gain; when several settings were tried (`tried`, issue 40) the best one's name and the curve:
+    `measured 1.71× (1.60–1.80×, 3 pairs) with num_workers=2; settings: num_workers 1: 0.80×,
+    2: 1.71×, 3: 1.62×`."""
     x, lo, hi, pairs = (number(verified.get(k)) for k in ("speedup", "low", "high", "pairs"))
     inside = []
     if lo is not None and hi is not None:
@@ -67,8 +68,8 @@ def measured_text(verified: dict) -> str:
 
 
 def curve_text(verified: dict) -> str:
-    """The settings tried (`verified.tried`), '' for fewer than two: `num_workers 1: 0.80×, 2: 1.71×, 3: not
-    tried` for a fix with one numeric parameter, else `variant: 1.10×; variant: …`."""
+    """The settings tried (`verified.tried`), '' for fewer than two: `num_workers 1: 0.80×,
+    2: 1.71×, 3: not tried` for a fix with one numeric parameter, else `variant: 1.10×; …`."""
     tried = [t for t in verified.get("tried") or [] if isinstance(t, dict)]
     if len(tried) < 2:
         return ""
@@ -84,7 +85,8 @@ def curve_text(verified: dict) -> str:
             values = [(t.get("params") or {})[key] for t in items]
             one = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
         if one:
-            parts.append(f"{key} " + ", ".join(f"{(t.get('params') or {})[key]:g}: {_setting(t)}" for t in items))
+            shown = (f"{(t.get('params') or {})[key]:g}: {_setting(t)}" for t in items)
+            parts.append(f"{key} " + ", ".join(shown))
         else:
             parts.extend(f"{t.get('variant') or '?'}: {_setting(t)}" for t in items)
     return "; ".join(parts)
