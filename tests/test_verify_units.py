@@ -271,6 +271,11 @@ def test_dont_apply_only_when_every_setting_tried_was_slower():
     [out] = apply_verified([f], verified_by_rule(one_faster, [f]))
     assert out["verified"]["note"] == "" and out["verified"]["variant"] == "num_workers=3"
     assert "don't apply" not in measured_text(out["verified"])
+    # a conclusive gain is the best before a larger median whose pairs lie on both sides of 1.0
+    noisy = {"experiments": one_faster["experiments"] + [sweep_experiment(4, [2.09, 0.99, 2.27])]}
+    best = verified_by_rule(noisy, [f])["num-workers"]
+    assert (best["variant"], best["outcome"]) == ("num_workers=3", "faster")
+    assert [t["outcome"] for t in best["tried"]] == ["slower", "slower", "faster", "noise"]
 
 
 def test_the_snippet_shows_the_count_the_forecast_advises():

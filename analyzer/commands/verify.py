@@ -283,7 +283,7 @@ def plan_for(report, config: VerifyConfig) -> tuple:
 
 
 def verified_by_rule(extra: dict, findings: list) -> dict:
-    """The best measurement of each rule's fixes (by speed-up), its forecast ratio against that
+    """The best measurement of each rule's fixes (`_rank`), its forecast ratio against that
     rule, and `tried`: every setting of the rule's fixes that was tried, measured or not, in the
     order of its parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The
     best is the finding's number: "don't apply" only when every setting measured was slower
@@ -299,13 +299,19 @@ def verified_by_rule(extra: dict, findings: list) -> dict:
             tried.setdefault(rule, []).append(tried_entry(e))
             if not v:
                 continue
-            if rule not in best or v["speedup"] > best[rule]["speedup"]:
+            if rule not in best or _rank(v) > _rank(best[rule]):
                 fc = forecasts.get(rule)
                 ratio = round(fc / v["speedup"], 3) if fc and v["speedup"] else None
                 best[rule] = {**v, "params": dict(e.get("params") or {}), "forecast_ratio": ratio}
     for rule, v in best.items():
         v["tried"] = sorted(tried[rule], key=_setting_order)
     return best
+
+
+def _rank(v: dict) -> tuple:
+    """The best setting: a conclusive gain (outcome "faster") before an inconclusive one, then the
+    larger speed-up -- the largest median of several noisy settings alone favours the noisiest."""
+    return (v.get("outcome") == "faster", v["speedup"])
 
 
 def tried_entry(e: dict) -> dict:
