@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from perfsleuth.commands.target import resolve_target
-from perfsleuth.commands.verify import Verifier
+from perfsleuth.commands.verify import OUTCOME_RANK, Verifier
 from perfsleuth.commands.verify_config import VerifyConfig
 from perfsleuth.commands.verify_fixes import FRESH, TOGGLE, Context, forecast_workers, plan
 from perfsleuth.engine.measured import rated
@@ -72,7 +72,7 @@ def test_a_fix_that_helps_is_measured_faster(tmp_path):
     assert log.count("loader_heavy: started") == 6 * len(tried)  # 6 windows each
     # the finding's number is the best setting measured, and it names every setting tried
     best = max((e["verified"] for e in experiments(rep, "num_workers")),
-               key=lambda x: (x["outcome"] == "faster", x["speedup"]))  # a conclusive gain first
+               key=lambda x: (OUTCOME_RANK[x["outcome"]], x["speedup"]))  # a conclusive gain first
     assert (v["speedup"], v["variant"]) == (best["speedup"], best["variant"])
     assert [t["params"]["num_workers"] for t in v["tried"]] == sorted(tried)
     if v["outcome"] == "faster":

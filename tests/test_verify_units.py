@@ -92,6 +92,7 @@ def test_rank_follows_the_saving_measured_else_forecast():
     (1.25, "faster", "high", ""),
     (1.6, "noise", "medium", "no difference beyond noise"),  # inconclusive: no forecast, at most medium
     (1.01, "noise", "low", NO_GAIN_NOTE + " (no difference beyond noise)"),
+    (0.86, "noise", "low", NO_GAIN_NOTE + " (no difference beyond noise)"),  # not "don't apply"
 ])
 def test_demotion_and_notes(speedup, outcome_, severity, note):
     assert rated(verified(speedup, outcome_)) == (severity, note)
@@ -276,6 +277,11 @@ def test_dont_apply_only_when_every_setting_tried_was_slower():
     best = verified_by_rule(noisy, [f])["num-workers"]
     assert (best["variant"], best["outcome"]) == ("num_workers=3", "faster")
     assert [t["outcome"] for t in best["tried"]] == ["slower", "slower", "faster", "noise"]
+    # a setting whose pairs lie on both sides of 1.0 is not "slower": with one, no "don't apply"
+    mixed = {"experiments": [sweep_experiment(1, [0.67, 0.66, 1.06]), sweep_experiment(2, [0.86, 0.5, 0.96])]}
+    [out] = apply_verified([{**f}], verified_by_rule(mixed, [f]))
+    assert (out["verified"]["variant"], out["verified"]["outcome"]) == ("num_workers=1", "noise")
+    assert "don't apply" not in out["verified"]["note"] + measured_text(out["verified"])
 
 
 def test_the_snippet_shows_the_count_the_forecast_advises():

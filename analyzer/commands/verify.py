@@ -308,10 +308,14 @@ def verified_by_rule(extra: dict, findings: list) -> dict:
     return best
 
 
+OUTCOME_RANK = {"faster": 3, "noise": 2, "no gain": 1, "slower": 0}
+
+
 def _rank(v: dict) -> tuple:
-    """The best setting: a conclusive gain (outcome "faster") before an inconclusive one, then the
-    larger speed-up -- the largest median of several noisy settings alone favours the noisiest."""
-    return (v.get("outcome") == "faster", v["speedup"])
+    """The best setting: a conclusive gain (outcome "faster"), then an inconclusive one ("noise"),
+    then "no gain", then "slower", each by the larger speed-up -- the largest median of several
+    noisy settings alone favours the noisiest; "don't apply" needs every setting slower."""
+    return (OUTCOME_RANK.get(v.get("outcome"), 1), v["speedup"])
 
 
 def tried_entry(e: dict) -> dict:

@@ -32,7 +32,7 @@ def rated(verified: dict, forecast: Optional[dict] = None) -> tuple:
     measurement says may buy nothing."""
     speedup = float(verified["speedup"])
     noise = verified.get("outcome") == "noise"
-    if speedup < SLOWER:
+    if speedup < SLOWER and not noise:  # "don't apply" needs a slowdown beyond noise
         note = SLOWER_NOTE
     elif speedup <= NO_GAIN:
         note = NO_GAIN_NOTE
