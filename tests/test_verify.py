@@ -95,9 +95,14 @@ def test_a_fix_that_does_not_help_is_demoted(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     f = the(rep, "num-workers")
     v = f["verified"]
-    assert v["outcome"] in ("no gain", "slower", "noise"), v  # never "faster"
     forecast = f.get("forecast")
     assert f["severity_from"] == "measured" and f["severity"] == rated(v, forecast)[0], (f["severity"], v)
+    others = [w["others_cores"] for e in experiments(rep, "num_workers") for w in e["windows"]]
+    if sum(others) / len(others) > 1.25:  # beyond the hog's core, this shared machine's other sessions
+        # were busy too: the pairs of three settings measure them (issue 40's sweep), and the report says so
+        assert "the machine was busy during the experiments" in rep["verify"]["warning"], (v, others)
+        return
+    assert v["outcome"] in ("no gain", "slower", "noise"), (v, others)  # never "faster"
     if v["outcome"] != "noise":  # a measurement beyond noise: demoted, and said
         assert f["severity"] == "low" and v["note"].startswith("tried: "), v
     else:  # the other processes of this shared machine moved the pairs apart: said
