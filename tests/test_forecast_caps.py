@@ -247,9 +247,11 @@ def test_two_workers_on_two_busy_cores_forecast_no_gain(tmp_path):
                                            "run's threads share the 1.00 left")
     idle = busy(tmp_path, others=0.0).forecast("dataloader-workers", params={"workers": 2})
     assert idle["speedup"] > 1.5  # the same run on an idle machine: loading overlaps the compute
-    # the count the fix suggests follows the free cores too: one free core leaves one worker
+    # the count the fix suggests follows the free cores too: one free core leaves one worker; and no count
+    # forecasts a gain there, which the forecast says instead of advising one (issue 40)
     assert busy(tmp_path, others=1.0).forecast("dataloader-workers")["assumptions"]["workers"] == (
-        "num_workers=1 (was 0): min(8, 1.0 free of 2 cores)")
+        "num_workers=1 (was 0): no count helps on this machine, every count forecasts slower (1: 0.92x, 2: 0.92x, "
+        "3: 0.91x); the least slow is shown; the free cores: min(8, 1.0 free of 2 cores)")
 
 
 def test_fewer_threads_have_nothing_to_remove_when_the_threads_fit_the_free_cores(tmp_path):
@@ -276,3 +278,40 @@ def test_no_fix_is_slower_than_the_work_it_adds_on_a_real_trace(real_traces):
     assert all(fc["speedup"] is None or fc["speedup"] >= 0.999 for fc in fcs.values())
     assert fcs["item-sync"]["assumptions"]["device_waits"].startswith("device work started 144.80 ms per step after")
     assert report["forecast"]["replay"]["unexplained_device_wait_us"] == 144800.0
+
+
+def test_free_cores_round_to_the_nearest_core_and_say_when_a_fraction_decided():
+    """Issue 40: int() made 1.99 free cores of a 2-core machine one worker (0.80x measured where two ran
+    1.7x). A noisy busy figure rounds to the nearest core; a fraction near a half is said to decide."""
+    from perfsleuth.analysis.fc_loader import suggested_workers, whole_free_cores
+
+    assert suggested_workers(2, 0.01, 0) == (2, "min(8, 2.0 free of 2 cores)")
+    assert suggested_workers(2, 0.23, 0) == (2, "min(8, 1.8 free of 2 cores, rounded to 2)")
+    assert suggested_workers(2, 0.5, 0) == (2, "min(8, 1.5 free of 2 cores, rounded to 2: a close call "
+                                               "between 1 and 2)")
+    assert suggested_workers(2, 0.6, 0) == (1, "min(8, 1.4 free of 2 cores, rounded to 1: a close call "
+                                               "between 1 and 2)")
+    assert suggested_workers(2, 1.0, 0) == (1, "min(8, 1.0 free of 2 cores)")
+    assert suggested_workers(2, 1.9, 0) == (1, "min(8, 1.0 free of 2 cores)")  # never below one
+    assert suggested_workers(2, None, 0) == (2, "min(8, 2 cores)")
+    assert suggested_workers(16, 0.2, 0) == (8, "min(8, 15.8 free of 16 cores, rounded to 16)")
+    assert suggested_workers(2, 0.0, 2) == (3, "min(8, 2 cores)")  # always more than now
+    assert whole_free_cores(4, 1.75) == (2, "2.2 free of 4 cores, rounded to 2")
+
+
+def test_the_forecast_advises_the_count_with_the_best_forecast():
+    """Issue 40: a count that forecasts below 1.0x is not the advice; the best forecast is, the free cores'
+    count on a tie (within 0.5%); below 1.0x everywhere, no count helps."""
+    from perfsleuth.analysis.fc_loader import advised_workers, forecast_counts
+
+    assert forecast_counts(2, 0, 2) == [1, 2, 3]
+    assert forecast_counts(16, 0, 8) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert forecast_counts(2, 2, 3) == [3]
+    assert advised_workers({1: 0.95, 2: 1.4, 3: 1.3}, 1, 0, "min(8, 1.4 free of 2 cores)") == (
+        2, "num_workers=2 (was 0): the best forecast (1: 0.95x, 2: 1.40x, 3: 1.30x), not the free cores' 1; "
+           "the free cores: min(8, 1.4 free of 2 cores)")
+    assert advised_workers({1: 0.95, 2: 1.4, 3: 1.42}, 2, 0, "min(8, 2 cores)")[0] == 2  # a tie (2%) keeps 2
+    assert advised_workers({1: 0.95, 2: 1.4, 3: 1.43}, 2, 0, "min(8, 2 cores)")[0] == 3
+    assert advised_workers({1: 0.8, 2: 0.9}, 1, 0, "w") == (
+        2, "num_workers=2 (was 0): no count helps on this machine, every count forecasts slower (1: 0.80x, "
+           "2: 0.90x); the least slow is shown; the free cores: w")

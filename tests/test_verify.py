@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from perfsleuth.commands.target import resolve_target
-from perfsleuth.commands.verify import Verifier
+from perfsleuth.commands.verify import OUTCOME_RANK, Verifier
 from perfsleuth.commands.verify_config import VerifyConfig
-from perfsleuth.commands.verify_fixes import FRESH, TOGGLE, Context, plan
+from perfsleuth.commands.verify_fixes import FRESH, TOGGLE, Context, forecast_workers, plan
 from perfsleuth.engine.measured import rated
 
 SCRIPTS = Path(__file__).resolve().parent / "verify_scripts"
@@ -65,8 +65,18 @@ def test_a_fix_that_helps_is_measured_faster(tmp_path):
     # the script's own output: once on the terminal (the profiled run), the experiments' in the log
     assert proc.stdout.count("loader_heavy: started") == 1
     log = (out / "verify" / "children.log").read_text()
-    counts = len(experiments(rep, "num_workers"))  # the forecast's count, and the one that fits the cores if other
-    assert counts in (1, 2) and log.count("loader_heavy: started") == 6 * counts  # 6 windows each
+    # the sweep (issue 40): the forecast's count first, then 1 up to the cores and one above, each measured
+    tried = [e["params"]["num_workers"] for e in experiments(rep, "num_workers")]
+    cores = len(os.sched_getaffinity(0))
+    assert tried[0] == forecast_workers(f) and (cores > 4 or sorted(tried) == list(range(1, cores + 2))), tried
+    assert log.count("loader_heavy: started") == 6 * len(tried)  # 6 windows each
+    # the finding's number is the best setting measured, and it names every setting tried
+    best = max((e["verified"] for e in experiments(rep, "num_workers")),
+               key=lambda x: (OUTCOME_RANK[x["outcome"]], x["speedup"]))  # a conclusive gain first
+    assert (v["speedup"], v["variant"]) == (best["speedup"], best["variant"])
+    assert [t["params"]["num_workers"] for t in v["tried"]] == sorted(tried)
+    if v["outcome"] == "faster":
+        assert f"{v['variant']}," in f["fix"] and "measured fastest here" in f["fix"]
     assert rep["verify"]["log"] == str(out / "verify" / "children.log") and str(out / "verify") in proc.stderr
 
 
@@ -85,9 +95,14 @@ def test_a_fix_that_does_not_help_is_demoted(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     f = the(rep, "num-workers")
     v = f["verified"]
-    assert v["outcome"] in ("no gain", "slower", "noise"), v  # never "faster"
     forecast = f.get("forecast")
     assert f["severity_from"] == "measured" and f["severity"] == rated(v, forecast)[0], (f["severity"], v)
+    others = [w["others_cores"] for e in experiments(rep, "num_workers") for w in e["windows"]]
+    if sum(others) / len(others) > 1.25:  # beyond the hog's core, this shared machine's other sessions
+        # were busy too: the pairs of three settings measure them (issue 40's sweep), and the report says so
+        assert "the machine was busy during the experiments" in rep["verify"]["warning"], (v, others)
+        return
+    assert v["outcome"] in ("no gain", "slower", "noise"), (v, others)  # never "faster"
     if v["outcome"] != "noise":  # a measurement beyond noise: demoted, and said
         assert f["severity"] == "low" and v["note"].startswith("tried: "), v
     else:  # the other processes of this shared machine moved the pairs apart: said
@@ -160,7 +175,8 @@ def test_a_failing_variant_does_not_lose_the_others(tmp_path, monkeypatch):
     findings = [{"rule": "num-workers", "forecast": {"assumptions": {"workers": "num_workers=1 (was 0)"}}},
                 {"rule": "fused-optimizer", "forecast": {"speedup": 1.3}}]
     exps, not_tried = plan(findings, ctx)
-    assert [e["variant"] for e in exps] == ["num_workers=1", "optimizer foreach=True"]
+    assert [e["variant"] for e in exps] == ["num_workers=1", "num_workers=2", "num_workers=3", "optimizer foreach=True"]
+    exps = [exps[0], exps[3]]  # one setting of the sweep fails the same way as the others
     v, lines = verifier(tmp_path, monkeypatch, ["--fail-in-worker", "--steps", "400"], steps=10)
     extra = v.run(exps, not_tried)
     failed, measured = extra["experiments"]

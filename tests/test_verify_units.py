@@ -92,6 +92,7 @@ def test_rank_follows_the_saving_measured_else_forecast():
     (1.25, "faster", "high", ""),
     (1.6, "noise", "medium", "no difference beyond noise"),  # inconclusive: no forecast, at most medium
     (1.01, "noise", "low", NO_GAIN_NOTE + " (no difference beyond noise)"),
+    (0.86, "noise", "low", NO_GAIN_NOTE + " (no difference beyond noise)"),  # not "don't apply"
 ])
 def test_demotion_and_notes(speedup, outcome_, severity, note):
     assert rated(verified(speedup, outcome_)) == (severity, note)
@@ -150,7 +151,8 @@ def test_plan_on_a_cpu_run():
     experiments, not_tried = plan(findings, ctx)
     assert [(e["variant"], e["how"], e["rules"]) for e in experiments] == [
         ("num_workers=2", FRESH, ["num-workers"]),  # the forecast's count
-        ("num_workers=1", FRESH, ["num-workers"]),  # the count that fits 2 free cores beside the main process
+        ("num_workers=1", FRESH, ["num-workers"]),  # then 1 up to the cores and one above (issue 40)
+        ("num_workers=3", FRESH, ["num-workers"]),
         ("optimizer foreach=True", TOGGLE, ["fused-optimizer"])]
     reasons = {(x["rule"], x["reason"]) for x in not_tried}
     assert ("item-sync", CODE_CHANGE) in reasons
@@ -167,10 +169,29 @@ def test_plan_with_a_busy_core_and_on_a_gpu():
                 {"rule": "cuda-graphs"}]
     experiments, _ = plan(findings, ctx)
     assert [e["variant"] for e in experiments] == [
-        "num_workers=2", "num_workers=1", "torch.set_num_threads(1)",
+        "num_workers=2", "num_workers=1", "num_workers=3", "torch.set_num_threads(1)",
         'torch.set_float32_matmul_precision("high")', "autocast around the top module's forward",
         "OMP_NUM_THREADS=1 at start", "torch.compile(top module)"]  # tier 2 last, in the findings' order
-    assert experiments[6]["rules"] == ["tiny-ops", "cuda-graphs"]  # one experiment for both
+    assert experiments[7]["rules"] == ["tiny-ops", "cuda-graphs"]  # one experiment for both
+
+
+def test_the_sweep_tries_what_a_person_tuning_it_tries():
+    """Issue 40: workers from 1 to the cores and one above, the forecast's count first (the budget may end the
+    sweep); on many cores the powers of two, the free cores and one above; threads: what fits and one below."""
+    def variants(**kw):
+        findings = [num_workers_finding(kw.pop("forecast", 2)), {"rule": "cpu-threads"}]
+        return [e["variant"] for e in plan(findings, Context(**kw))[0]]
+
+    assert variants(loaders=[{"num_workers": 0}], cores=4.0, free_cores=3.9, torch_threads=8, forecast=4) == [
+        "num_workers=4", "num_workers=1", "num_workers=2", "num_workers=3", "num_workers=5",
+        "torch.set_num_threads(4)", "torch.set_num_threads(3)", "OMP_NUM_THREADS=4 at start"]
+    assert variants(loaders=[{"num_workers": 0}], cores=16.0, free_cores=11.6, torch_threads=1, forecast=8) == [
+        "num_workers=8", "num_workers=1", "num_workers=2", "num_workers=4", "num_workers=9"]
+    # the count now is not tried again; 1.99 free cores are 2 (not 1) for the threads that fit
+    assert variants(loaders=[{"num_workers": 2}], cores=2.0, free_cores=1.99, torch_threads=4, forecast=3) == [
+        "num_workers=3", "num_workers=1", "torch.set_num_threads(1)", "OMP_NUM_THREADS=1 at start"]
+    assert variants(loaders=[{"num_workers": 0}], cores=None, free_cores=None, torch_threads=None, forecast=4) == [
+        "num_workers=4"]
 
 
 def test_defaults():
@@ -190,3 +211,104 @@ def test_verify_options_need_verify(tmp_path):
     result = CliRunner().invoke(main, ["run", "--verify-pairs", "2", str(script)])
     assert result.exit_code == 2
     assert result.stderr.strip() == "perfsleuth: error: --verify-pairs needs --verify"
+
+
+def sweep_experiment(n, ratios, status="measured"):
+    """An experiment of the num_workers sweep whose pairs have these ratios (baseline 10 µs windows)."""
+    ws = []
+    for k, r in enumerate(ratios):
+        ws += [window(2 * k, "A", 10.0), window(2 * k + 1, "B", 10.0 / r)]
+    v = measured(ws, variant=f"num_workers={n}", how=FRESH, steps=1, forecast=1.2, step_us=1000.0) if ws else None
+    return {"fix": "num_workers", "variant": f"num_workers={n}", "rules": ["num-workers"], "how": FRESH,
+            "params": {"num_workers": n}, "status": status, "verified": v}
+
+
+SNIPPET = ("```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+           "                    num_workers=1, persistent_workers=True,   # the forecast's count\n"
+           "                    prefetch_factor=2)\n```")
+
+
+def test_the_sweep_reports_the_best_setting_and_the_curve():
+    """Issue 40: 1 worker measured 0.80x, 2 workers 1.71x, 3 workers 1.62x, 4 not tried: the finding's number
+    is the best (2 workers), every output says which and shows the curve, and the snippet shows it."""
+    from perfsleuth.commands.verify import verified_by_rule
+    from perfsleuth.report.figures import best_measured, number_text
+
+    extra = {"experiments": [sweep_experiment(1, [0.8, 0.78, 0.89]), sweep_experiment(2, [1.71, 1.6, 1.8]),
+                             sweep_experiment(3, [1.62, 1.5, 1.7]), sweep_experiment(4, [], status="not tried")]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    best = verified_by_rule(extra, [f])["num-workers"]
+    assert (best["speedup"], best["variant"], best["params"]) == (1.71, "num_workers=2", {"num_workers": 2})
+    assert [(t["variant"], t["status"], t["speedup"]) for t in best["tried"]] == [
+        ("num_workers=1", "measured", 0.8), ("num_workers=2", "measured", 1.71),
+        ("num_workers=3", "measured", 1.62), ("num_workers=4", "not tried", None)]
+    [out] = apply_verified([f], {"num-workers": best})
+    assert out["severity"] == "high"
+    assert number_text(out) == ("measured 1.71× (1.60–1.80×, 3 pairs) with num_workers=2; settings: num_workers "
+                                "1: 0.80×, 2: 1.71×, 3: 1.62×, 4: not tried · est. 0.95×")
+    assert best_measured([out]).startswith("best measured fix: num-workers, measured 1.71× (1.60–1.80×, 3 pairs) "
+                                           "with num_workers=2; settings: num_workers 1: 0.80×")
+    assert out["fix"] == (
+        "```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+        "                    num_workers=2, persistent_workers=True,   # measured fastest here by `perfsleuth run "
+        "--verify`\n                    prefetch_factor=2)\n```\n\n`num_workers=2` is the setting measured fastest "
+        "on this machine by `perfsleuth run --verify` (settings: num_workers 1: 0.80×, 2: 1.71×, 3: 1.62×, "
+        "4: not tried).")
+
+
+def test_dont_apply_only_when_every_setting_tried_was_slower():
+    from perfsleuth.commands.verify import verified_by_rule
+    from perfsleuth.report.figures import measured_text
+
+    slower = {"experiments": [sweep_experiment(1, [0.8, 0.78, 0.89]), sweep_experiment(2, [0.9, 0.85, 0.92])]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    [out] = apply_verified([f], verified_by_rule(slower, [f]))
+    assert measured_text(out["verified"]) == ("measured 0.90× (0.85–0.92×, 3 pairs) with num_workers=2: tried: "
+                                              "slower on this machine; don't apply; settings: num_workers 1: 0.80×, "
+                                              "2: 0.90×")
+    assert out["fix"] == SNIPPET  # nothing measured faster: the snippet is left as it was
+    one_faster = {"experiments": slower["experiments"] + [sweep_experiment(3, [1.1, 1.08, 1.12])]}
+    f = {**finding("num-workers", "low", forecast=0.95), "fix": SNIPPET}
+    [out] = apply_verified([f], verified_by_rule(one_faster, [f]))
+    assert out["verified"]["note"] == "" and out["verified"]["variant"] == "num_workers=3"
+    assert "don't apply" not in measured_text(out["verified"])
+    # a conclusive gain is the best before a larger median whose pairs lie on both sides of 1.0
+    noisy = {"experiments": one_faster["experiments"] + [sweep_experiment(4, [2.09, 0.99, 2.27])]}
+    best = verified_by_rule(noisy, [f])["num-workers"]
+    assert (best["variant"], best["outcome"]) == ("num_workers=3", "faster")
+    assert [t["outcome"] for t in best["tried"]] == ["slower", "slower", "faster", "noise"]
+    # a setting whose pairs lie on both sides of 1.0 is not "slower": with one, no "don't apply"
+    mixed = {"experiments": [sweep_experiment(1, [0.67, 0.66, 1.06]), sweep_experiment(2, [0.86, 0.5, 0.96])]}
+    [out] = apply_verified([{**f}], verified_by_rule(mixed, [f]))
+    assert (out["verified"]["variant"], out["verified"]["outcome"]) == ("num_workers=1", "noise")
+    assert "don't apply" not in out["verified"]["note"] + measured_text(out["verified"])
+
+
+def test_the_snippet_shows_the_count_the_forecast_advises():
+    """Issue 40: the rule renders the free cores' count; the forecast may advise another (the best of the counts
+    it compares), or say that none helps: the snippet follows it."""
+    from perfsleuth.engine.snippets import forecast_setting_snippet
+
+    def fc(said):
+        return {"speedup": 1.4, "assumptions": {"workers": said}}
+
+    better = fc("num_workers=2 (was 0): the best forecast (1: 0.95x, 2: 1.40x, 3: 1.30x), not the free cores' 1; "
+                "the free cores: min(8, 1.4 free of 2 cores, rounded to 1: a close call between 1 and 2)")
+    assert forecast_setting_snippet(SNIPPET, better) == (
+        "```python\nloader = DataLoader(dataset, batch_size=64, shuffle=True,\n"
+        "                    num_workers=2, persistent_workers=True,   # the count with the best forecast\n"
+        "                    prefetch_factor=2)\n```\n\n`num_workers=2`: the best forecast (1: 0.95x, 2: 1.40x, "
+        "3: 1.30x), not the free cores' 1; the free cores: min(8, 1.4 free of 2 cores, rounded to 1: a close call "
+        "between 1 and 2).")
+    same = fc("num_workers=1 (was 0): the best forecast (1: 1.40x, 2: 1.30x); the free cores: min(8, 1 cores)")
+    assert forecast_setting_snippet(SNIPPET, same) == SNIPPET
+    none = fc("num_workers=1 (was 0): no count helps on this machine, every count forecasts slower (1: 0.92x, "
+              "2: 0.92x, 3: 0.91x); the least slow is shown; the free cores: min(8, 1.0 free of 2 cores)")
+    assert forecast_setting_snippet(SNIPPET, none) == SNIPPET.replace("# the forecast's count", (
+        "# the least slow forecast")) + (
+        "\n\nNo worker count forecasts a gain on this machine (1: 0.92x, 2: 0.92x, 3: 0.91x): measure before "
+        "applying it (`perfsleuth run --verify` tries them).")
+    least = fc(none["assumptions"]["workers"].replace("num_workers=1", "num_workers=2", 1))
+    assert "num_workers=2, persistent_workers=True,   # the least slow forecast\n" in forecast_setting_snippet(
+        SNIPPET, least)
+    assert forecast_setting_snippet(SNIPPET, {"kind": "none"}) == SNIPPET

@@ -12,6 +12,8 @@ j - prefetch*W, and the step's `__next__` waits for it.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dataclasses import fields
@@ -48,19 +50,68 @@ DEFAULT_TENSORS = 2  # (inputs, targets) when the trace shows no collate
 MAX_WORKERS = 8  # the fix's suggestion: min(8, free cores)
 UNKNOWN_CORES_WORKERS = 4
 ROUNDS = 6
+ROUND_UP_FROM = 0.5  # free cores round to the nearest whole core (whole_free_cores)
+TIE = 1.02  # a count forecast within 2% of the best is as good (the model is no finer): the free
+#             cores' count is kept
+CLOSE_CALL = (0.3, 0.7)  # ... a fraction of a core in here decided the count: said
 
 
-def suggested_workers(cores: Optional[float], others: Optional[float], before: int) -> tuple[int, str]:
-    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`) and its
-    forecast use this one -- and why: min(8, free cores), always more than `before`. Free cores: the run's
-    cores less what other processes kept busy over the window, when that was recorded. (One fewer than
-    the cores, to leave the training loop one, measured worse on the 2-core machine: a Python-heavy
-    Dataset's step went 0.93x with 1 worker and 1.36x with 2, docs/accuracy.md.)"""
+def whole_free_cores(cores: float, others: Optional[float]) -> tuple[int, str]:
+    """The free cores as a whole number, and how it was reached: the cores less what other
+    processes kept busy, rounded to the nearest core (a half rounds up), at least 1. The busy
+    figure is a measurement over the window (noise of a few tenths of a core: issue 40): 1.99 free
+    cores are 2, not 1. When the fraction left is near a half (0.3-0.7) the rounding decided the
+    count, and the text says so."""
+    if not others:
+        return max(1, int(round(cores))), f"{cores:g} cores"
+    free = max(cores - others, 1.0)
+    low = math.floor(free)
+    whole = max(1, math.floor(free + ROUND_UP_FROM))
+    what = f"{free:.1f} free of {cores:g} cores"
+    if whole != free and CLOSE_CALL[0] <= free - low <= CLOSE_CALL[1]:
+        what += f", rounded to {whole}: a close call between {low} and {low + 1}"
+    elif abs(whole - free) >= 0.05:
+        what += f", rounded to {whole}"
+    return whole, what
+
+
+def suggested_workers(cores: Optional[float], others: Optional[float],
+                      before: int) -> tuple[int, str]:
+    """The worker count the fix suggests -- its snippet (facts: `dataloader_workers_suggested`)
+    and, unless another count forecasts faster (`dataloader_workers`), its forecast -- and why:
+    min(8, free cores), always more than `before`. Free cores: `whole_free_cores` (rounded: int()
+    made 1.99 free cores of a 2-core machine one worker, 0.80x measured, where two ran 1.7x; issue
+    40). (One fewer than the cores, to leave the training loop one, measured worse on the 2-core
+    machine: a Python-heavy Dataset's step went 0.93x with 1 worker and 1.36x with 2,
+    docs/accuracy.md.)"""
     if not cores:
         return max(before + 1, UNKNOWN_CORES_WORKERS), f"cores unknown: {UNKNOWN_CORES_WORKERS}"
-    free = max(cores - (others or 0.0), 1.0)
-    what = f"{free:.1f} free of {cores:g} cores" if others else f"{cores:g} cores"
-    return max(before + 1, min(MAX_WORKERS, int(free))), f"min(8, {what})"
+    whole, what = whole_free_cores(cores, others)
+    return max(before + 1, min(MAX_WORKERS, whole)), f"min(8, {what})"
+
+
+def forecast_counts(cores: float, before: int, suggested: int) -> list:
+    """The worker counts the forecast compares (issue 40): from one more than now up to the cores
+    and one above, at most MAX_WORKERS, and the suggested count."""
+    top = min(MAX_WORKERS, max(1, int(round(cores))) + 1)
+    return sorted(set(range(before + 1, top + 1)) | {suggested})
+
+
+def advised_workers(curve: dict, suggested: int, before: int, why: str) -> tuple[int, str]:
+    """The count the forecast advises and its `workers` assumption: the count with the best central
+    forecast (`curve`: count -> speed-up), the suggested one unless another forecasts more than TIE
+    (2%) faster; when every count forecasts below 1.0x, the least slow one, and the text says that
+    no count helps on this machine."""
+    best = max(curve, key=lambda c: (curve[c], -abs(c - suggested)))
+    if suggested in curve and curve[suggested] * TIE >= curve[best]:
+        best = suggested
+    shown = ", ".join(f"{c}: {curve[c]:.2f}x" for c in sorted(curve))
+    head = f"num_workers={best} (was {before}): "
+    if curve[best] < 1.0:
+        return best, (f"{head}no count helps on this machine, every count forecasts slower "
+                      f"({shown}); the least slow is shown; the free cores: {why}")
+    said = "" if best == suggested else f", not the free cores' {suggested}"
+    return best, f"{head}the best forecast ({shown}){said}; the free cores: {why}"
 
 
 def loading_cpu_fraction(m: Machine, multi: bool, before: int) -> tuple[float, Optional[float]]:
@@ -144,8 +195,9 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         w0 = 0
     cpu_frac, share = loading_cpu_fraction(m, multi, w0)
     target, why = suggested_workers(m.cores, m.others_cores, w0)
-    if x.params.get("workers"):
-        target, why = int(x.params["workers"]), "as asked"
+    asked = x.params.get("workers")
+    if asked:
+        target, why = int(asked), "as asked"
     out["workers"] = f"num_workers={target} (was {w0}): {why}"
     out.update(m.assumptions)
     if m.others_cores is not None:
@@ -169,12 +221,35 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
         wait = load * (1 - cpu_frac)
         out["batch"] = (f"{load / 1e6:.2f} ms in __next__ per batch, {cpu_frac:.0%} of it CPU"
                         + (" (measured)" if share is not None else " (assumed: all CPU work)"))
-    k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
-    main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
-    worker_core = cpu_core
-    if not multi:  # a multi-process loader's measured batch time already holds the worker's side and waits
-        worker_core = cpu_core * WORKER_SLOWDOWN + k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
-        wait += k * HANDOFF_WAIT_NS
+    tl_steps = len(tl.steps)
+    entry = p.fingerprint()
+    before, _ = step_ns(p)
+
+    def replay(target: int, k: float) -> tuple:
+        """The step with `target` workers at handoff scale k (the busy threads' fixed point)."""
+        main_core = k * (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors)
+        worker_core, wait_k = cpu_core, wait
+        if not multi:  # a multi-process loader's measured batch time holds the worker's side
+            handoff = k * (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors)
+            worker_core = cpu_core * WORKER_SLOWDOWN + handoff
+            wait_k += k * HANDOFF_WAIT_NS
+        n = 1.0 + target
+        for _ in range(ROUNDS):
+            v = m.speed(n)
+            p.a[:] = base_a
+            p.a[loaders] = gaps + main_core / s0  # host work is stored at the recording speed
+            p.host_speed = v / s0
+            p.workers = Workers(count=target, produce_ns=wait_k + worker_core / v,
+                                handoff_ns=main_core / v, prefetch=prefetch)
+            step, _ = step_ns(p)
+            window = step * tl_steps
+            main_busy = (main_work + main_core * n_batches) / v
+            busy_main = min(1.0, main_busy / window) if window > 0 else 1.0
+            workers_busy = worker_core / v * n_batches
+            busy_workers = min(float(target), workers_busy / window) if window > 0 else target
+            n = 0.5 * n + 0.5 * max(1.0, busy_main + busy_workers)
+        return step, n, v
+
     worker_ms = (HANDOFF_WORKER_BATCH_NS + HANDOFF_WORKER_NS * tensors) / 1e6
     main_ms = (HANDOFF_MAIN_BATCH_NS + HANDOFF_MAIN_NS * tensors) / 1e6
     worker_side = ("the workers' side is in the measured batch time; " if multi
@@ -188,19 +263,13 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     base_a[loaders] = gaps
     main_work = float(base_a.sum()) * s0  # core ns of host work over the window (excluding the old loading)
     n_batches = loaders.size
-    n = 1.0 + target
-    for _ in range(ROUNDS):
-        v = m.speed(n)
-        p.a[:] = base_a
-        p.a[loaders] = gaps + main_core / s0  # host work is stored at the recording speed
-        p.host_speed = v / s0
-        p.workers = Workers(count=target, produce_ns=wait + worker_core / v, handoff_ns=main_core / v,
-                            prefetch=prefetch)
-        step, _ = step_ns(p)
-        window = step * len(tl.steps)
-        busy_main = min(1.0, (main_work + main_core * n_batches) / v / window) if window > 0 else 1.0
-        busy_workers = min(float(target), worker_core / v * n_batches / window) if window > 0 else target
-        n = 0.5 * n + 0.5 * max(1.0, busy_main + busy_workers)
+    if not asked and m.cores:
+        counts = forecast_counts(m.cores, w0, target)
+        curve = x.cached(("dataloader-workers curve", entry, tuple(counts)),
+                         lambda: {c: before / replay(c, 1.0)[0] for c in counts})
+        target, out["workers"] = advised_workers(curve, target, w0, why)
+    k = {"low": 2.0, "central": 1.0, "high": 0.5}[variant]
+    step, n, v = replay(target, k)
     out["cpu"] = (f"{n:.1f} busy threads of this run: {v:.2f} of a core each "
                   f"(the main thread had {s0:.2f} while recorded)")
     return out

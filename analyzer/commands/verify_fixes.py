@@ -9,13 +9,15 @@ nothing here imports torch.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
+from ..analysis.fc_loader import MAX_WORKERS, UNKNOWN_CORES_WORKERS, whole_free_cores
+
 FRESH, TOGGLE = "fresh process per window", "toggled in one process"
 CODE_CHANGE = "needs a code change: not tried"
+SWEEP_ALL_UP_TO = 4  # cores: up to this many, --verify tries every worker count, 1 to cores + 1
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,13 @@ def _workers_now(c: Context) -> int:
     return max([int(ld.get("num_workers") or 0) for ld in c.loaders] or [0])
 
 
-def _fitting_workers(c: Context) -> Optional[int]:
-    """Workers that fit beside the main process on the cores other processes left free."""
-    free = c.free_cores if c.free_cores is not None else c.cores
-    return None if free is None else max(1, math.floor(free + 0.25) - 1)
+def _free_whole(c: Context) -> Optional[int]:
+    """The free cores as a whole number (fc_loader.whole_free_cores: rounded, not truncated)."""
+    if c.cores is None and c.free_cores is None:
+        return None
+    cores = c.cores if c.cores is not None else c.free_cores
+    others = cores - c.free_cores if c.free_cores is not None else None
+    return whole_free_cores(cores, others)[0]
 
 
 def forecast_workers(finding: dict) -> Optional[int]:
@@ -81,10 +86,28 @@ def forecast_workers(finding: dict) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+def worker_counts(c: Context) -> list:
+    """The counts a person tuning the loader tries (issue 40): 1 up to the cores and one above
+    (on more than SWEEP_ALL_UP_TO cores: the powers of two up to MAX_WORKERS, the free cores and
+    one above), the forecast's count first -- the budget may end the sweep before the last."""
+    cores = int(round(c.cores)) if c.cores else None
+    first = forecast_workers(c.finding)
+    if cores is None:
+        sweep = [UNKNOWN_CORES_WORKERS]
+    elif cores <= SWEEP_ALL_UP_TO:
+        sweep = list(range(1, cores + 2))
+    else:
+        free = _free_whole(c) or cores
+        top = min(cores, MAX_WORKERS)
+        fit = min(free, top)
+        sweep = sorted({2 ** k for k in range(8) if 2 ** k <= top} | {fit, fit + 1})
+    counts = ([first] if first else []) + sweep
+    return [n for i, n in enumerate(counts) if n not in counts[:i]]
+
+
 def _workers(c: Context) -> Union[list, str]:
     now = _workers_now(c)
-    counts = [n for n in (forecast_workers(c.finding), _fitting_workers(c)) if n is not None]
-    counts = [n for i, n in enumerate(counts) if n != now and n not in counts[:i]]
+    counts = [n for n in worker_counts(c) if n != now]
     return [{"num_workers": n} for n in counts] or f"num_workers={now} is already the count that fits the cores"
 
 
@@ -116,9 +139,9 @@ def _thread_counts(c: Context) -> Union[list, str]:
     now = c.torch_threads
     if not now or now <= 1:
         return "torch already runs one intra-op thread"
-    free = c.free_cores if c.free_cores is not None else c.cores
-    fit = max(1, math.floor(free + 0.25) - _workers_now(c)) if free is not None else 1
-    counts = sorted({n for n in (fit, 1) if n < now}, reverse=True)
+    free = _free_whole(c)
+    fit = max(1, free - _workers_now(c)) if free is not None else 1
+    counts = sorted({n for n in (fit, fit - 1) if 1 <= n < now}, reverse=True)  # fits, one below
     return counts or f"{now} threads already fit the cores"
 
 

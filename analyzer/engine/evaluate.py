@@ -21,6 +21,7 @@ from . import unseen_record
 from .catalog import SEVERITIES, TABLES, Rule, RuleError
 from .forecast import Forecasts
 from .sandbox import BudgetError, metered, render
+from .snippets import forecast_setting_snippet
 
 log = logging.getLogger(__name__)
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -100,6 +101,7 @@ def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -
             continue
         f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
             rule.forecast, "evaluated without a replay")
+        f["fix"] = forecast_setting_snippet(f["fix"], f["forecast"])
         record = unseen_record.of(rule.slug)
         if record is not None and isinstance(f["forecast"], dict):
             f["forecast"] = {**f["forecast"], "unseen": record}

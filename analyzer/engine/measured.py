@@ -16,6 +16,7 @@ from typing import Optional
 
 from ..report.numbers import NO_GAIN, SLOWER, forecast_severity, measured_severity
 from .evaluate import order
+from .snippets import best_setting_snippet
 
 NO_GAIN_NOTE = "tried: no gain on this machine"
 SLOWER_NOTE = "tried: slower on this machine; don't apply"
@@ -31,7 +32,7 @@ def rated(verified: dict, forecast: Optional[dict] = None) -> tuple:
     measurement says may buy nothing."""
     speedup = float(verified["speedup"])
     noise = verified.get("outcome") == "noise"
-    if speedup < SLOWER:
+    if speedup < SLOWER and not noise:  # "don't apply" needs a slowdown beyond noise
         note = SLOWER_NOTE
     elif speedup <= NO_GAIN:
         note = NO_GAIN_NOTE
@@ -47,4 +48,6 @@ def apply_verified(findings: list, verified_by_rule: dict) -> list:
         if not isinstance(v, dict) or v.get("speedup") is None:
             continue
         f["verified"] = {**v, "note": rated(v)[1]}
+        if v.get("outcome") == "faster" and isinstance(f.get("fix"), str):
+            f["fix"] = best_setting_snippet(f["fix"], f["verified"])
     return order(findings)

@@ -39,7 +39,9 @@ THREAD_FACTS = {
     "dataloader_workers_suggested": ("count", "the DataLoader worker count the fix suggests and forecasts "
                                      "(analysis/fc_loader.py suggested_workers): min(8, free cores), at least one "
                                      "more than now; free cores: the cores less what other processes kept busy, "
-                                     "when recorded; 4 when the cores are unknown"),
+                                     "when recorded, rounded to the nearest core; 4 when the "
+                                     "cores are unknown (the forecast may advise another count: "
+                                     "its snippet then shows that one)"),
     "cpu_gemm_us_per_step": ("us/step", "host time in CPU matrix multiplies (aten::mm, addmm, bmm, baddbmm)"),
     "cpu_gemm_spread": ("ratio", "CPU matrix multiplies repeated with the same input types: mean / median duration, "
                         "weighted by time (1 when steady; large when calls wait for descheduled threads)"),

@@ -48,7 +48,10 @@ def outcome(verified: dict) -> str:
 
 
 def measured_text(verified: dict) -> str:
-    """`measured 1.41× (1.35–1.52×, 3 pairs)`, followed by what the outcome means when it is not a gain."""
+    """`measured 1.41× (1.35–1.52×, 3 pairs)`, followed by what the outcome means when it is
+    not a gain; when several settings were tried (`tried`, issue 40) the best one's name and the curve:
+    `measured 1.71× (1.60–1.80×, 3 pairs) with num_workers=2; settings: num_workers 1: 0.80×,
+    2: 1.71×, 3: 1.62×`."""
     x, lo, hi, pairs = (number(verified.get(k)) for k in ("speedup", "low", "high", "pairs"))
     inside = []
     if lo is not None and hi is not None:
@@ -56,8 +59,42 @@ def measured_text(verified: dict) -> str:
     if pairs is not None:
         inside.append(f"{int(pairs)} pair{'s' if int(pairs) != 1 else ''}")
     text = f"measured {x:.2f}×" + (f" ({', '.join(inside)})" if inside else "")
+    curve = curve_text(verified)
+    if curve and verified.get("variant"):
+        text += f" with {verified['variant']}"
     words = OUTCOME_WORDS.get(outcome(verified))
-    return f"{text}: {words}" if words else text
+    text = f"{text}: {words}" if words else text
+    return f"{text}; settings: {curve}" if curve else text
+
+
+def curve_text(verified: dict) -> str:
+    """The settings tried (`verified.tried`), '' for fewer than two: `num_workers 1: 0.80×,
+    2: 1.71×, 3: not tried` for a fix with one numeric parameter, else `variant: 1.10×; …`."""
+    tried = [t for t in verified.get("tried") or [] if isinstance(t, dict)]
+    if len(tried) < 2:
+        return ""
+    groups: dict = {}
+    for t in tried:
+        groups.setdefault(str(t.get("fix")), []).append(t)
+    parts = []
+    for items in groups.values():
+        keys = {tuple((t.get("params") or {}).keys()) for t in items}
+        one = len(keys) == 1 and len(next(iter(keys))) == 1
+        if one:
+            key = next(iter(keys))[0]
+            values = [(t.get("params") or {})[key] for t in items]
+            one = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
+        if one:
+            shown = (f"{(t.get('params') or {})[key]:g}: {_setting(t)}" for t in items)
+            parts.append(f"{key} " + ", ".join(shown))
+        else:
+            parts.extend(f"{t.get('variant') or '?'}: {_setting(t)}" for t in items)
+    return "; ".join(parts)
+
+
+def _setting(t: dict) -> str:
+    x = number(t.get("speedup"))
+    return f"{x:.2f}×" if x is not None else str(t.get("status") or "not measured")
 
 
 def number_text(finding: Any, reason_chars: int = 0) -> str:

@@ -130,7 +130,8 @@ def _impact(f: dict) -> str:
     """`**measured 1.41× (…)** · est. 1.30× (…), saves 2.10 ms per step`: the finding's number."""
     v = figures.verified_of(f)
     est = md_text(present.fmt_forecast(present.forecast_of(f), MAX_REASON), MAX_REASON + 40)
-    text = f"**{md_text(figures.measured_text(v), 200)}** · {est}" if v else f"**{est}**"
+    measured = md_text(figures.measured_text(v), 400) if v else ""  # 400: room for the settings
+    text = f"**{measured}** · {est}" if v else f"**{est}**"
     saving = figures.saving_text(f)
     return f"{text}, {saving}" if saving else text
 

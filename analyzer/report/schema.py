@@ -67,8 +67,22 @@ class ForecastDoc(msgspec.Struct):
     reason: Optional[str] = None
 
 
+class TriedDoc(msgspec.Struct):
+    """One setting `--verify` tried for a finding (issue 40): measured, or why not."""
+
+    variant: str
+    fix: Optional[str] = None
+    params: dict = {}
+    status: Optional[str] = None  # measured | not tried | stopped | failed | too few pairs
+    speedup: Optional[Speedup] = None
+    low: Optional[Speedup] = None
+    high: Optional[Speedup] = None
+    pairs: Optional[Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]] = None
+    outcome: Optional[str] = None
+
+
 class VerifiedDoc(msgspec.Struct):
-    """A fix measured by `perfsleuth run --verify` (issue 25)."""
+    """A fix measured by `perfsleuth run --verify` (issue 25): the best setting tried (issue 40)."""
 
     speedup: Speedup
     low: Optional[Speedup] = None
@@ -77,6 +91,8 @@ class VerifiedDoc(msgspec.Struct):
     pairs: Optional[Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]] = None
     outcome: Optional[str] = None  # faster | no gain | slower | noise
     variant: Optional[str] = None
+    params: Optional[dict] = None  # the best setting's parameters ({"num_workers": 2})
+    tried: list[TriedDoc] = []  # every setting tried for the finding, in the order of its parameter
 
 
 class CeilingDoc(msgspec.Struct):
