@@ -50,7 +50,7 @@ def load() -> list:
 
 
 def profile_before(case: CpuCase, out: Path) -> tuple[Path, dict]:
-    cmd = [sys.executable, "-m", "perfsleuth.commands.cli", "run", "--no-stack", "--force", "--active",
+    cmd = [sys.executable, "-m", "perfsleuth.cli.main", "run", "--no-stack", "--force", "--active",
            str(case.active), *([] if case.shapes else ["--no-shapes"]), "-o", str(out), str(SCRIPTS / case.script),
            "--steps", str(case.steps), *case.before]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)

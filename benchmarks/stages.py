@@ -92,7 +92,7 @@ with without_huge_pages():
     t3 = time.perf_counter()
     report = api.analyze_trace(trace)
     t4 = time.perf_counter()
-    from perfsleuth.report.terminal import render_terminal
+    from perfsleuth.render.terminal import render_terminal
     render_terminal(report.to_dict())
     t5 = time.perf_counter()
 print(json.dumps({"imports": t1 - t0, "read+decode": t2 - t1, "assemble": t3 - t2, "analysis": t4 - t3,

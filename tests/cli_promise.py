@@ -4,7 +4,7 @@ stderr line `perfsleuth: error: ...` holding the given texts, never a traceback.
 from pathlib import Path
 
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from tracebuilder import TraceBuilder
 
 

@@ -8,7 +8,7 @@ import pytest
 import tomllib
 from click.testing import CliRunner
 from conftest import ROOT
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from perfsleuth.engine.catalog import load_catalog
 
 CASES = tomllib.loads((ROOT / "fixtures" / "cases.toml").read_text())["case"]

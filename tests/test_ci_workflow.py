@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from perfsleuth.commands.cli import main
-from perfsleuth.report.diff_view import MAX_CHARS
+from perfsleuth.cli.main import main
+from perfsleuth.render.diff_view import MAX_CHARS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
 GITHUB_COMMENT_LIMIT = 65_536
@@ -124,7 +124,7 @@ def test_every_perfsleuth_command_in_the_doc_parses(workflow):
     assert sorted({c[0] for c in commands}) == ["analyze", "diff", "run"]
     assert len(commands) == 8  # 4 in the workflow, 4 in the quick start
     for argv in commands:
-        cmd = main.get_command(None, argv[0])  # `run` is loaded lazily (commands/cli.py LazyGroup)
+        cmd = main.get_command(None, argv[0])  # `run` is loaded lazily (cli/main.py LazyGroup)
         ctx = cmd.make_context(argv[0], argv[1:])  # raises on an option the CLI does not have
         if argv[0] == "diff":
             assert ctx.params["regression"] == "10%" and ctx.params["markdown_path"] == "diff.md"
@@ -221,7 +221,7 @@ def test_real_comment_is_within_the_limit(steps, job):
     """The comment the workflow would post for the real trace pair (diff + the head's summary.md)."""
     work, env, tmp = job
     assert _run_step(steps["Compare with the base branch"], work, env).returncode == 0
-    r = subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", "analyze", "prof-head/trace.pt.trace.json.gz",
+    r = subprocess.run([sys.executable, "-m", "perfsleuth.cli.main", "analyze", "prof-head/trace.pt.trace.json.gz",
                         "--markdown", "prof-head/summary.md"], cwd=work, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert _run_step(steps["Post the PR comment"], work, env).returncode == 0

@@ -9,7 +9,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 from perfsleuth.analysis.attribution import CATEGORIES
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 
 # file -> (steps, steps_source, device_type, device name prefix, rank, world_size)
 EXPECTED = {

@@ -229,9 +229,9 @@ def test_cuda_graph_trees_recording_again_after_warm_up(tmp_path):
 
 def test_renderers_know_which_forecasts_are_not_replays(tmp_path):
     """report/present.py names the window models without importing them (renderers stay light)."""
-    from perfsleuth.analysis.fc_compile import WINDOW_MODELS
+    from perfsleuth.analysis.forecast.models.compile import WINDOW_MODELS
     from perfsleuth.report.present import COMPILE_MODELS
-    from perfsleuth.report.terminal import render_terminal
+    from perfsleuth.render.terminal import render_terminal
 
     assert set(COMPILE_MODELS) == set(WINDOW_MODELS) - {"graph-break-free"}  # the one that never has a number
     tb = RuleTraceBuilder(device=False)

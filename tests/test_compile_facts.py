@@ -1,9 +1,9 @@
-"""What `perfsleuth run` records of torch.compile (commands/compile_facts.py), from torch's own bookkeeping:
+"""What `perfsleuth run` records of torch.compile (record/compile_facts.py), from torch's own bookkeeping:
 a stand-in for `torch._dynamo.utils` and `torch._dynamo.config` gives exact records."""
 
 import types
 
-from perfsleuth.commands.compile_facts import CompileWatch
+from perfsleuth.record.compile_facts import CompileWatch
 
 LIMIT = ("Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to recompile the code object too many "
          "times")

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from perfsleuth.analysis import crossrank as cr
-from perfsleuth.analysis.ranks import RankSummary
-from perfsleuth.analysis.stragglers import analyze_ranks
+from perfsleuth.analysis.ranks import collectives as cr
+from perfsleuth.analysis.ranks.summary import RankSummary
+from perfsleuth.analysis.ranks.stragglers import analyze_ranks
 from perfsleuth.api import analyze_path
 from perfsleuth.config import CATEGORIES, Config
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.ranks_text import render_ranks_terminal
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.ranks_text import render_ranks_terminal
 
 from tracebuilder import TraceBuilder
 
@@ -180,9 +180,9 @@ def test_cross_rank_renders(tmp_path):
 def test_names_from_traces_are_escaped_in_the_cross_rank_section(tmp_path):
     data = _job(tmp_path)
     data["stragglers"][0]["wait_in"] = "<script>alert(1)</script>|\x1b[31m"
-    from perfsleuth.report.html import render_html
+    from perfsleuth.render.set_page import render_set_html
 
-    page = render_html(data)
+    page = render_set_html(data)
     assert "<script>alert(1)" not in page and "&lt;script&gt;" in page
     assert "\x1b" not in render_ranks_terminal(data)
     assert "<script>" not in render_markdown(data)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.diff import DiffConfig, diff_paths, diff_reports, load_side
+from perfsleuth.cli.main import main
+from perfsleuth.cli.diff import DiffConfig, diff_paths, diff_reports, load_side
 from perfsleuth.errors import TraceError, UsageError
-from perfsleuth.report.diff_view import MAX_CHARS, render_diff_markdown, render_diff_terminal
+from perfsleuth.render.diff_view import MAX_CHARS, render_diff_markdown, render_diff_terminal
 from tracebuilder import TraceBuilder
 
 CATS = ("dataloader", "kernel", "sync", "transfer", "host", "communication", "other")
@@ -435,7 +435,7 @@ def test_markdown_escapes_names_as_code_in_cells():
 
 
 def test_a_section_that_does_not_fit_is_left_out(monkeypatch):
-    import perfsleuth.report.diff_view as dr
+    import perfsleuth.render.diff_view as dr
 
     monkeypatch.setattr(dr, "MAX_CHARS", 3000)
     md = dr.render_diff_markdown(_hostile_pair())

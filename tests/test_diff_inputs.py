@@ -5,7 +5,7 @@ import json
 
 import pytest
 from cli_promise import cli
-from perfsleuth.commands.diff import diff_reports
+from perfsleuth.cli.diff import diff_reports
 from perfsleuth.errors import TraceError
 from report_factory import make_report
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from perfsleuth.config import Config
 from perfsleuth.engine.catalog import DOC_SECTIONS, TABLES, RuleError, apply_overrides, load_catalog, parse_rule_file
 from perfsleuth.engine.docs import GENERATED_BEGIN, GENERATED_END, catalog_markdown

@@ -1,4 +1,4 @@
-"""Forecast models (analysis/fc_*.py) on hand-built traces: each speed-up computed by hand from the
+"""Forecast models (analysis/forecast/models/*.py) on hand-built traces: each speed-up computed by hand from the
 trace's timeline, the assumptions a model states, and "no forecast" where a model does not apply."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from perfsleuth.analysis.forecast import Forecaster
+from perfsleuth.analysis.forecast.forecaster import Forecaster
 from perfsleuth.analysis.machine import machine_facts
 from perfsleuth.analysis.steps import find_steps
 from perfsleuth.api import analyze_trace

@@ -7,7 +7,7 @@ batching needs independent iterations, workers on busy cores buy nothing."""
 from __future__ import annotations
 
 import pytest
-from perfsleuth.analysis.forecast import Forecaster
+from perfsleuth.analysis.forecast.forecaster import Forecaster
 from perfsleuth.analysis.loops import SEQUENTIAL
 from perfsleuth.analysis.machine import machine_facts
 from perfsleuth.analysis.steps import find_steps

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 from perfsleuth.analysis.machine import machine_facts
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from perfsleuth.engine.catalog import RuleError, load_catalog, parse_rule_file
 from perfsleuth.engine.evaluate import finding_order
 from test_engine import RULE

@@ -26,7 +26,7 @@ import fsspec
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from tracebuilder import TraceBuilder
 
 from conftest import REAL_TRACES

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.diff import diff_reports
-from perfsleuth.commands.gates import (
+from perfsleuth.cli.main import main
+from perfsleuth.cli.diff import diff_reports
+from perfsleuth.cli.gates import (
     FailOn,
     check_regression,
     check_report,
@@ -213,7 +213,7 @@ def test_analyze_fail_on_writes_the_report_first(real_traces, tmp_path):
 def test_gates_in_a_real_process(real_traces, tmp_path):
     """Exit codes as a CI runner sees them: a real interpreter, real stdout/stderr."""
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "perfsleuth.commands.cli", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "perfsleuth.cli.main", *args], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path)
 
     p = run("analyze", str(real_traces / GATED), "--fail-on", "host-bound")

@@ -7,9 +7,9 @@ import json
 import pytest
 from perfsleuth.api import analyze_file
 from perfsleuth.facts.generation import device_generation, from_device_name, from_kernel_names
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.terminal import render_terminal
 from perfsleuth.trace.model import Device
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 

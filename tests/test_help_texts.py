@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.topics import topics
+from perfsleuth.cli.main import main
+from perfsleuth.cli.guides import topics
 
 ROOT = Path(__file__).resolve().parents[1]
 

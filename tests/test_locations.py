@@ -3,10 +3,10 @@ started), the Dataset code under the DataLoader's __next__, and every renderer s
 
 from perfsleuth.api import analyze_file
 from perfsleuth.facts.locations import is_user_frame
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
 from perfsleuth.report.present import location_text
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.render.terminal import render_terminal
 from tracebuilder_rules import SINGLE_LOADER, RuleTraceBuilder, analyze, fired
 
 
@@ -62,9 +62,9 @@ def test_frames_running_when_tracing_started_carry_that_line(tmp_path):
 def test_profiler_and_perfsleuth_frames_are_not_user_code():
     import perfsleuth
 
-    own = perfsleuth.__file__.rsplit("/", 1)[0] + "/commands/run_facts.py(24): host_facts"
+    own = perfsleuth.__file__.rsplit("/", 1)[0] + "/record/trace_metadata.py(24): host_facts"
     assert not is_user_frame(own)
-    assert not is_user_frame("site-packages/perfsleuth/commands/run.py(134): step")
+    assert not is_user_frame("site-packages/perfsleuth/record/session.py(134): step")
     assert not is_user_frame("torch/autograd/profiler.py(358): _start_trace")
     assert is_user_frame("data.py(20): __getitem__")
     assert not is_user_frame("perfsleuth(8): <module>")  # the console script (bin/ is first on sys.path)

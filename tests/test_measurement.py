@@ -11,11 +11,11 @@ import pytest
 from perfsleuth.analysis.measurement import measure
 from perfsleuth.analysis.steps import Steps
 from perfsleuth.api import analyze_file, analyze_path
-from perfsleuth.commands.diff import diff_reports
-from perfsleuth.commands.step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, QueuedClock, StepClock
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.cli.diff import diff_reports
+from perfsleuth.record.step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, QueuedClock, StepClock
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.terminal import render_terminal
 from perfsleuth.trace.companion import companion_name, is_perfsleuth_report, main_of, without_companions
 from perfsleuth.trace.model import find_trace_files
 from tracebuilder_rules import DTOH, RuleTraceBuilder, analyze

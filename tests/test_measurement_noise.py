@@ -13,11 +13,11 @@ import pytest
 from perfsleuth.analysis.machine import machine_facts
 from perfsleuth.analysis.measurement import BUSY, measure
 from perfsleuth.analysis.steps import Steps
-from perfsleuth.commands import run_facts
-from perfsleuth.commands.run_outputs import RawTrace, finish_trace, gzip_json, raw_path
-from perfsleuth.report.markdown import render_markdown
+from perfsleuth.record import trace_metadata as run_facts
+from perfsleuth.record.outputs import RawTrace, finish_trace, gzip_json, raw_path
+from perfsleuth.render.markdown import render_markdown
 from perfsleuth.report.present import measurement_lines
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.render.terminal import render_terminal
 from perfsleuth.trace.model import load_trace
 
 NAMES = ["ProfilerStep#7", "ProfilerStep#8", "ProfilerStep#9"]

@@ -11,10 +11,10 @@ import shutil
 
 from click.testing import CliRunner
 from perfsleuth.api import analyze_file
-from perfsleuth.commands.cli import main
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.terminal import render_terminal, set_index_rows
+from perfsleuth.cli.main import main
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.terminal import render_terminal, set_index_rows
 from report_factory import make_report
 from test_measurement import clocked_trace, two_steps
 

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 from perfsleuth.errors import UsageError
-from perfsleuth.report import outputs, safe_write
-from perfsleuth.report.outputs import check_outputs, json_safe, to_json, write_outputs
+from perfsleuth.render import outputs, safe_write
+from perfsleuth.render.outputs import check_outputs, json_safe, to_json, write_outputs
 from report_factory import make_report
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import perfsleuth
 import pytest
 import torch
-from perfsleuth.commands.profile import Profile, ProfiledReport
+from perfsleuth.record.profile import Profile, ProfiledReport
 from perfsleuth.errors import UsageError
 from perfsleuth.report.model import Report
 from perfsleuth.trace.model import load_trace
@@ -176,7 +176,7 @@ def test_errors_say_what_to_do():
 
 
 def test_profile_is_a_lazy_attribute():
-    assert perfsleuth.profile is perfsleuth.commands.profile.profile
+    assert perfsleuth.profile is perfsleuth.record.profile.profile
     assert isinstance(perfsleuth.profile(), Profile)
 
 

@@ -2,7 +2,7 @@
 
 import io
 
-from perfsleuth.commands import cli
+from perfsleuth.cli import main as cli
 
 
 class _Terminal(io.StringIO):
@@ -35,7 +35,7 @@ def test_no_bar_for_short_loads_or_without_a_terminal(monkeypatch):
 from pathlib import Path  # noqa: E402
 
 from perfsleuth import api  # noqa: E402
-from perfsleuth.commands.progress import FolderProgress, PhaseLine, on_terminal  # noqa: E402
+from perfsleuth.cli.progress import FolderProgress, PhaseLine, on_terminal  # noqa: E402
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "gpu"
 
@@ -112,7 +112,7 @@ def test_phase_lines_are_said_once_per_change():
 def test_a_long_folder_in_a_log_gets_a_count_now_and_then():
     """issue 28: 5,000 small traces took six minutes without a word in a log. Not on a terminal, a folder that
     takes long gets a count on stderr after LOG_AFTER_S, then every LOG_EVERY_S; never for the last trace."""
-    from perfsleuth.commands.progress import LOG_AFTER_S, LOG_EVERY_S
+    from perfsleuth.cli.progress import LOG_AFTER_S, LOG_EVERY_S
 
     now = [0.0]
     out = io.StringIO()

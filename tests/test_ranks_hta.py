@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from perfsleuth.api import analyze_path
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.ranks_html import ranks_view
-from perfsleuth.report.ranks_text import render_ranks_terminal
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.ranks_html import ranks_view
+from perfsleuth.render.ranks_text import render_ranks_terminal
 
 HTA = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "hta"
 CROSS_KEYS = {"ranks", "collectives", "stragglers", "job", "jobs"}

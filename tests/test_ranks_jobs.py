@@ -5,10 +5,10 @@ operations paired by peer or by time, and jitter told from a straggler (docs/ran
 import json
 
 import pytest
-from perfsleuth.analysis import p2p
+from perfsleuth.analysis.ranks import p2p
 from perfsleuth.api import analyze_path
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.ranks_text import render_ranks_terminal
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.ranks_text import render_ranks_terminal
 
 from tracebuilder import TraceBuilder
 

@@ -86,7 +86,7 @@ def _option_names(command) -> set:
 def test_the_command_table_is_true_to_each_command():
     """Each row names only options its command has, says which it lacks ("no `-o`"), and names every file it
     can write."""
-    from perfsleuth.commands.cli import main
+    from perfsleuth.cli.main import main
 
     rows = [line for line in README.splitlines() if line.startswith("| `perfsleuth ")]
     assert [r.split("`")[1].split()[1] for r in rows] == ["analyze", "run", "run", "diff", "rules", "docs"]

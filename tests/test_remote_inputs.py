@@ -155,8 +155,8 @@ def test_a_listener_that_never_answers_is_bounded_and_a_huge_frame_is_no_memory_
 
 
 def test_diff_gate_on_a_base_of_zero_or_denormal_steps():
-    from perfsleuth.commands.diff import DiffConfig, step_change
-    from perfsleuth.commands.gates import check_regression, growth
+    from perfsleuth.cli.diff import DiffConfig, step_change
+    from perfsleuth.cli.gates import check_regression, growth
 
     head = np.array([2000.0, 2100.0, 2200.0])
     for base_us in (0.0, 5e-324, 1e-300):
@@ -169,7 +169,7 @@ def test_diff_gate_on_a_base_of_zero_or_denormal_steps():
 
 
 def test_no_report_over_an_input_whatever_force_says(tmp_path):
-    from perfsleuth.report import safe_write
+    from perfsleuth.render import safe_write
 
     trace = tmp_path / "t.json"
     trace.write_bytes(_doc())
@@ -190,7 +190,7 @@ def test_no_report_over_an_input_whatever_force_says(tmp_path):
 
 
 def test_hooks_belong_to_the_thread_and_process_that_installed_them():
-    from perfsleuth.commands.forks import Owner
+    from perfsleuth.record.forks import Owner
 
     owner, seen = Owner(), []
     assert owner.here() and owner.in_process()

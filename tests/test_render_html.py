@@ -6,7 +6,8 @@ from html import escape
 from html.parser import HTMLParser
 
 import pytest
-from perfsleuth.report.html import MAX_BARS, render_html
+from perfsleuth.render.html import MAX_BARS, render_html
+from perfsleuth.render.set_page import render_set_html
 from report_factory import HOSTILE, make_hostile_report, make_report
 
 
@@ -203,8 +204,8 @@ def test_nan_and_missing_values_render_as_dashes():
 def test_report_set_renders_an_index_and_each_report_with_unique_ids():
     reports = [make_report(), make_report(device=False)]
     reports[1]["trace"]["path"] = "runs/rank1.json.gz"
-    html = render_html({"schema": "perfsleuth/report-set@1", "tool": {"version": "0.1.0"}, "path": "runs",
-                        "reports": reports, "skipped": [{"path": "notes.json", "problem": "not a trace"}]})
+    html = render_set_html({"schema": "perfsleuth/report-set@1", "tool": {"version": "0.1.0"}, "path": "runs",
+                            "reports": reports, "skipped": [{"path": "notes.json", "problem": "not a trace"}]})
     ids = [a["id"] for _, a in parse(html).tags if "id" in a]
     assert len(ids) == len(set(ids))
     assert 'id="r1-verdict"' in html and 'id="r2-verdict"' in html
@@ -248,9 +249,9 @@ def _ranks(n: int, **kw) -> dict:
 def test_every_trace_of_a_directory_is_reached_within_the_budget(n, all_full, all_sections):
     """Many traces: an index row each, linking to a collapsible section: the full report while the 1 MB
     budget allows, a compact summary after that, the row alone for whatever would not fit (1000 ranks)."""
-    from perfsleuth.report.html_set import MAX_PAGE_BYTES
+    from perfsleuth.render.set_page import MAX_PAGE_BYTES
 
-    html = render_html(_ranks(n))
+    html = render_set_html(_ranks(n))
     assert len(html.encode()) <= MAX_PAGE_BYTES == 1_000_000
     ids = [a["id"] for _, a in parse(html).tags if "id" in a]
     assert len(ids) == len(set(ids))
@@ -273,8 +274,6 @@ def test_every_trace_of_a_directory_is_reached_within_the_budget(n, all_full, al
 
 
 def test_compact_section_keeps_the_verdict_shares_and_findings():
-    from perfsleuth.report.html_set import render_set_html
-
     html = render_set_html(_ranks(256))
     part = html[html.index('id="r256-section"'):]
     part = part[: part.index("</details>")]

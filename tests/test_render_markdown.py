@@ -7,7 +7,7 @@ import re
 
 import cmarkgfm
 from cmarkgfm.cmark import Options
-from perfsleuth.report.markdown import MAX_CHARS, render_markdown
+from perfsleuth.render.markdown import MAX_CHARS, render_markdown
 from report_factory import make_hostile_report, make_report
 
 PIE_LINE = re.compile(r'^    "[\w .,/+\-…]+" : \d+\.\d$')

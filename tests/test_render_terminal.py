@@ -1,10 +1,10 @@
 """The terminal summary beside the other outputs: the category table's median per step sits beside the median
 step time of the headline, the mean is labelled; a report without findings says "findings: none" (issue 29)."""
 
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
 from perfsleuth.report.present import per_step
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.render.terminal import render_terminal
 from report_factory import make_report
 
 

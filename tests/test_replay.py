@@ -1,4 +1,4 @@
-"""The what-if replay (analysis/replay.py, timeline.py, whatif.py): exact schedules of hand-built
+"""The what-if replay (analysis/forecast/replay.py, timeline.py, analysis/forecast/plan.py): exact schedules of hand-built
 graphs and traces, the unchanged replay reproducing the recording, and edits with hand-computed
 results. Times in the traces are µs; the replay works in ns."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from perfsleuth.analysis.replay import Graph, solve
+from perfsleuth.analysis.forecast.replay import Graph, solve
 from perfsleuth.analysis.steps import find_steps
-from perfsleuth.analysis.timeline import OWN, QUEUE, SYNC, build_timeline, step_ends, to_graph
-from perfsleuth.analysis.whatif import drop_waits, plan, remove_host, step_ns
+from perfsleuth.analysis.forecast.timeline import OWN, QUEUE, SYNC, build_timeline, step_ends, to_graph
+from perfsleuth.analysis.forecast.plan import drop_waits, plan, remove_host, step_ns
 from perfsleuth.trace.model import load_trace
 from tracebuilder import TraceBuilder
 

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 
 import pytest
-from perfsleuth.report.outputs import write_outputs
+from perfsleuth.render.outputs import write_outputs
 from report_factory import make_hostile_report, make_report
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from privileges import unprivileged
 from tracebuilder import TraceBuilder
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import perfsleuth
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.run import RunConfig, Target, format_user_traceback, run_script
-from perfsleuth.commands.run_paths import default_out_dir, rank_info, trace_name
+from perfsleuth.cli.main import main
+from perfsleuth.record.session import RunConfig, Target, format_user_traceback, run_script
+from perfsleuth.record.paths import default_out_dir, rank_info, trace_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
@@ -141,7 +141,7 @@ def test_exception_before_any_profiled_step(tmp_path):
     assert code == 1
     assert err.startswith("Traceback (most recent call last):\n")
     assert 'fails.py", line 13, in <module>' in err and "ValueError: bad batch 0\n" in err
-    assert "perfsleuth/commands/run.py" not in err and "runpy" not in err  # the user's frames only
+    assert "perfsleuth/record/session.py" not in err and "runpy" not in err  # the user's frames only
     assert ("perfsleuth: the script raised ValueError: bad batch 0 before any profiled step completed "
             "(1 step(s) seen, profiling starts at step 3)\n") in err
     assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
@@ -332,7 +332,7 @@ def test_default_out_dir_is_unique(tmp_path, monkeypatch):
 
 
 def test_user_traceback_drops_perfsleuth_and_runpy_frames(tmp_path):
-    from perfsleuth.commands import run
+    from perfsleuth.record import session as run
 
     script = tmp_path / "boom.py"
     script.write_text("def f():\n    raise KeyError('k')\n\nf()\n")
@@ -346,7 +346,7 @@ def test_user_traceback_drops_perfsleuth_and_runpy_frames(tmp_path):
 
 
 def test_analyze_never_imports_torch():
-    code = "import sys, perfsleuth.commands.cli, perfsleuth.commands.run; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, perfsleuth.cli.main, perfsleuth.record.session; assert 'torch' not in sys.modules, 'torch imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert proc.returncode == 0, proc.stderr
 
@@ -379,7 +379,7 @@ def test_machine_facts_are_taken_once_and_added_only_when_new(tmp_path, monkeypa
     """Inside a profiled step every Python call is recorded: the metadata must not cost the script a
     call per step (it once took ~2.8 ms of each tiny_ops step). Host facts are taken once per profiler;
     the metadata is added again only for a new profiler or a new loader, not once per step."""
-    from perfsleuth.commands import run_facts
+    from perfsleuth.record import trace_metadata as run_facts
 
     calls = {"host": 0, "add": 0}
     real_host = run_facts.host_facts
@@ -409,7 +409,7 @@ def test_machine_facts_are_taken_once_and_added_only_when_new(tmp_path, monkeypa
 
 def test_run_says_which_phase_it_is_in(tmp_path):
     """`perfsleuth run` tells the terminal when it starts waiting, profiling, writing and analysing
-    (commands/progress.PhaseLine; the CLI shows it only when stdout and stderr are a terminal)."""
+    (cli/progress.PhaseLine; the CLI shows it only when stdout and stderr are a terminal)."""
     said = []
     target = Target(str(SCRIPTS / "compute_mlp.py"), ("--steps", "30"), path=SCRIPTS / "compute_mlp.py")
     config = RunConfig(wait=2, warmup=1, active=3, after=2, stop_after_window=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from perfsleuth.report.numbers import capped, severity_for
 
 ROOT = Path(__file__).resolve().parents[1]

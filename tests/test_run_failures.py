@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 
 SMALL = ["--wait", "1", "--warmup", "1", "--active", "3"]
 
@@ -57,7 +57,7 @@ def test_syntax_error_is_the_users_not_ours(tmp_path):
     code, out, err = run(*SMALL, "-o", tmp_path / "o", bad)
     assert code == 1
     assert "SyntaxError" in err and 'broken.py", line 2' in err
-    assert "perfsleuth/commands/run.py" not in err and "runpy" not in err and "click" not in err
+    assert "perfsleuth/record/session.py" not in err and "runpy" not in err and "click" not in err
     assert "verdict" not in out and not (tmp_path / "o" / "report.json").exists()
 
 
@@ -67,7 +67,7 @@ def test_dataloader_worker_crash(tmp_path):
     assert code == 1
     assert "DataLoader worker" in err and "exited unexpectedly" in err
     assert "perfsleuth: the script raised RuntimeError" in err
-    assert "perfsleuth/commands/run.py" not in err
+    assert "perfsleuth/record/session.py" not in err
 
 
 def test_sys_exit_3_after_the_window_keeps_the_report(tmp_path):
@@ -94,7 +94,7 @@ def test_a_real_signal_during_the_window_reports_what_was_collected(tmp_path, si
     the partial data is kept and said, exit 128 + the signal."""
     path = script(tmp_path, body="time.sleep(0.05)")
     out_dir = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "perfsleuth.commands.cli", "run", "--wait", "1", "--warmup", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "perfsleuth.cli.main", "run", "--wait", "1", "--warmup", "1",
                              "--active", "50", "-o", str(out_dir), str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

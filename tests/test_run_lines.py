@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands import step_clock
-from perfsleuth.commands.cli import main
+from perfsleuth.record import step_clock
+from perfsleuth.cli.main import main
 from perfsleuth.facts.core import compute_facts
 from perfsleuth.facts.locations import is_user_frame, library_roots
 from perfsleuth.analysis.attribution import attribute

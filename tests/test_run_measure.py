@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.run_config import RunConfig, on_ci, unprofiled_steps
+from perfsleuth.cli.main import main
+from perfsleuth.record.config import RunConfig, on_ci, unprofiled_steps
 from perfsleuth.errors import UsageError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "cpu"

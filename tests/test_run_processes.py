@@ -69,7 +69,7 @@ def test_torch_profiler_then_fork_the_child_exits(tmp_path):
     path = tmp_path / "plain.py"
     path.write_text(textwrap.dedent("""
         import os, sys, torch
-        from perfsleuth.commands import forks
+        from perfsleuth.record import forks
         class Session: recording = False
         session = Session()
         if sys.argv[1] == "handled":

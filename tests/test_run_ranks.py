@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfsleuth.commands import run_ranks
+from perfsleuth.record import ranks as run_ranks
 from perfsleuth.report.model import Report, ReportSet
 
 ROOT = Path(__file__).resolve().parents[1]

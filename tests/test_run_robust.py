@@ -89,8 +89,8 @@ def test_a_signal_handler_that_raises_while_the_traceback_is_formatted():
     """torch's SIGCHLD handler raises 'DataLoader worker ... exited unexpectedly' at any bytecode, also
     while perfsleuth formats the script's own error (a broken pipe to that worker): that error is the
     real cause, reported chained to the first, never perfsleuth's own traceback."""
-    from perfsleuth.commands.run_outputs import user_traceback
-    from perfsleuth.commands.target import format_user_traceback
+    from perfsleuth.record.outputs import user_traceback
+    from perfsleuth.record.target import format_user_traceback
 
     calls = []
 
@@ -114,7 +114,7 @@ def test_a_signal_handler_that_raises_while_the_traceback_is_formatted():
 def test_child_signals_are_quiet_while_perfsleuth_reports_and_restored_after():
     import signal
 
-    from perfsleuth.commands.run_outputs import quiet_child_signals
+    from perfsleuth.record.outputs import quiet_child_signals
 
     def torch_like(signum, frame):
         raise RuntimeError("DataLoader worker (pid 1) exited unexpectedly")

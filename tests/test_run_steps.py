@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"

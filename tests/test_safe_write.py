@@ -1,4 +1,4 @@
-"""issue 18: report files are put in place as a set (report/safe_write.py): never over a device, never
+"""issue 18: report files are put in place as a set (render/safe_write.py): never over a device, never
 over a file another process wrote meanwhile, private files stay private, a failure or a signal
 leaves neither a temporary file nor a mixed set, and every failure is one line with exit code 2."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from cli_promise import cli, one_line, small_trace
 from perfsleuth.errors import UsageError
-from perfsleuth.report import safe_write
-from perfsleuth.report.outputs import write_outputs
+from perfsleuth.render import safe_write
+from perfsleuth.render.outputs import write_outputs
 from privileges import unprivileged
 from report_factory import make_report
 from tracebuilder import TraceBuilder
@@ -187,9 +187,9 @@ def test_an_interrupt_while_staging_leaves_nothing_behind(tmp_path, monkeypatch)
 
 _SLOW_WRITER = textwrap.dedent("""
     import os, sys, time
-    from perfsleuth.commands.signals import as_interrupts
-    from perfsleuth.report import safe_write
-    from perfsleuth.report.outputs import write_outputs
+    from perfsleuth.record.signals import as_interrupts
+    from perfsleuth.render import safe_write
+    from perfsleuth.render.outputs import write_outputs
     sys.path.insert(0, sys.argv[3])
     from report_factory import make_report
     phase, out = sys.argv[1], sys.argv[2]

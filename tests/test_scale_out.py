@@ -17,7 +17,7 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 from perfsleuth.api import analyze_path
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 from perfsleuth.errors import TraceError, UsageError
 from perfsleuth.report.model import Report, ReportSet
 from perfsleuth.trace import cluster, sources

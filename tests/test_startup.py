@@ -14,13 +14,13 @@ REAL = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "real"
 
 _CHILD = r"""
 import json, sys
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 try:
     main(sys.argv[1:], prog_name="perfsleuth")
 except SystemExit as exc:
     code = exc.code
 print(json.dumps({"code": code, "loaded": sorted(m for m in sys.modules if m.split(".")[0] in %r),
-                  "run": "perfsleuth.commands.cli_run" in sys.modules}), file=sys.stderr)
+                  "run": "perfsleuth.cli.run" in sys.modules}), file=sys.stderr)
 """ % (HEAVY,)
 
 
@@ -80,7 +80,7 @@ forks = []
 os.register_at_fork(before=lambda: forks.append(sorted(m for m in ("pandas", "jinja2") if m in sys.modules)))
 from perfsleuth.trace import byteranges
 byteranges.MIN_BYTES = 1000  # the parallel byte-range path for this small real trace
-from perfsleuth.commands.cli import main
+from perfsleuth.cli.main import main
 try:
     main(["analyze", "-j", "2", "--json", sys.argv[2], sys.argv[1]], prog_name="perfsleuth")
 except SystemExit as exc:

@@ -14,9 +14,9 @@ from perfsleuth.analysis.verdict import decide
 from perfsleuth.api import analyze_file
 from perfsleuth.config import Config
 from perfsleuth.facts.core import compute_facts
-from perfsleuth.report.html import render_html
-from perfsleuth.report.markdown import render_markdown
-from perfsleuth.report.terminal import render_terminal
+from perfsleuth.render.html import render_html
+from perfsleuth.render.markdown import render_markdown
+from perfsleuth.render.terminal import render_terminal
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired
 
 OPT = "Optimizer.step#SGD.step"

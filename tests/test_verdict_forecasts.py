@@ -6,7 +6,8 @@ found for it helps; the verdict names the category of the largest saving when it
 from __future__ import annotations
 
 import pytest
-from perfsleuth.analysis.forecast import MODELS, model
+from perfsleuth.analysis.forecast.forecaster import MODELS
+from perfsleuth.analysis.forecast.registry import model
 from perfsleuth.api import analyze_file
 from perfsleuth.config import Config
 from perfsleuth.engine.reconsider import reconsider

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from perfsleuth.commands.target import resolve_target
-from perfsleuth.commands.verify import Verifier
-from perfsleuth.commands.verify_config import VerifyConfig
-from perfsleuth.commands.verify_fixes import FRESH, TOGGLE, Context, plan
+from perfsleuth.record.target import resolve_target
+from perfsleuth.verify.experiment import Verifier
+from perfsleuth.verify.config import VerifyConfig
+from perfsleuth.verify.fixes import FRESH, TOGGLE, Context, plan
 from perfsleuth.engine.measured import rated
 
 SCRIPTS = Path(__file__).resolve().parent / "verify_scripts"

@@ -4,10 +4,10 @@ windows and findings; tests/test_verify.py runs real scripts."""
 
 import pytest
 from click.testing import CliRunner
-from perfsleuth.commands.cli import main
-from perfsleuth.commands.verify_config import VerifyConfig
-from perfsleuth.commands.verify_fixes import CODE_CHANGE, FRESH, TOGGLE, Context, forecast_workers, plan
-from perfsleuth.commands.verify_stats import measured, outcome, pairs
+from perfsleuth.cli.main import main
+from perfsleuth.verify.config import VerifyConfig
+from perfsleuth.verify.fixes import CODE_CHANGE, FRESH, TOGGLE, Context, forecast_workers, plan
+from perfsleuth.verify.stats import measured, outcome, pairs
 from perfsleuth.engine.evaluate import order, rate
 from perfsleuth.engine.measured import NO_GAIN_NOTE, SLOWER_NOTE, apply_verified, rated
 from perfsleuth.errors import UsageError

@@ -85,7 +85,7 @@ def test_the_wheel_holds_the_rules_templates_and_guides(dist):
     assert {"perfsleuth/templates/report.css", "perfsleuth/templates/report.js"} <= names
     metadata = zipfile.ZipFile(wheel).read(f"perfsleuth-{VERSION}.dist-info/METADATA").decode()
     assert f"\nVersion: {VERSION}\n" in metadata
-    assert "perfsleuth = perfsleuth.commands.cli:main" in zipfile.ZipFile(wheel).read(
+    assert "perfsleuth = perfsleuth.cli.main:main" in zipfile.ZipFile(wheel).read(
         f"perfsleuth-{VERSION}.dist-info/entry_points.txt").decode()
 
 

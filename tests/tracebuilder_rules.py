@@ -66,7 +66,7 @@ class RuleTraceBuilder(TraceBuilder):
 
 
 def run_metadata(cores: int = 2, threads: int = 1, workers: int = 0, load: float = 0.5, **host) -> dict:
-    """What `perfsleuth run` records (commands/run_facts.py), with the counts a test needs."""
+    """What `perfsleuth run` records (record/trace_metadata.py), with the counts a test needs."""
     return {"version": 1,
             "host": {"cpu_count": cores, "affinity_cpus": cores, "torch_threads": threads, "torch_interop_threads": 2,
                      "omp_num_threads": None, "loadavg": [load * cores, 0.0, 0.0], "torch_version": "2.13.0",

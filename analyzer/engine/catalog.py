@@ -70,8 +70,8 @@ def environment():
 def registries() -> tuple:
     """(fact names, forecast model names) a user's rule may name; imported only to check such a rule
     (they load the facts' providers and the forecast models: numpy, pandas)."""
-    from ..analysis.fc_compile import WINDOW_MODELS
-    from ..analysis.forecast import MODELS
+    from ..analysis.forecast.models.compile import WINDOW_MODELS
+    from ..analysis.forecast.forecaster import MODELS
     from ..facts.core import FACTS
 
     return FACTS, {**MODELS, **dict.fromkeys(WINDOW_MODELS)}
@@ -101,7 +101,7 @@ class Rule:
     requires: tuple = ()  # names in facts.core.REQUIREMENTS: facts the rule needs to be checked at all
     applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
     cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
-    forecast: str = ""  # the forecast model (analysis/forecast.py MODELS) of the fix; "" = no forecast
+    forecast: str = ""  # the forecast model (analysis/forecast/forecaster.py MODELS) of the fix; "" = no forecast
 
     @functools.cached_property
     def compiled(self) -> "_Compiled":

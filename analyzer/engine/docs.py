@@ -129,7 +129,7 @@ def catalog_markdown(rules: list) -> str:
 
 
 def _window_models() -> dict:
-    """torch.compile's forecast models (analysis/fc_compile.py: light, numpy only inside a model)."""
-    from ..analysis.fc_compile import WINDOW_MODELS
+    """torch.compile's forecast models (analysis/forecast/models/compile.py: light, numpy only inside a model)."""
+    from ..analysis.forecast.models.compile import WINDOW_MODELS
 
     return WINDOW_MODELS

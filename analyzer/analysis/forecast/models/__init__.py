@@ -1,0 +1,8 @@
+"""The forecast models, one module per family of fixes: each registers its functions with
+`registry.model`; forecaster.py imports them, so `forecaster.MODELS` is the full registry. (This file
+imports none of them: `perfsleuth rules` reads `compile`'s names without numpy.)
+
+`host` (host-side fixes: fewer syncs, fused ops, ...), `batched` (loops of short ops batched),
+`device` (device work: AMP, pinned copies, ...), `loader` (DataLoader workers), `compile`
+(torch.compile's fixes, from the recorded window's numbers: no replay).
+"""
