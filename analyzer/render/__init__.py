@@ -1,5 +1,5 @@
-"""Renderers: take the report document (`Report.to_dict()`, report/) and give terminal text, HTML,
-Markdown and JSON, and write them safely.
+"""Renderers: each takes the report document (`Report.to_dict()`, report/) and gives terminal text,
+HTML, Markdown or JSON; outputs and safe_write put the files in place.
 
 `terminal`, `html` (one report's page), `set_page` (a directory's page within its size budget),
 `markdown`, `diff_view` (a diff of two runs), `ranks_text` / `ranks_html` (the cross-rank section),

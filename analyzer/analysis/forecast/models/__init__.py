@@ -1,4 +1,5 @@
-"""The forecast models, one module per family of fixes: each registers its functions with
+"""The forecast models: each takes a fix's settings and a replay plan and gives the plan edited as the fix
+would, with its assumptions. One module per family of fixes; each registers its functions with
 `registry.model`; forecaster.py imports them, so `forecaster.MODELS` is the full registry. (This file
 imports none of them: `perfsleuth rules` reads `compile`'s names without numpy.)
 
