@@ -221,7 +221,7 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
 
 
 def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
-    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/test_engine.py holds
+    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/unit/test_engine.py holds
     to every check) skips parsing each expression and template for unknown names and forbidden
     constructs, and compiles them when first used: that took 0.3 s of every analysis. It also skips the
     checks against the fact and forecast model registries (which load numpy and pandas): `perfsleuth

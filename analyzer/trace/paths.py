@@ -1,5 +1,5 @@
-"""Which trace files a path names: one file, or the trace files of a directory or URL prefix (one per
-rank or worker), with the folders that could not be listed. api.analyze_path analyses what this names."""
+"""Which trace files a path names: one file, or the trace files of a directory or URL prefix (one
+per rank or worker), with the folders that could not be listed. api.analyze_path analyses them."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from . import sources
 
 @dataclass
 class Named:
-    """`file`: the one trace file a path names (a str for a URL), else None and `files` (with `root`,
-    the directory or prefix, and `unlisted`: (folder, problem) of folders that could not be listed)."""
+    """`file`: the one trace file a path names (a str for a URL), else None and `files` (with
+    `root`, the directory or prefix, and `unlisted`: (folder, problem) of folders not listed)."""
 
     file: Union[str, Path, None] = None
     remote: bool = False  # `file` is a URL: read by one process
@@ -33,8 +33,8 @@ def _is_dir(p: Path) -> bool:
 
 
 def named_files(path: Union[str, os.PathLike]) -> Named:
-    """What `path` names (a local path or an fsspec URL: sources.py); a directory without traces is a
-    TraceError."""
+    """What `path` names (a local path or an fsspec URL: sources.py); a directory without traces
+    is a TraceError."""
     path = sources.local_path(os.fspath(path))
     unlisted: list = []
     if sources.is_url(path):

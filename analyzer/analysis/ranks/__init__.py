@@ -2,7 +2,7 @@
 matched collectives, clocks, stragglers and verdict.
 
 `summary` (one rank's summary, made inside its own analysis), `jobs` (which traces are one job),
-`collectives` (matching collectives across ranks, clock offsets, transfer and wait), `p2p` (send/recv
-pairs), `who_arrives_last` (which rank is last, and how consistently), `stragglers` (the cross-rank
-report of a job).
+`collectives` (matching collectives across ranks, clock offsets, transfer and wait), `p2p`
+(send/recv pairs), `who_arrives_last` (which rank is last, and how consistently), `stragglers` (the
+cross-rank report of a job).
 """
