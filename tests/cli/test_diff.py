@@ -298,6 +298,7 @@ def real_diff(real_traces):
     return diff_paths(real_traces / CONTROL, real_traces / TEST)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_real_pair_numbers(real_diff):
     st = real_diff["step_time"]
     # the head's first step (157 ms, 1.3x the rest) is warm-up and left out: 5 steady steps against 6
@@ -322,6 +323,7 @@ def test_real_pair_numbers(real_diff):
     assert (transfer["base_share"], transfer["head_share"], transfer["call"]) == (0.0416, 0.135, "regression")
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_real_pair_findings_match_each_analysis(real_diff, real_traces):
     from perfsleuth.api import analyze_path
 
@@ -334,6 +336,7 @@ def test_real_pair_findings_match_each_analysis(real_diff, real_traces):
     assert base != head  # the pair differs in findings too
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_real_pair_cli(real_traces, tmp_path):
     md, js = tmp_path / "diff.md", tmp_path / "diff.json"
     r = CliRunner().invoke(main, ["diff", str(real_traces / CONTROL), str(real_traces / TEST),
@@ -356,6 +359,7 @@ def test_real_pair_cli(real_traces, tmp_path):
     assert data["schema"] == "perfsleuth/diff@1" and data["step_time"]["call"] == "regression"
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_trace_diffed_with_itself(real_traces):
     path = str(real_traces / CONTROL)
     r = CliRunner().invoke(main, ["diff", path, path, "--fail-on-regression", "1%"], catch_exceptions=False)
@@ -481,6 +485,7 @@ def test_same_file_twice_is_refused(tmp_path):
     assert r.exit_code == 2 and "asked for twice" in r.stderr
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_diff_analyses_traces_with_the_project_rule_settings(real_traces, tmp_path, monkeypatch):
     # [tool.perfsleuth] in ./pyproject.toml applies to diff as to analyze
     monkeypatch.chdir(tmp_path)

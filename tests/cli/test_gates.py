@@ -179,6 +179,7 @@ def test_diff_bad_input_is_exit_2(tmp_path):
     assert r.exit_code == 2 and r.stderr.startswith(f"perfsleuth: error: {garbage}") and r.stderr.count("\n") == 1
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_analyze_fail_on_real_trace(real_traces):
     path = str(real_traces / GATED)
     r = _invoke(["analyze", path, "--fail-on", "host-bound"])
@@ -210,6 +211,7 @@ def test_analyze_fail_on_writes_the_report_first(real_traces, tmp_path):
     assert json.loads(out.read_text())["verdict"] == "host-bound"
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_gates_in_a_real_process(real_traces, tmp_path):
     """Exit codes as a CI runner sees them: a real interpreter, real stdout/stderr."""
     def run(*args):

@@ -89,6 +89,7 @@ print(json.dumps({"code": code, "forks": forks, "after": "pandas" in sys.modules
 """
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_large_traces_decoding_workers_are_forked_before_the_analysis_is_imported(tmp_path):
     """`analyze` forks the decoding workers first and imports pandas and the analysis while they decode
     (api.load_analysis as reading.read_events' idle): the workers carry only what decoding needs."""

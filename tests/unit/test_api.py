@@ -2,6 +2,7 @@
 
 import shutil
 
+import pytest
 from perfsleuth.api import ReportSet, analyze_path
 
 
@@ -28,6 +29,7 @@ def test_progress_is_reported_per_chunk(real_traces):
     assert len(calls) == 3  # 100k events per chunk
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_parallel_chunk_decoding_equals_sequential(real_traces, monkeypatch):
     from perfsleuth.trace import byteranges, document
     from perfsleuth.trace.model import load_trace

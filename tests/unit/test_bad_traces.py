@@ -173,6 +173,7 @@ def _one_line_proc(proc, path, problem):
     assert str(path) in proc.stderr and problem in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "trace.json"
     os.mkfifo(fifo)
@@ -246,6 +247,7 @@ def test_a_document_larger_than_memory_allows_is_refused(tmp_path, monkeypatch):
     assert LIMITS.memory_share == 0.5
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_bomb_memory_stays_small(tmp_path):
     """The process that meets a 1 GiB bomb never holds much more than the ratio bound lets out."""
     path = _bomb(tmp_path / "bomb.json.gz", lambda n: b"\0" * n, 1024)

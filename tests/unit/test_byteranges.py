@@ -127,6 +127,7 @@ def test_bad_json_in_a_range_reports_like_the_sequential_path(tmp_path, small_ra
     assert str(par.value) == str(seq.value) and "not valid JSON" in str(par.value)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("gz", [True, False])
 def test_real_trace_through_ranges_equals_sequential(real_traces, monkeypatch, tmp_path, gz):
     monkeypatch.setattr(byteranges, "MIN_BYTES", 1 << 20)
@@ -166,6 +167,7 @@ _ELEMENT = st.one_of(
 )
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @settings(max_examples=150, deadline=None)
 @given(elements=st.lists(_ELEMENT, max_size=25), after=st.dictionaries(_TRICKY, _VALUE, max_size=2),
        indent=st.sampled_from([None, 0, 2]), size=st.integers(1, 120))
@@ -242,6 +244,7 @@ except TraceError as exc:
 """
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_file_cut_short_while_it_is_read_is_bad_json_not_a_crash(tmp_path):
     import subprocess
     import sys

@@ -265,6 +265,7 @@ def test_fewer_threads_have_nothing_to_remove_when_the_threads_fit_the_free_core
 
 
 # --- a real trace: no fix is forecast slower than the work it adds -------------------------------
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_no_fix_is_slower_than_the_work_it_adds_on_a_real_trace(real_traces):
     """The A100 16-rank trace: its device work waits 145 ms of each 216 ms step for something the trace
     does not show (another rank); cuda-graphs only removes host work, so it is never forecast a slowdown

@@ -61,6 +61,7 @@ def test_the_report_holds_the_replay_check_and_the_combined_forecast(tmp_path):
     assert 0.99 * max(singles) <= combined["saving_us"] < sum(singles)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_cpus_reaches_the_worker_model_and_is_stated(tmp_path):
     trace = str(ROOT / "fixtures/traces/gpu/dataloader_bound.json.gz")
     two, eight = (analyze_json(tmp_path, trace, "--cpus", n)["findings"][0]["forecast"] for n in ("2", "8"))

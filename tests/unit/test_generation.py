@@ -72,6 +72,7 @@ def _without_properties(src, dst):
     return dst
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_v100_trace_without_properties_still_gets_amp(real_traces, tmp_path):
     """The 2020-2021 V100 traces as older exporters wrote them: volta_sgemm / volta_scudnn kernels,
     99.9 % FP32 GEMM/conv time, no deviceProperties. The kernel names say Volta; amp fires."""

@@ -47,6 +47,7 @@ def test_expected_covers_every_real_trace(real_traces):
     assert sorted(p.name for p in real_traces.glob("*.json.gz")) == sorted(EXPECTED)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_real_trace_gives_a_small_json_dict_and_never_raises(real_traces, name):
     trace, steps = _load(real_traces, name)

@@ -2,6 +2,7 @@
 
 import io
 
+import pytest
 from perfsleuth.cli import main as cli
 
 
@@ -82,6 +83,7 @@ def test_nothing_when_stdout_or_stderr_is_not_a_terminal():
     assert out.getvalue() == ""
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_each_trace_of_a_folder_is_told_as_it_finishes():
     seen = []
     result = api.analyze_path(GPU, jobs=1, on_file=lambda *a: seen.append(a))
@@ -92,6 +94,7 @@ def test_each_trace_of_a_folder_is_told_as_it_finishes():
     assert {Path(p).name: report.verdict for p, report, *_ in seen} == verdicts
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_pool_tells_every_trace_once():
     seen = []
     api.analyze_path(GPU, jobs=2, on_file=lambda *a: seen.append(a))

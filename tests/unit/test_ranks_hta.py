@@ -27,6 +27,7 @@ def reports() -> dict:
     return out
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_trace_diff_is_two_jobs_with_no_cross_rank_report(reports):
     data = reports["trace_diff"]
     assert [(r["trace"]["rank"], r["trace"]["world_size"]) for r in data["reports"]] == [(3, 8), (1, 2)]

@@ -150,6 +150,7 @@ def test_more_steps_than_bars_are_averaged_with_a_note():
     assert f"(mean of {group})" in html
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_worst_case_report_is_well_under_a_megabyte():
     html = render_html(make_report(steps=100_000, findings=500, kernels=5000, ops=5000,
                                    warnings=[f"{i} " + "w" * 10_000 for i in range(500)]))
@@ -244,6 +245,7 @@ def _ranks(n: int, **kw) -> dict:
             "reports": reports, "skipped": []}
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("n, all_full, all_sections", [(8, True, True), (64, False, True), (256, False, True),
                                                      (1000, False, False)])
 def test_every_trace_of_a_directory_is_reached_within_the_budget(n, all_full, all_sections):

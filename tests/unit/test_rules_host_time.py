@@ -275,6 +275,7 @@ def test_host_bound_real_traces_never_come_alone(real_traces, name, first):
         assert ht["statement"].split(" are ", 1)[1].startswith(first)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_every_host_bound_real_trace_is_explained(real_traces):
     for path in sorted(real_traces.glob("*.gz")):
         report = analyze_file(path).to_dict()

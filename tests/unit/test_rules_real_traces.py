@@ -47,6 +47,7 @@ def real(real_traces):
     return lambda name: _analyzed(str(real_traces / name))
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_rules_fired_on_real_traces(real, name):
     report, _ = real(name)

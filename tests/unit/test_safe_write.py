@@ -90,6 +90,7 @@ def test_a_file_written_meanwhile_by_another_process_is_not_overwritten(tmp_path
     assert listing(out) == ["report.html"] and (out / "report.html").read_text() == "theirs"
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_two_analyses_racing_for_the_same_new_folder(tmp_path):
     """Started together, over and over: one wins with a whole set, the other says so; never a mix."""
     traces = []
@@ -272,6 +273,7 @@ def test_a_name_too_long(tmp_path, trace):
     one_line(cli("analyze", trace, "--json", long), "cannot write (file name too long)")
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_real_write_failure_from_the_kernel(tmp_path, trace):
     """RLIMIT_FSIZE makes the kernel refuse a write (EFBIG) the way a full disk does (ENOSPC)."""
     out = tmp_path / "o"

@@ -181,6 +181,7 @@ def test_reports_without_phases_read_as_steady():
 V100 = ["v100_df_index_resolver.json.gz", "v100_trace_diff_test.json.gz", "v100_ns_resolution.pt.trace.json.gz"]
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("name", V100)
 def test_v100_verdicts_are_those_of_the_trace_cut_after_the_first_optimizer_step(real_traces, tmp_path, name):
     full = analyze_file(real_traces / name)
@@ -226,6 +227,7 @@ def splice_warm_up(src, dst, seconds: float = 4.5, syncs: int = 357) -> None:
         json.dump(doc, f)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_real_trace_with_seconds_of_initialisation_in_front_keeps_its_verdict(real_traces, tmp_path):
     name = "v100_ns_resolution.pt.trace.json.gz"
     splice_warm_up(real_traces / name, tmp_path / "spliced.json")

@@ -262,6 +262,7 @@ def test_communication_is_not_overlapped(traces):
 
 
 # --- realism against the real traces ------------------------------------------------------------------
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_categories_and_arg_keys_occur_in_real_traces(traces, real):
     for t in traces.values():
         for e in t["traceEvents"]:
