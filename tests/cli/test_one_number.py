@@ -9,14 +9,15 @@ import json
 import re
 import shutil
 
+import pytest
 from click.testing import CliRunner
+from clock_traces import clocked_trace, two_steps
 from perfsleuth.api import analyze_file
 from perfsleuth.cli.main import main
 from perfsleuth.render.html import render_html
 from perfsleuth.render.markdown import render_markdown
 from perfsleuth.render.terminal import render_terminal, set_index_rows
 from report_factory import make_report
-from clock_traces import clocked_trace, two_steps
 
 # a100_nccl_2ranks: its index showed `cuda-graphs (up to 4.24x)` while its report said est. 1.00x;
 # b200_eager_inference: 7.52x against 3.17x (issue 24)
@@ -29,6 +30,7 @@ def est(fc: dict, full: bool = True) -> str:
     return text + (f" ({fc['low']:.2f}–{fc['high']:.2f}×)" if full else "")
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_the_index_the_reports_and_the_json_show_the_same_number(real_traces, tmp_path):
     folder = tmp_path / "runs"
     folder.mkdir()

@@ -6,6 +6,7 @@ import pytest
 from perfsleuth.api import ReportSet, analyze_path
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_parallel_directory_equals_sequential(real_traces, tmp_path):
     names = ["mi250_rocm_minitoy.json.gz", "cpu_only_tiny.pt.trace.json.gz", "a100_cuda_event_sync.json.gz"]
     for n in names:
@@ -20,6 +21,7 @@ def test_parallel_directory_equals_sequential(real_traces, tmp_path):
     assert par.reports[0].to_dict()["trace"]["events"] > 0  # counts survive slimming
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_progress_is_reported_per_chunk(real_traces):
     calls = []
     analyze_path(real_traces / "v100_df_index_resolver.json.gz", progress=lambda d, t: calls.append((d, t)),

@@ -84,6 +84,7 @@ def _perfsleuth_kernel_totals_us(trace, steps) -> dict:
             "MEMORY": round(dur[mem].sum() / 1000, 3)}
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("name, hta_totals, own_totals, union_us", [
     ("a100_nccl_2ranks.json.gz",
      {"COMMUNICATION": 46876.0, "COMPUTATION": 115639.0, "MEMORY": 2668.0},
@@ -137,6 +138,7 @@ def test_a100_nccl_details(real_traces):
         "short_kernels": 2026, "runtime_outliers": 1, "launch_delay_outliers": 266}
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_mi300_and_h100_do_not_crash(real_traces):
     # HTA's own parser raises TypeError on the MI300 trace, and its temporal breakdown an AssertionError
     # on the H100 one (docs/hta.md); the adapter never runs HTA's parser.

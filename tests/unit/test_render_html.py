@@ -219,6 +219,7 @@ def test_report_set_renders_an_index_and_each_report_with_unique_ids():
     assert "Each trace below, collapsed: 2 with the full report." in html
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("name", ["sampled_rank0_of128.json.gz", "a100_trace_diff_control.json.gz"])
 def test_real_trace_report(real_traces, name):
     """A real trace end to end: the 1.8 MB sampled trace and the 35 MB one both give pages far under 1 MB."""

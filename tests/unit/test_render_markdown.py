@@ -6,6 +6,7 @@ Tables are checked twice: by counting unescaped pipes, and through GitHub's rend
 import re
 
 import cmarkgfm
+import pytest
 from cmarkgfm.cmark import Options
 from perfsleuth.render.markdown import MAX_CHARS, render_markdown
 from report_factory import make_hostile_report, make_report
@@ -175,6 +176,7 @@ def test_a_directorys_summary_shows_paths_inside_it_not_the_machines(tmp_path, m
     assert "<sub>trace `repo/prof/logs/rank0.json.gz` ·" in render_markdown(reports[0])
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_real_trace_summary(real_traces):
     from perfsleuth.api import analyze_path
     from perfsleuth.report.escape import md_text

@@ -283,6 +283,7 @@ def test_flows_have_the_real_shape(traces):
             assert f.get("bp") == ("e" if f["ph"] == "f" else None)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_metadata_and_top_level_have_the_real_shape(traces, real):
     for t in traces.values():
         meta = [e for e in t["traceEvents"] if e["ph"] == "M"]
@@ -293,6 +294,7 @@ def test_metadata_and_top_level_have_the_real_shape(traces, real):
         assert t["deviceProperties"][0]["computeMajor"] == 8 and t["deviceProperties"][0]["numSms"] == 108
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_names_follow_the_real_patterns(traces, real):
     gen = collections.defaultdict(set)
     for t in traces.values():
@@ -313,6 +315,7 @@ def test_names_follow_the_real_patterns(traces, real):
     assert all(any(re.fullmatch(p, n) for n in real["names"]["python_function"]) for p in PY_PATTERNS)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_runtime_callback_ids_match_the_real_ones(traces, real):
     for t in traces.values():
         for e in complete(t, ("cuda_runtime",)):
