@@ -27,7 +27,7 @@ def __getattr__(name):  # lazy: keep `import perfsleuth` cheap (no pandas until 
 
         return load_trace
     if name == "profile":  # needs torch, imported only when profiling starts
-        from .commands.profile import profile
+        from .record.profile import profile
 
         return profile
     raise AttributeError(name)

@@ -6,7 +6,6 @@ import importlib
 import logging
 import os
 import re
-import stat
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from .config import Config
 from .errors import TraceError, UsageError
 from .trace.hugepages import without_huge_pages
-from .trace import cluster, reading, sources
+from .trace import cluster, paths, reading, sources
 
 if TYPE_CHECKING:
     from .report.model import Report, ReportSet
@@ -25,10 +24,10 @@ log = logging.getLogger(__name__)
 
 # What analysing a trace imports (pandas with the stages): imported by load_analysis, so that a large
 # trace's decoding workers are forked without it while this process imports it (analyze_file).
-ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "analysis.ranks", "analysis.steps",
-                    "analysis.tables", "analysis.verdict", "report.model", "engine.catalog", "engine.evaluate",
-                    "engine.explain", "engine.forecast", "engine.reconsider", "facts.core", "facts.forecasting",
-                    "facts.stacks", "analysis.forecast")
+ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "analysis.ranks.summary",
+                    "analysis.steps", "analysis.tables", "analysis.verdict", "report.model", "engine.catalog",
+                    "engine.evaluate", "engine.explain", "engine.forecast", "engine.reconsider", "facts.core",
+                    "facts.forecasting", "facts.stacks", "analysis.forecast.forecaster")
 
 
 def load_analysis() -> None:
@@ -58,7 +57,7 @@ def analyze_trace(trace: Trace, config: Optional[Config] = None) -> Report:
 
 def _analyze(trace: Trace, config: Config) -> Report:
     from .analysis.attribution import attribute
-    from .analysis.ranks import summarize_rank
+    from .analysis.ranks.summary import summarize_rank
     from .analysis.steps import find_steps
     from .analysis.tables import time_share, top_kernels, top_ops
     from .analysis.verdict import decide, degree, verdict_text
@@ -168,7 +167,7 @@ def _join_lines(report: Report, rules: list, facts, companion) -> None:
 def forecast_fix(path: Union[str, os.PathLike], model: str, params: Optional[dict] = None,
                  config: Optional[Config] = None) -> dict:
     """The forecast of one fix on one trace file, whether or not a rule fired: `model` is a forecast
-    model (`perfsleuth.analysis.forecast.MODELS`, e.g. "dataloader-workers"), `params` sets the fix
+    model (`perfsleuth.analysis.forecast.forecaster.MODELS`, e.g. "dataloader-workers"), `params` sets the fix
     where the model allows it ({"workers": 1}). The finding's `forecast` object (docs/schema.md)."""
     from .analysis.attribution import attribute
     from .analysis.steps import find_steps
@@ -281,13 +280,6 @@ def _alone(path: Path, config: Optional[Config]) -> tuple:
             return None, "the process analysing it died (out of memory?)"
 
 
-def _is_dir(p: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(p).st_mode)
-    except OSError:
-        return False  # reading it as a file says what is wrong
-
-
 def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
                  jobs: Optional[int] = None, scheduler: Optional[str] = None,
@@ -301,22 +293,11 @@ def analyze_path(path: Union[str, os.PathLike], config: Optional[Config] = None,
     trace/cluster.py). Paths may be fsspec URLs (s3://, gs://, hdfs://, memory://, ...: trace/sources.py).
     `on_file`: called as each file of a directory finishes (see _fan_out), for progress."""
     cluster.check_scheduler(scheduler)
-    path = sources.local_path(os.fspath(path))
-    unlisted: list = []
-    if sources.is_url(path):
-        files = sources.find_url_traces(path)
-        if files is None:
-            return analyze_file(path, config, progress, 1)
-    else:
-        path = Path(path)
-        if not _is_dir(path):
-            return analyze_file(path, config, progress, capped_jobs(jobs))
-        from .trace.model import scan_trace_files
-
-        files, unlisted = scan_trace_files(path)
-    if not files and not unlisted:
-        raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
-    return analyze_files(files, config, jobs, scheduler, root=str(path), unlisted=unlisted, on_file=on_file)
+    named = paths.named_files(path)  # which files the path names (trace/paths.py)
+    if named.file is not None:
+        return analyze_file(named.file, config, progress, 1 if named.remote else capped_jobs(jobs))
+    return analyze_files(named.files, config, jobs, scheduler, root=str(named.root), unlisted=named.unlisted,
+                         on_file=on_file)
 
 
 def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Optional[int] = None,
@@ -324,8 +305,8 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
                   on_file: Optional[OnFile] = None) -> Union[Report, ReportSet]:
     """Several trace files (the ranks of one job, usually): one slim Report each, read in parallel
     (see analyze_path for `jobs` and `scheduler`), grouped into jobs by what the traces say
-    (analysis/jobs.py), and a cross-rank report over each job of two or more traces
-    (analysis/crossrank.py, analysis/stragglers.py); why traces were split or left out is in the set's
+    (analysis/ranks/jobs.py), and a cross-rank report over each job of two or more traces
+    (analysis/ranks/collectives.py, analysis/ranks/stragglers.py); why traces were split or left out is in the set's
     warnings.
     `unlisted`: (folder, problem) of folders that could not be listed, reported as skipped."""
     from .report.model import ReportSet
@@ -347,8 +328,8 @@ def analyze_files(files: Sequence, config: Optional[Config] = None, jobs: Option
         raise TraceError(root, f"no readable trace in the directory (first: {first[0]}: {first[1]})")
     if len(result.reports) == 1 and not result.skipped:
         return result.reports[0]
-    from .analysis.jobs import group_jobs  # the cross-rank analysis: only for several traces
-    from .analysis.stragglers import analyze_ranks
+    from .analysis.ranks.jobs import group_jobs  # the cross-rank analysis: only for several traces
+    from .analysis.ranks.stragglers import analyze_ranks
 
     config = config or Config()
     summaries = [r.rank_summary for r in result.reports]

@@ -32,21 +32,21 @@ class Config:
     # HolisticTraceAnalysis's kernel / idle-time / launch analyses on the parsed trace (docs/hta.md).
     # Opt-in: it adds 25-45 % to a run and needs the `hta` extra.
     hta: bool = False
-    # Cross-rank analysis (analysis/stragglers.py, docs/ranks.md): a rank is a straggler, and the job
+    # Cross-rank analysis (analysis/ranks/stragglers.py, docs/ranks.md): a rank is a straggler, and the job
     # straggler-bound, when the other ranks wait for it this share of the job's step time or more and
     # it spends this share more than the median rank outside communication (a rank that is last by
     # the chance order of arrival has no such excess). Communication-bound uses
     # material_share["communication"] on the critical rank's exposed communication.
     straggler_share: float = 0.10
-    # ... and only when it arrives last consistently (analysis/arrivals.py): last in more than half of
+    # ... and only when it arrives last consistently (analysis/ranks/who_arrives_last.py): last in more than half of
     # the matched collectives, with a mean lateness per step above this many standard deviations of
     # its lateness across the steps. Otherwise the arrivals alternate: jitter, not a straggler.
     straggler_noise: float = 1.0
     # Traces of one job overlap in time up to the clock offset between their hosts; a larger offset
-    # (from their windows, or from matching their collectives) means they are not one job (analysis/jobs.py).
+    # (from their windows, or from matching their collectives) means they are not one job (analysis/ranks/jobs.py).
     max_clock_offset_s: float = 60.0
     # A send and its recv without a named peer pair by end time: within this share of the shorter
-    # duration on the aligned clocks, and only when each is the other's only candidate (analysis/p2p.py).
+    # duration on the aligned clocks, and only when each is the other's only candidate (analysis/ranks/p2p.py).
     p2p_end_tolerance: float = 0.10
     # Cores of the machine a trace was recorded on, for forecasts about DataLoader workers and threads
     # (`analyze --cpus N`); None: what `perfsleuth run` recorded in the trace, else unknown and said so.

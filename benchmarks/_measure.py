@@ -15,7 +15,7 @@ import tempfile
 
 
 def perfsleuth(path):
-    from perfsleuth.commands.cli import main
+    from perfsleuth.cli.main import main
 
     main(["analyze", path], standalone_mode=False)
 

@@ -1,5 +1,5 @@
 """The fixes whose forecasts are checked against a measurement (benchmarks/fix_verification.py,
-tests/test_accuracy.py): the CPU programs with the flag of their fix, and the GPU before/after pairs
+tests/e2e/test_accuracy.py): the CPU programs with the flag of their fix, and the GPU before/after pairs
 of the trace simulator.
 
 A forecast is right when it lies within 0.67x-1.5x of the measured speed-up; a fix that does not
@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "fixtures" / "scripts" / "cpu"
-RECORDED = ROOT / "fixtures" / "accuracy"  # before traces and measurements, for tests/test_accuracy.py
+RECORDED = ROOT / "fixtures" / "accuracy"  # before traces and measurements, for tests/e2e/test_accuracy.py
 LOW, HIGH = 0.67, 1.5
 NO_HELP, NO_HELP_FORECAST = 1.1, 1.2
 

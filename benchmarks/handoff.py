@@ -1,5 +1,5 @@
 """What a DataLoader worker process costs per batch, beside the Dataset's own work: the constants of
-the worker model (perfsleuth/analysis/fc_loader.py).
+the worker model (perfsleuth/analysis/forecast/models/loader.py).
 
 For each per-sample Python workload (PythonHeavyDataset tokens) and number of tensors per batch, a
 loop only takes batches -- in-process (num_workers=0), then from one worker -- interleaved, `--repeats`

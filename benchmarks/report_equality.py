@@ -2,12 +2,16 @@
 
     python benchmarks/report_equality.py dump OUT [PATH ...]   # report.json of each trace / rank folder
     python benchmarks/report_equality.py compare OLD NEW       # every difference, path by path
+    python benchmarks/report_equality.py rendered OUT [PATH ...]   # also the terminal text, HTML, Markdown
 
 `dump` analyses (in this interpreter, so run it with the version to check: a venv with the old code,
 then one with the new) every trace under fixtures/traces (stacks companions are
 read through their main trace, not on their own) and every folder of rank traces, one worker, and
 writes each report dict as JSON. Fields that hold timings of the analysis itself would be left out
 (TIMING); report@1 has none today. `compare` lists every value that differs; exit 1 when any does.
+`rendered` dumps as `dump` does and writes beside each report its terminal text (.term), HTML page
+(.html) and Markdown summary (.md), which `compare` compares byte for byte: a move of the renderers
+(issue 34) must change none of them. Paths of the checkout read `<checkout>` in every file.
 """
 
 from __future__ import annotations
@@ -41,9 +45,30 @@ def clean(obj):
     return obj
 
 
-def dump(out: Path, paths: list) -> None:
+def _renderers() -> dict:
+    """The renderers of the version imported: render/ since issue 34, report/ before."""
+    import importlib
+
+    def pick(attr: str, *modules: str):
+        for m in modules:
+            try:
+                return getattr(importlib.import_module(m), attr)
+            except ImportError:
+                continue
+        raise ImportError(attr)
+
+    term = pick("render_terminal", "perfsleuth.render.terminal", "perfsleuth.report.terminal")
+    term_set = pick("render_terminal_set", "perfsleuth.render.terminal", "perfsleuth.report.terminal")
+    files = pick("_RENDERERS", "perfsleuth.render.outputs", "perfsleuth.report.outputs")
+    return {"term": lambda d: term_set(d) if "reports" in d else term(d), "html": files["html"],
+            "md": files["markdown"]}
+
+
+def dump(out: Path, paths: list, rendered: bool = False) -> None:
     from perfsleuth.api import analyze_path
     from perfsleuth.errors import TraceError
+
+    renderers = _renderers() if rendered else {}
 
     out.mkdir(parents=True, exist_ok=True)
     for p in targets(paths):
@@ -57,6 +82,10 @@ def dump(out: Path, paths: list) -> None:
         # each version's checkout in its own folder: the fixtures' paths compare as <checkout>/fixtures/...
         text = text.replace(json.dumps(str(HERE.parent))[1:-1], "<checkout>")
         (out / f"{name}.json").write_text(text)
+        for kind, render in renderers.items():
+            if "error" not in data:
+                page = render(result.to_dict()).replace(str(HERE.parent), "<checkout>")
+                (out / f"{name}.{kind}").write_text(page)
         print(name, flush=True)
 
 
@@ -74,6 +103,12 @@ def differences(a, b, where: str = "") -> list:
 def compare(old: Path, new: Path) -> int:
     names = sorted({p.name for p in old.glob("*.json")} | {p.name for p in new.glob("*.json")})
     bad = 0
+    pages = sorted({p.name for d in (old, new) for p in d.glob("*") if p.suffix in (".term", ".html", ".md")})
+    for n in pages:
+        same = (old / n).exists() and (new / n).exists() and (old / n).read_bytes() == (new / n).read_bytes()
+        if not same:
+            print(f"{n}: the rendered text differs (or is only in one)")
+            bad += 1
     for n in names:
         if not (old / n).exists() or not (new / n).exists():
             print(f"{n}: only in {'new' if (new / n).exists() else 'old'}")
@@ -83,13 +118,14 @@ def compare(old: Path, new: Path) -> int:
         bad += bool(diffs)
         for d in diffs:
             print(f"{n}: {d}")
-    print(f"{len(names)} reports, {len(names) - bad} identical, {bad} different")
+    print(f"{len(names)} reports and {len(pages)} rendered texts, {len(names) + len(pages) - bad} identical, "
+          f"{bad} different")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "dump":
-        dump(Path(sys.argv[2]), sys.argv[3:])
+    if len(sys.argv) >= 3 and sys.argv[1] in ("dump", "rendered"):
+        dump(Path(sys.argv[2]), sys.argv[3:], rendered=sys.argv[1] == "rendered")
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

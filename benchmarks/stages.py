@@ -26,14 +26,14 @@ STAGES = {
     "rule catalogue (load)": ["engine.catalog:load_catalog"],
     "facts": ["facts.core:compute_facts"],
     "stacks companion": ["facts.stacks:Companion.join_dtypes", "facts.stacks:Companion.join_lines"],
-    "forecasts: timeline + first replays": ["analysis.forecast:Forecaster.__init__"],
-    "forecasts: findings' replays": ["analysis.forecast:Forecaster.forecast"],
+    "forecasts: timeline + first replays": ["analysis.forecast.forecaster:Forecaster.__init__"],
+    "forecasts: findings' replays": ["analysis.forecast.forecaster:Forecaster.forecast"],
     "forecasts: combined": ["engine.forecast:report_forecast"],
     "rules (conditions, templates)": ["engine.evaluate:evaluate", "engine.evaluate:not_checked",
                                       "engine.evaluate:evaluate_rule"],
     "verdict check, host time": ["engine.reconsider:reconsider", "engine.explain:host_time"],
-    "rank summary": ["analysis.ranks:summarize_rank"],
-    "report (to_dict, terminal text)": ["report.model:Report.to_dict", "report.terminal:render_terminal"],
+    "rank summary": ["analysis.ranks.summary:summarize_rank"],
+    "report (to_dict, terminal text)": ["report.model:Report.to_dict", "render.terminal:render_terminal"],
 }
 
 _RUN = r"""
@@ -92,7 +92,7 @@ with without_huge_pages():
     t3 = time.perf_counter()
     report = api.analyze_trace(trace)
     t4 = time.perf_counter()
-    from perfsleuth.report.terminal import render_terminal
+    from perfsleuth.render.terminal import render_terminal
     render_terminal(report.to_dict())
     t5 = time.perf_counter()
 print(json.dumps({"imports": t1 - t0, "read+decode": t2 - t1, "assemble": t3 - t2, "analysis": t4 - t3,

@@ -2,7 +2,7 @@
 table, and the writer that replaces only the section between its markers (fix_verification.py, which
 writes the rest of the file, keeps that section as it finds it).
 
-No torch, no perfsleuth: tests/test_unseen_bench.py checks these on fixed numbers.
+No torch, no perfsleuth: tests/e2e/test_unseen_bench.py checks these on fixed numbers.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def forecast_right(forecast: float, measured: float) -> bool:
 def rule_record(docs: list) -> dict:
     """{rule: {"checked", "right", "missed": [program, ...]}}: every finding of every (non-smoke) run whose forecast
     and `--verify` measurement are both numbers, judged by `forecast_right`. analyzer/engine/unseen_record.py holds
-    it for the committed results (tests/test_unseen_bench.py checks that it does)."""
+    it for the committed results (tests/e2e/test_unseen_bench.py checks that it does)."""
     record: dict = {}
     for doc in docs:
         if doc.get("smoke"):

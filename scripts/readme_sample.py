@@ -7,7 +7,7 @@ catalogue's. Regenerate them, or check them.
 The sample is README.md's first fenced block that starts with `$ perfsleuth `; its first line is the
 command, run here from the repository root with this interpreter (`python -m perfsleuth ...`). The
 comparison ignores what legitimately varies between runs of the same code on the same trace: trailing
-spaces (the terminal pads its table) and the version in the header line. tests/test_readme.py runs
+spaces (the terminal pads its table) and the version in the header line. tests/e2e/test_readme.py runs
 the check.
 """
 

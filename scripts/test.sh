@@ -15,7 +15,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 
 # A C++ compiler and Python's headers: torch.compile's inductor builds its CPU kernels with them
-# (tests/test_compile_run.py compiles real programs).
+# (tests/e2e/test_compile_run.py compiles real programs).
 if ! command -v g++ >/dev/null 2>&1 || \
    ! python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))'; then
   $SUDO apt-get update -qq

@@ -20,10 +20,25 @@ def _not_on_ci(monkeypatch):
 
 
 ROOT = Path(__file__).resolve().parent.parent
-# fixtures/ (synthetic trace generator, scenario scripts) and tests/ helpers import from the checkout.
-for p in (ROOT, ROOT / "tests"):
+# fixtures/ (synthetic trace generator, scenario scripts) and tests/helpers/ (the builders and corpora tests
+# share) import from the checkout.
+for p in (ROOT, ROOT / "tests" / "helpers"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
+
+# Tests live by kind (tests/README.md): unit/ and cli/ are the inner loop; e2e/ (real torch runs, --verify,
+# wheels, the action, a browser, Dask, compile, fuzzing, the bad-input corpus through fresh processes) is
+# marked `slow`, so `pytest -m "not slow"` leaves it out. The marker is registered in pyproject.toml
+# (--strict-markers refuses an unregistered one).
+SLOW_FOLDERS = ("e2e",)
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = ROOT / "tests"
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if parts and parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
 # The real GPU and CPU traces of other projects (HTA, TraceLens) the tests read: in the repository, so that a
 # plain clone runs every test (fixtures/traces/real/README.md gives each file's source, licence and device).
@@ -43,7 +58,7 @@ def shared_traces(real_traces) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the accuracy table of the bottleneck zoo when tests/test_accuracy.py ran."""
+    """Print the accuracy table of the bottleneck zoo when tests/e2e/test_accuracy.py ran."""
     mod = sys.modules.get("test_accuracy")
     rows = getattr(mod, "RESULTS", None)
     if not rows:

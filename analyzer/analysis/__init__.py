@@ -4,5 +4,6 @@ and the verdict.
 `steps` finds the training iterations; `attribution` gives every nanosecond of every step to one
 category with vectorised interval arithmetic (`intervals`); `tables` ranks kernels and ops; `verdict`
 turns the category shares into one verdict. `hta_adapter` runs HolisticTraceAnalysis's analyses on
-the same parsed trace. Numbers only: nothing here knows about rules or rendering.
+the same parsed trace. `forecast/` replays steps with a fix applied; `ranks/` works across ranks.
+Numbers only: nothing here knows about rules or rendering.
 """

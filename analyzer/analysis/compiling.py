@@ -255,7 +255,7 @@ def ids_in(c: Compiling, start: int, end: int) -> list:
 def compiling_unprofiled(run_metadata, phase: str = "wait") -> list:
     """Per unprofiled step of `perfsleuth.clock` in `phase` (`wait`: its `unprofiled_us`, `after`: its
     `after_us`, in order): whether torch.compile compiled in it, from the `compile` section `perfsleuth run`
-    records (commands/compile_facts.py); [] for other traces."""
+    records (record/compile_facts.py); [] for other traces."""
     section = run_metadata.get("compile") if isinstance(run_metadata, dict) else None
     steps = section.get("steps") if isinstance(section, dict) else None
     values = steps.get(phase) if isinstance(steps, dict) else None

@@ -1,6 +1,6 @@
 """Loops of short ops in a step, and whether their iterations are independent (what batching needs).
 
-Shared by the `batched-ops` forecast model (fc_batched.py) and the `tiny_ops_*` facts (facts/ops.py),
+Shared by the `batched-ops` forecast model (analysis/forecast/models/batched.py) and the `tiny_ops_*` facts (facts/ops.py),
 so that a finding and its forecast speak of the same loops.
 
 A run is a stretch of one step's top-level ops (one thread, time order) made only of ops whose kind is

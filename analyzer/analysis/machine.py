@@ -1,6 +1,6 @@
 """What the host machine was, for forecasts about worker processes and threads.
 
-A trace does not say how many cores were free. `perfsleuth run` records it (commands/run_facts.py,
+A trace does not say how many cores were free. `perfsleuth run` records it (record/trace_metadata.py,
 read back as `Trace.run_metadata`): the usable cores, a capacity probe (the CPU time k busy
 processes got at the start of the run), the CPU share the main thread and the DataLoader got over
 the active window, torch's threads and each loader's settings. `analyze --cpus N` supplies the core
@@ -74,7 +74,7 @@ class Machine:
 
 def others_load(run_metadata: dict) -> Optional[dict]:
     """Other processes' CPU use over the recorded window, as `run` measured it (Linux: /proc/stat, less this
-    process tree; commands/run_facts.py): {"others_cores", "own_cores", "cpus" (the CPUs counted: this run's
+    process tree; record/trace_metadata.py): {"others_cores", "own_cores", "cpus" (the CPUs counted: this run's
     affinity), "machine_cpus", "resolution" (± cores: one clock tick per CPU over the window)}; None when
     it was not recorded."""
     cpu = run_metadata.get("cpu") if isinstance(run_metadata, dict) else None

@@ -2,7 +2,7 @@
 (docs/run.md#measurement).
 
 `perfsleuth run` and `profile()` time every step with a cheap clock, wall and process CPU time and (Linux)
-the stepping thread's time in the run queue, and record the times in the trace (`perfsleuth.clock`, commands/step_clock.py): the `wait` steps run before the
+the stepping thread's time in the run queue, and record the times in the trace (`perfsleuth.clock`, record/step_clock.py): the `wait` steps run before the
 profiler starts and the `after` steps right after the recorded window (together, the unprofiled steps),
 the `active` steps are the recorded ones. Here they become
 
@@ -15,7 +15,7 @@ the `active` steps are the recorded ones. Here they become
 with summary = {median, mad, p90, n, values}: the noise is the median absolute deviation, as pyperf reports
 it, and "beyond noise" means further apart than `k_noise` robust sigmas (1.4826 MAD) and a share of the
 median. Unprofiled steps in which torch.compile compiled are left out (`unprofiled_compile_steps` says how
-many; `run` records them: commands/compile_facts.py), and so are leading steps of each unprofiled half that are
+many; `run` records them: record/compile_facts.py), and so are leading steps of each unprofiled half that are
 far slower than the rest, with the rule of the steady state (`phases.py`); profiled steps count when their
 ProfilerStep is steady in the trace.
 

@@ -7,7 +7,7 @@ from ..config import STALL_CATEGORIES, Config
 VERDICTS = ("dataloader-bound", "kernel-bound", "sync-bound", "transfer-bound", "host-bound",
             "communication-bound", "device-unread")
 UNREAD = "device-unread"  # the trace launches device work it holds no activity of (trace/devices.py): no verdict
-# The job verdict of one job's ranks when a rank holds the others up (analysis/stragglers.py, docs/ranks.md).
+# The job verdict of one job's ranks when a rank holds the others up (analysis/ranks/stragglers.py, docs/ranks.md).
 STRAGGLER_BOUND = "straggler-bound"
 
 

@@ -70,8 +70,8 @@ def environment():
 def registries() -> tuple:
     """(fact names, forecast model names) a user's rule may name; imported only to check such a rule
     (they load the facts' providers and the forecast models: numpy, pandas)."""
-    from ..analysis.fc_compile import WINDOW_MODELS
-    from ..analysis.forecast import MODELS
+    from ..analysis.forecast.models.compile import WINDOW_MODELS
+    from ..analysis.forecast.forecaster import MODELS
     from ..facts.core import FACTS
 
     return FACTS, {**MODELS, **dict.fromkeys(WINDOW_MODELS)}
@@ -101,7 +101,7 @@ class Rule:
     requires: tuple = ()  # names in facts.core.REQUIREMENTS: facts the rule needs to be checked at all
     applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
     cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
-    forecast: str = ""  # the forecast model (analysis/forecast.py MODELS) of the fix; "" = no forecast
+    forecast: str = ""  # the forecast model (analysis/forecast/forecaster.py MODELS) of the fix; "" = no forecast
 
     @functools.cached_property
     def compiled(self) -> "_Compiled":
@@ -221,7 +221,7 @@ def _check_names(where: str, what: str, source: str, allowed: set, template: boo
 
 
 def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
-    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/test_engine.py holds
+    """A Rule from its TOML table. `check=False` (the built-in catalog, which tests/unit/test_engine.py holds
     to every check) skips parsing each expression and template for unknown names and forbidden
     constructs, and compiles them when first used: that took 0.3 s of every analysis. It also skips the
     checks against the fact and forecast model registries (which load numpy and pandas): `perfsleuth

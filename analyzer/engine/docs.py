@@ -19,7 +19,7 @@ RULE_LIST_BEGIN = "<!-- BEGIN GENERATED: rule list (python scripts/readme_sample
 
 def rule_list(rules: list) -> str:
     """The README's list of the catalogue's rules, by category in report order (scripts/readme_sample.py writes
-    it between RULE_LIST_BEGIN and GENERATED_END; tests/test_readme.py checks it)."""
+    it between RULE_LIST_BEGIN and GENERATED_END; tests/e2e/test_readme.py checks it)."""
     by: dict = {}
     for r in rules:
         by.setdefault(r.category, []).append(r.slug)
@@ -129,7 +129,7 @@ def catalog_markdown(rules: list) -> str:
 
 
 def _window_models() -> dict:
-    """torch.compile's forecast models (analysis/fc_compile.py: light, numpy only inside a model)."""
-    from ..analysis.fc_compile import WINDOW_MODELS
+    """torch.compile's forecast models (analysis/forecast/models/compile.py: light, numpy only inside a model)."""
+    from ..analysis.forecast.models.compile import WINDOW_MODELS
 
     return WINDOW_MODELS

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from jinja2 import Undefined
 
-from ..analysis.forecast import no_forecast
+from ..analysis.forecast.withheld import no_forecast
 from ..facts.core import REQUIREMENTS, Facts
 from ..report import numbers
 from . import unseen_record

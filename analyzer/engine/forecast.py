@@ -11,8 +11,9 @@ import logging
 from typing import Callable, Optional
 
 from ..analysis import intervals as iv
-from ..analysis.fc_compile import WINDOW_MODELS, window_forecast
-from ..analysis.forecast import Forecaster, no_forecast
+from ..analysis.forecast.models.compile import WINDOW_MODELS, window_forecast
+from ..analysis.forecast.forecaster import Forecaster
+from ..analysis.forecast.withheld import no_forecast
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ COMBINED_TOP = 3  # fixes in the combined forecast
 
 
 class Forecasts:
-    """The forecaster of one analysis, made on first use. Models that are not replays (analysis/fc_compile.py:
+    """The forecaster of one analysis, made on first use. Models that are not replays (analysis/forecast/models/compile.py:
     torch.compile's fixes act where the steady steps are not) are answered from the facts."""
 
     def __init__(self, make: Callable[[], Forecaster], step_us: float, facts=None):

@@ -1,4 +1,4 @@
-"""Findings with a measured fix (`perfsleuth run --verify`, commands/verify*.py): the measurement becomes
+"""Findings with a measured fix (`perfsleuth run --verify`, verify/*.py): the measurement becomes
 the finding's number, its severity and its rank (report/numbers.py: one number per finding).
 
 `apply_verified(findings, verified_by_rule)` sets `finding["verified"]` with the note its speed-up calls

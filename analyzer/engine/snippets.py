@@ -1,7 +1,7 @@
 """A finding's fix snippet set to the setting a forecast advises or `--verify` measured fastest
 (issue 40): the rule renders its snippet with the free cores' worker count (facts:
 `dataloader_workers_suggested`); the forecast may advise another count
-(analysis/fc_loader.advised_workers), and `run --verify` measures several. Plain text edits of
+(analysis/forecast/models/loader.advised_workers), and `run --verify` measures several. Plain text edits of
 `key=N` in the rendered snippet; the snippet says which number it shows."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def best_setting_snippet(fix: str, verified: dict) -> str:
 
 
 def forecast_setting_snippet(fix: str, forecast: dict) -> str:
-    """The fix's snippet with the worker count its forecast advises (analysis/fc_loader.
+    """The fix's snippet with the worker count its forecast advises (analysis/forecast/models/loader.
     advised_workers: the best forecast of the counts compared, which may not be the free cores'
     count the snippet was written with), or a line saying that no count forecasts a gain."""
     said = str(((forecast or {}).get("assumptions") or {}).get("workers") or "")

@@ -7,7 +7,7 @@ A forecast of a rule that missed there is still shown, but it rates its finding 
 `--verify` as the way to know (report/numbers.forecast_severity; report/figures.number_text): on those programs the worker and
 thread models, right on every fitted fixture, forecast 1.5-2.3x for fixes that measured 0.59-1.11x.
 
-Written from the results by `benchmarks/unseen_report.rule_record`; tests/test_unseen_bench.py checks that this is
+Written from the results by `benchmarks/unseen_report.rule_record`; tests/e2e/test_unseen_bench.py checks that this is
 what the committed results give. Data, no imports.
 """
 

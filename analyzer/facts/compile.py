@@ -9,7 +9,7 @@ Two populations of steps, said in each fact's meaning:
 
 From the trace alone (analysis/compiling.py) for any trace recorded with torch >= 2.5; what a trace cannot
 show (why dynamo recompiled, why graphs broke, the recompile limit, which unprofiled steps compiled) comes
-from the `compile` section `perfsleuth run` records (commands/compile_facts.py), `compile_live` says whether
+from the `compile` section `perfsleuth run` records (record/compile_facts.py), `compile_live` says whether
 there is one.
 """
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.attribution import CATEGORIES, Breakdown
-from ..analysis.own import own_ns
+from ..analysis.perfsleuth_spans import own_ns
 from ..analysis.phases import PARTIAL, WARMUP
 from ..analysis.steps import Steps
 from ..trace.model import KERNEL, Trace

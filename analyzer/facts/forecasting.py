@@ -13,9 +13,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..analysis.forecast import Forecaster
+from ..analysis.forecast.forecaster import Forecaster
 from ..analysis.machine import machine_facts
-from ..analysis.timeline import Timeline
+from ..analysis.forecast.timeline import Timeline
 from .common import Context
 from .device import _map_categories, dtype_from_name, gemm_dtypes, kernel_family
 

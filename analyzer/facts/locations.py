@@ -16,7 +16,7 @@ first decorator), except frames that were already running when tracing started: 
 they were executing at that moment (in a training loop, usually the `prof.step()` or
 `optimizer.step()` line that started the profiler). Every location says which (`line_kind`:
 "function" or "running"). The optimizer findings' locations come from the run instead, when it recorded
-them (commands/code_sites.py): where the optimizer was constructed ("construction") and where the user's
+them (record/code_sites.py): where the optimizer was constructed ("construction") and where the user's
 code calls its `zero_grad` ("call").
 """
 
@@ -61,7 +61,7 @@ def parse_frame(name: str):
 
 
 def _own_relative(path: str) -> bool:
-    """A path the profiler shortened to the folder perfsleuth's package sits in (`analyzer/commands/run.py`
+    """A path the profiler shortened to the folder perfsleuth's package sits in (`analyzer/record/session.py`
     from an editable checkout: the stacks window records perfsleuth's own step hooks)."""
     own = _OWN_DIR.rstrip("/")
     return path.startswith(os.path.basename(own) + "/") and os.path.isfile(os.path.join(os.path.dirname(own), path))

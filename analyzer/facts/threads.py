@@ -1,7 +1,7 @@
 """Facts about CPU threads and cores: how many threads the run wants against the cores it has.
 
 From a `perfsleuth run` / `perfsleuth.profile()` trace these are recorded facts (`Trace.run_metadata`,
-see commands/run_facts.py): cores available to the process, torch's intra-op threads, DataLoader
+see record/trace_metadata.py): cores available to the process, torch's intra-op threads, DataLoader
 workers, ranks on the node. Each DataLoader worker runs one busy thread (torch sets one intra-op
 thread in workers); the main process runs torch's intra-op pool while it computes on the CPU, and
 one thread that launches kernels when a GPU computes. From any other trace only a symptom is left:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis.fc_loader import suggested_workers
+from ..analysis.forecast.models.loader import suggested_workers
 from ..analysis.machine import machine_facts
 from ..trace.model import ANNOTATION, CPU_OP
 from ..trace.names import is_dataloader, name_mask
@@ -37,7 +37,7 @@ THREAD_FACTS = {
                        "'' otherwise)"),
     "loader_collate_fn": ("text", "its collate_fn ('' when not recorded)"),
     "dataloader_workers_suggested": ("count", "the DataLoader worker count the fix suggests and forecasts "
-                                     "(analysis/fc_loader.py suggested_workers): min(8, free cores), at least one "
+                                     "(analysis/forecast/models/loader.py suggested_workers): min(8, free cores), at least one "
                                      "more than now; free cores: the cores less what other processes kept busy, "
                                      "when recorded, rounded to the nearest core; 4 when the "
                                      "cores are unknown (the forecast may advise another count: "

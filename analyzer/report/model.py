@@ -15,7 +15,7 @@ import numpy as np
 
 from ..analysis.attribution import Breakdown
 from ..analysis.measurement import measure
-from ..analysis.ranks import RankSummary
+from ..analysis.ranks.summary import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
 from ..analysis.tables import us as _us
@@ -47,7 +47,7 @@ class Report:
     not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
     host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement
     generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
-    # What the cross-rank analysis needs from this rank (analysis/ranks.py); survives slim().
+    # What the cross-rank analysis needs from this rank (analysis/ranks/summary.py); survives slim().
     rank_summary: Optional[RankSummary] = None
 
     def slim(self) -> "Report":
@@ -193,7 +193,7 @@ class ReportSet:
     skipped: list = field(default_factory=list)  # (path, problem) of files that were not traces
     # analysis.stragglers.CrossRank of the one job the traces form (docs/ranks.md), else None
     cross: Optional[Any] = None
-    jobs: list = field(default_factory=list)  # a CrossRank per job of 2+ traces (analysis/jobs.py)
+    jobs: list = field(default_factory=list)  # a CrossRank per job of 2+ traces (analysis/ranks/jobs.py)
     warnings: list = field(default_factory=list)  # why traces were split into jobs or left out of one
 
     def to_dict(self) -> dict:

@@ -2,8 +2,8 @@
 
 A finding may carry three speed-ups, each of a different kind, and never shown as another kind:
 
-- `verified`: measured by `perfsleuth run --verify` on the user's machine (commands/verify*.py);
-- `forecast`: the steady step replayed with the fix applied (analysis/forecast.py), a hypothesis;
+- `verified`: measured by `perfsleuth run --verify` on the user's machine (verify/*.py);
+- `forecast`: the steady step replayed with the fix applied (analysis/forecast/forecaster.py), a hypothesis;
 - `ceiling`: what the fix could buy at most (the whole time it acts on): kept in the JSON, never
   printed as the finding's number, never used for its severity or its rank.
 

@@ -238,7 +238,7 @@ NO_FINDINGS = "none"
 NO_FINDINGS_WHY = "no rule fired on this trace"
 FORECAST_NOTE = ("est. = forecast: the steady step replayed with the fix applied; the range runs from its "
                  "pessimistic to its optimistic assumptions")
-# torch.compile's fixes are forecast without a replay (analysis/fc_compile.py WINDOW_MODELS; no import: renderers
+# torch.compile's fixes are forecast without a replay (analysis/forecast/models/compile.py WINDOW_MODELS; no import: renderers
 # stay light), over the recorded steps: the note says so when one of them gave a number.
 COMPILE_MODELS = ("no-recompilation", "no-compile-after-warmup", "compiled-not-eager")
 COMPILE_NOTE = "torch.compile's fixes: the recorded steps, compiling ones included, without the time the fix removes"

@@ -40,10 +40,10 @@ class _Args(msgspec.Struct, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
     name: Optional[str] = None  # metadata events: process / thread name
     # Collectives (record_param_comms and, in newer traces, NCCL kernels): the process group, and the
-    # collective's sequence number in it where the trace records one (analysis/ranks.py matches on them).
+    # collective's sequence number in it where the trace records one (analysis/ranks/summary.py matches on them).
     pg: Optional[str] = msgspec.field(default=None, name="Process Group Name")
     seq: int = msgspec.field(default=-1, name="Seq")
-    # Point-to-point ops (send / recv): the peer's rank in the process group (analysis/p2p.py pairs them).
+    # Point-to-point ops (send / recv): the peer's rank in the process group (analysis/ranks/p2p.py pairs them).
     dst_rank: int = msgspec.field(default=-1, name="Dst Rank")
     src_rank: int = msgspec.field(default=-1, name="Src Rank")
 
@@ -86,8 +86,8 @@ class Header(msgspec.Struct):
     schemaVersion: Any = None
     roctracer_version: Any = None
     hip_runtime_version: Any = None
-    perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (commands/run_facts.py)
-    perfsleuth_final: Any = None  # keys of `perfsleuth` as they stood when run finished the file (run_outputs.py)
+    perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (record/trace_metadata.py)
+    perfsleuth_final: Any = None  # keys of `perfsleuth` as they stood when run finished the file (record/outputs.py)
 
 
 _HEADER = msgspec.json.Decoder(Header)

@@ -83,7 +83,7 @@ class Trace:
     has_shapes: bool = False
     warnings: list = field(default_factory=list)
     # What `perfsleuth run` / `profile()` recorded about the machine and the DataLoaders (the trace's
-    # top-level `perfsleuth` object, see commands/run_facts.py, with the keys of `perfsleuth_final` that `run`
+    # top-level `perfsleuth` object, see record/trace_metadata.py, with the keys of `perfsleuth_final` that `run`
     # wrote when it finished the file after the window); {} for other traces.
     run_metadata: dict = field(default_factory=dict)
 

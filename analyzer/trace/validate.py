@@ -1,5 +1,5 @@
 """Typed schemas for the parts of a trace's top level that the analysis reads besides its events
-(which kineto.py decodes into Structs): the metadata `perfsleuth run` records (commands/run_facts.py).
+(which kineto.py decodes into Structs): the metadata `perfsleuth run` records (record/trace_metadata.py).
 A value of the wrong type is never used: the section is dropped with a warning that says where."""
 
 from __future__ import annotations

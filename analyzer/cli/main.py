@@ -1,0 +1,390 @@
+"""Thin click commands over the library. Errors a user can cause: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import TraceError, UsageError
+from ..version import __version__
+
+EXIT_USAGE = 2
+
+
+def say(text: str, err: bool = False) -> None:
+    """Print to the terminal: control characters escaped and bidi controls shown (newlines kept).
+    Every line perfsleuth prints goes through here: file names and trace names are data."""
+    from ..report.escape import terminal
+
+    click.echo(terminal(text, keep_newlines=True), err=err)
+
+
+def tolerate_output_encoding() -> None:
+    """An output encoding that cannot show every character (PYTHONIOENCODING=cp1252, an ISO-8859 locale,
+    Windows' redirected output) prints "?" for those characters instead of ending with UnicodeEncodeError:
+    perfsleuth's text has "×", "µ", "▲" and names from traces have anything."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to print to anyway
+                pass
+
+
+def _fail(message: str) -> None:
+    """The one line of a user error: a message that spans lines (an exception's text) stays one line."""
+    from ..report.escape import terminal
+
+    click.echo(f"perfsleuth: error: {terminal(message)}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def user_errors(fn):
+    """Turn the errors a user can cause into one clear line and exit code 2 (never a traceback);
+    Ctrl-C, SIGTERM and SIGHUP into one line and 128 + the signal number (record/signals.py)."""
+    from ..record.signals import as_interrupts, exit_code, signal_name
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            with as_interrupts():
+                return fn(*args, **kwargs)
+        except (TraceError, UsageError) as exc:
+            _fail(str(exc))
+        except MemoryError:
+            _fail("out of memory")
+        except RecursionError:
+            _fail("input nested too deeply")
+        except KeyboardInterrupt as exc:
+            say(f"perfsleuth: interrupted ({signal_name(exc)})", err=True)
+            sys.exit(exit_code(exc))
+
+    return wrapper
+
+
+class _Escaping(logging.Formatter):
+    """Log lines are terminal output too (they carry file names and rule text)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from ..report.escape import terminal
+
+        return terminal(super().format(record), keep_newlines=True)
+
+
+def output_options(fn):
+    """The report outputs shared by `analyze` and `run`."""
+    fn = click.option("--force", is_flag=True, help="Overwrite existing report files.")(fn)
+    fn = click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+                      help="Write the Markdown summary (for pull requests) to this file.")(fn)
+    fn = click.option("--html", "html_path", type=click.Path(dir_okay=False),
+                      help="Write the self-contained HTML report to this file.")(fn)
+    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False),
+                      help="Write the JSON report (schema perfsleuth/report@1) to this file.")(fn)
+    fn = click.option("-o", "--out-dir", type=click.Path(file_okay=False),
+                      help="Write report.html, summary.md and report.json into this folder.")(fn)
+    return fn
+
+
+def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False,
+         details=False) -> dict:
+    """Print the terminal summary (for a directory: the index, and every report with `details`; then
+    the cross-rank report when the traces are the ranks of one job) and write the requested report
+    files; the report dict (made once: `to_dict` of a large report is not cheap)."""
+    from ..render.ranks_text import render_ranks_terminal
+    from ..render.terminal import render_terminal, render_terminal_set, shown_path
+
+    data = result if isinstance(result, dict) else result.to_dict()
+    # the files first: nothing the terminal does (an encoding that cannot show a name) costs the report
+    written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
+                          markdown_path=markdown_path, force=force)
+    say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
+    cross = render_ranks_terminal(data)
+    if cross:
+        say("\n" + cross)
+    for s in data.get("skipped", []):
+        say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
+    for p in written:
+        say(f"wrote {p}")
+    return data
+
+
+def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, force) -> list:
+    from ..render.outputs import write_outputs
+
+    if not any((out_dir, json_path, html_path, markdown_path)):
+        return []
+    return write_outputs(data, out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path,
+                         force=force)
+
+
+def protect_inputs(*paths) -> None:
+    """The inputs (a trace and its stacks companion, a folder's traces, diff's reports, run's script) can never be
+    written over, --force or not (render/safe_write.protect)."""
+    from ..render.safe_write import protect
+    from ..trace.companion import companion_name
+    from ..trace.sources import SUFFIXES
+
+    found = []
+    for p in map(str, paths):
+        if os.path.isdir(p):
+            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(SUFFIXES)]
+        else:
+            found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
+    protect(found)
+
+
+def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
+    """Refuse to overwrite before minutes of analysis, not after."""
+    from ..render.outputs import check_outputs
+
+    check_outputs(out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path, force=force)
+
+
+class ProgressBar:
+    """A progress bar on stderr, only when stderr is a terminal and the load has already taken
+    `delay` seconds (short loads never flash one). The loader counts events or, for documents cut
+    into byte ranges, bytes: only the ratio is shown."""
+
+    def __init__(self, label: str, delay: float = 1.0, clock=time.monotonic):
+        from ..report.escape import terminal
+
+        self.label, self.delay, self.clock, self.bar = terminal(label), delay, clock, None
+        self.start = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if done >= total or self.clock() - self.start < self.delay or not sys.stderr.isatty():
+                return
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.bar.pos)
+        if done >= total:
+            self.bar.__exit__(None, None, None)
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands in `lazy` (name -> "module:command", relative to this package) are
+    imported when they are used: `perfsleuth --version`, `rules` or `docs` never load `run` and what
+    it imports (click's documented pattern for lazily loaded subcommands)."""
+
+    def __init__(self, *args, lazy: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx) -> list:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx, name: str):
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module, __package__), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy={"run": ".run:run_command"},
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="perfsleuth")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+def main(verbose: int) -> None:
+    """perfsleuth: find out why a PyTorch training run is slow, and what to change.
+
+    \b
+    Examples:
+      perfsleuth analyze trace.pt.trace.json.gz
+      perfsleuth analyze ./tb_logs/ --json report.json
+      perfsleuth run train.py --lr 0.1      (needs PyTorch; analyze does not)
+    `perfsleuth docs` lists the guides that come with perfsleuth; `perfsleuth rules SLUG`
+    prints a rule's docs.
+    """
+    tolerate_output_encoding()
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Escaping("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@output_options
+@click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
+              help="Exit 1 if the verdict or a finding is one of NAMES (comma-separated verdicts such as "
+                   "sync-bound, or rule slugs such as item-sync; `perfsleuth rules` lists the slugs). "
+                   "See `perfsleuth docs ci`.")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Extra rule file or folder of *.toml rules (repeatable). See `perfsleuth docs rules`.")
+@click.option("--set", "sets", multiple=True, metavar="RULE.THRESHOLD=VALUE",
+              help="Override a rule threshold, e.g. --set num-workers.min_share=0.05 (repeatable; "
+                   "[tool.perfsleuth] in ./pyproject.toml is read too).")
+@click.option("-j", "--jobs", type=click.IntRange(1), default=None,
+              help="Worker processes for large traces and directories of traces [default: the CPU count].")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces of a directory on Dask: tcp://HOST:PORT (a running scheduler) or 'local' "
+                   "(a LocalCluster of --jobs workers). Needs perfsleuth[dask]; see `perfsleuth docs ranks`.")
+@click.option("--hta/--no-hta", default=False, show_default=True,
+              help="Add HolisticTraceAnalysis's kernel breakdown, idle-time breakdown and launch statistics "
+                   "to the JSON (needs `pip install traceinsight psutil`; see `perfsleuth docs hta`).")
+@click.option("--details", "details", is_flag=True,
+              help="For a directory: every trace's full report after the index (the index alone by default).")
+@click.option("--verbose", "old_details", is_flag=True, hidden=True)  # --details' old name (-v is logging)
+@click.option("--cpus", type=click.FloatRange(min=1), default=None, metavar="N",
+              help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
+                   "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
+                   "else unknown and said so; `perfsleuth docs forecast`].")
+@user_errors
+def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
+            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None, old_details=False) -> None:
+    """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
+
+    \b
+    Every microsecond of every step is attributed to one cause (dataloader, kernel,
+    sync, transfer, host, communication, other) and the run gets a verdict.
+    A directory (tensorboard_trace_handler output) gives one report per trace file:
+    the terminal shows an index (one row per file), --details each full report,
+    and for the ranks of one job a cross-rank report: stragglers, collectives,
+    the job verdict (`perfsleuth docs ranks`). PATH may be a URL (s3://, gs://,
+    hdfs://: the perfsleuth[s3|gcs|hdfs] extras).
+    `perfsleuth docs attribution` explains the categories, `perfsleuth rules SLUG` a finding.
+    """
+    from ..api import analyze_path
+    from ..config import Config
+    from ..engine.settings import rule_settings
+    from ..trace.cluster import check_scheduler
+    from ..trace.sources import display_name
+    from .gates import check_report, known_rule_slugs, parse_fail_on
+    from .progress import FolderProgress
+
+    if old_details:
+        say("perfsleuth: analyze --verbose is now --details (-v before the command is more logging)", err=True)
+        details = True
+    check_scheduler(scheduler)
+    protect_inputs(path)
+    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
+    gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
+    check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+                  force=force)
+    if scheduler in (None, "local"):  # processes on this machine
+        jobs = _jobs(jobs)
+    folder = FolderProgress()  # a line per trace of a folder, and the folder's bar (on a terminal)
+    try:
+        result = analyze_path(path, config, progress=ProgressBar(f"reading {display_name(path)}"), jobs=jobs,
+                              scheduler=scheduler, on_file=folder)
+    except MemoryError:
+        raise TraceError(path, "out of memory while analysing it (try -j 1, or a machine with more memory)") from None
+    finally:
+        folder.close()
+    data = emit(result, out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
+                force=force, details=details)
+    exit_on_gate_failures(check_report(data, gates))
+
+
+def _jobs(jobs):
+    """-j capped to the CPUs this process may use, and said (each worker holds its share of a trace)."""
+    from ..api import usable_cpus
+
+    cpus = usable_cpus()
+    if jobs is not None and jobs > cpus:
+        say(f"perfsleuth: -j {jobs} is more than the {cpus} usable CPU(s): using {cpus}", err=True)
+        return cpus
+    return jobs
+
+
+# Further commands: rules, docs, diff below; run in cli/run.py (imported when used).
+
+
+@main.command("rules")
+@click.argument("slug", required=False)
+@click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (rule docs, facts, tables).")
+@click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
+              help="Include this rule file or folder (repeatable).")
+@user_errors
+def rules_command(slug, markdown, rule_paths) -> None:
+    """List the rule catalog, or print one rule's docs.
+
+    \b
+    Examples:
+      perfsleuth rules
+      perfsleuth rules item-sync
+    """
+    from ..engine.catalog import load_catalog
+    from ..engine.docs import catalog_markdown, find_rule, listing, rule_markdown
+    from ..engine.settings import rule_settings
+
+    rules = load_catalog(rule_settings(rule_paths)["rule_paths"])
+    say(rule_markdown(find_rule(rules, slug)) if slug else catalog_markdown(rules) if markdown
+               else listing(rules))
+
+
+def exit_on_gate_failures(failures: list) -> None:
+    """A tripped CI gate (docs/ci.md): one line on stderr, exit code 1. Outputs are written first."""
+    from .gates import EXIT_GATE, failure_line
+
+    if failures:
+        say(failure_line(failures), err=True)
+        sys.exit(EXIT_GATE)
+
+
+@main.command("docs")
+@click.argument("topic", required=False)
+@user_errors
+def docs_command(topic) -> None:
+    """List the guides that come with perfsleuth, or print one (Markdown).
+
+    \b
+    Examples:
+      perfsleuth docs
+      perfsleuth docs run
+    """
+    from .guides import listing, read_topic
+
+    click.echo(read_topic(topic) if topic else listing())
+
+
+@main.command("diff")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("head", type=click.Path(path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the diff (schema perfsleuth/diff@1) to this file.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
+              help="Write the diff as GitHub Markdown (a pull-request comment) to this file.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--fail-on-regression", "regression", metavar="PCT",
+              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise.")
+@user_errors
+def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression) -> None:
+    """Compare two runs: BASE and HEAD are traces or report.json files.
+
+    \b
+    Examples:
+      perfsleuth diff main.pt.trace.json.gz pr.pt.trace.json.gz --markdown diff.md
+      perfsleuth diff base/report.json head/report.json --fail-on-regression 10%
+    Step time (median over steps, with a noise call), verdict, category shares, findings,
+    and the kernels and ops that got slower or faster. The noise call and the gate:
+    `perfsleuth docs ci`.
+    """
+    from ..config import Config
+    from ..engine.settings import rule_settings
+    from ..render.diff_view import check_diff_outputs, render_diff_terminal, write_diff_outputs
+    from .diff import diff_paths
+    from .gates import check_regression, parse_threshold
+
+    threshold = None if regression is None else parse_threshold(regression)
+    protect_inputs(base, head)
+    check_diff_outputs(json_path, markdown_path, force)
+    analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
+    result = diff_paths(base, head, analysis=analysis)
+    say(render_diff_terminal(result))
+    for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
+        say(f"wrote {p}")
+    exit_on_gate_failures(check_regression(result, threshold))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

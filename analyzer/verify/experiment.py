@@ -1,0 +1,379 @@
+"""`perfsleuth run --verify`: after the profiled run, measure each fix perfsleuth can apply without
+editing the user's code (docs/run.md#verify-measure-the-fixes).
+
+`plan_for(report, config)` picks the experiments (verify/fixes.py, the registry); `Verifier.run` runs
+them, each as baseline and variant windows alternating A B A B ..., without the profiler: in one child
+process that toggles the fix between windows, or in a fresh process per window (forked from a child that
+has imported torch: verify/child.py). It keeps to a time budget, prints a progress line per pair on
+stderr, and keeps what was measured when a variant fails, the budget runs out, or Ctrl-C / SIGTERM
+arrive. `verify_report` does all of it for a `Report`: the findings get `verified` and their severity
+from it (engine/measured.py), the report `extra["verify"]`.
+
+Children write only into a new folder `verify[-N]` of the run's output folder: their results files and
+`children.log` (the script's own output in the experiments).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..engine.measured import apply_verified
+from . import fixes as verify_fixes, stats as verify_stats
+from ..record.outputs import _new_folder
+from ..record.signals import exit_code, signal_name
+from .config import VerifyConfig
+from .fixes import FRESH, TOGGLE, Context
+from .server import Results, Server, ServerDied
+
+log = logging.getLogger(__name__)
+SERVER_START_S = 3.0  # the child's own start-up (importing torch) before it is measured
+BUSY_SHARE = 0.25  # other processes busy on this share of the cores during the windows: said (verify.warning)
+
+
+class _BudgetSpent(Exception):
+    pass
+
+
+def _target_dict(target) -> dict:
+    return {"name": target.name, "args": list(target.args), "module": bool(target.module),
+            "path": str(Path(target.path).absolute()) if target.path else None}
+
+
+def context_of(report, config: VerifyConfig) -> Context:
+    from ..analysis.machine import machine_facts
+
+    meta = report.trace.run_metadata if isinstance(report.trace.run_metadata, dict) else {}
+    m = machine_facts(meta)
+    gpu = ((meta.get("host") or {}).get("accelerator") or "cpu") != "cpu" or report.trace.device_type == "cuda"
+    return Context(gpu=gpu, loaders=m.loaders, cores=m.cores, free_cores=m.free_cores,
+                   torch_threads=m.torch_threads, compile=config.compile)
+
+
+def step_us_of(report) -> Optional[float]:
+    """The run's unprofiled median step (µs), else the profiled one."""
+    m = report.measurement or {}
+    un = (m.get("unprofiled_step_us") or {}).get("median")
+    return un or report.step_time_us().get("median")
+
+
+class Verifier:
+    def __init__(self, target, folder: Path, config: VerifyConfig, step_us: Optional[float],
+                 say: Callable[[str], None], clock=time.monotonic):
+        self.target, self.config, self.say, self.clock = _target_dict(target), config, say, clock
+        self.folder = _new_folder(Path(folder) / "verify")
+        self.log_path = self.folder / "children.log"
+        self.step_us, self.steps = step_us, config.steps_for(step_us)
+        self.servers: dict = {}
+        self.startup_s: list = []
+        self.jobs = 0
+        self.signal: Optional[str] = None
+        self.exit_code: Optional[int] = None
+
+    # --- cost -----------------------------------------------------------------------------------------
+    def _startup(self) -> float:
+        return max(self.startup_s) if self.startup_s else self.config.startup_guess_s
+
+    def warmup_for(self, exp: dict) -> int:
+        """Steps before a fresh window's timed steps: at least the batches its workers prefetched."""
+        if exp["how"] == TOGGLE:
+            return self.config.warmup
+        p = exp["params"]
+        workers = int(p.get("num_workers") or 0)
+        return max(self.config.warmup, int(p.get("prefetch_factor") or 2) * workers)
+
+    def estimate_s(self, exp: dict) -> float:
+        step_s, n = (self.step_us or 0.0) / 1e6, self.config.pairs
+        per = self.warmup_for(exp) + self.steps
+        if exp["how"] == TOGGLE:
+            compiling = self.config.compile_guess_s if exp["kind"] == "compile" else 0.0
+            return self._startup() + compiling + (self.config.lead + 2 * n * per) * step_s
+        return 2 * n * (self._startup() + (self.config.lead + per) * step_s)
+
+    # --- running --------------------------------------------------------------------------------------
+    def run(self, experiments: list, not_tried: list) -> dict:
+        """Every experiment, in order, within the budget; the report's `extra["verify"]`."""
+        started = self.clock()
+        budget = self.config.budget_for(SERVER_START_S + sum(self.estimate_s(e) for e in experiments))
+        self.deadline = started + budget
+        done = []
+        with open(self.log_path, "ab") as log:
+            self.log = log
+            try:
+                for i, exp in enumerate(experiments, 1):
+                    entry = self._entry(exp)
+                    done.append(entry)
+                    if self.signal:
+                        entry.update(status="not tried", reason=f"interrupted ({self.signal}) before it started")
+                        continue
+                    left = self.deadline - self.clock()
+                    need = self.estimate_s(exp) + (0 if self.servers else SERVER_START_S)
+                    if need > left:
+                        entry.update(status="not tried", reason=f"the budget ({budget:.0f} s) would run out: needs "
+                                     f"about {need:.0f} s, {max(left, 0):.0f} s left (--verify-budget)")
+                        self.say(f"verify {i}/{len(experiments)}: {exp['variant']}: not tried: {entry['reason']}")
+                        continue
+                    self._experiment(i, len(experiments), exp, entry)
+            except KeyboardInterrupt as exc:  # between experiments: what was measured stays
+                self._stop_all()
+                self.signal, self.exit_code = signal_name(exc), exit_code(exc)
+            finally:
+                for server in self.servers.values():
+                    server.close()
+        return self._summary(done, not_tried, budget, self.clock() - started)
+
+    def _entry(self, exp: dict) -> dict:
+        return {"fix": exp["fix"], "variant": exp["variant"], "rules": list(exp["rules"]), "how": exp["how"],
+                "params": dict(exp["params"]), "status": "not tried", "reason": None, "windows": [],
+                "verified": None, "applied": None, "processes": 0, "spent_s": 0.0}
+
+    def _server(self, env: Optional[dict]) -> Server:
+        key = tuple(sorted((env or {}).items()))
+        if key not in self.servers:
+            self.servers[key] = Server(self.log, env)
+        return self.servers[key]
+
+    def _experiment(self, i: int, n: int, exp: dict, entry: dict) -> None:
+        label = f"verify {i}/{n}: {exp['variant']}"
+        self.say(f"{label} ({exp['how']}) ...")
+        t0 = self.clock()
+        try:
+            if exp["how"] == TOGGLE:
+                self._job(exp, entry, ["A", "B"] * self.config.pairs, 0, label, env=None)
+            else:
+                env = exp["params"] if exp["kind"] == "env" else None
+                for k in range(2 * self.config.pairs):
+                    self._job(exp, entry, ["A" if k % 2 == 0 else "B"], k, label, env=env if k % 2 else None)
+                    if entry["status"] == "failed":
+                        break
+            if entry["status"] != "failed":
+                entry["status"] = "measured"
+        except _BudgetSpent:
+            self._stop_all()
+            entry.update(status="stopped", reason=f"the budget ran out after {self._pairs(entry)} of "
+                         f"{self.config.pairs} pairs (--verify-budget)")
+        except KeyboardInterrupt as exc:
+            self._stop_all()
+            self.signal, self.exit_code = signal_name(exc), exit_code(exc)
+            entry.update(status="stopped", reason=f"interrupted ({self.signal}) after {self._pairs(entry)} of "
+                         f"{self.config.pairs} pairs")
+        except ServerDied as exc:
+            self._stop_all()
+            entry.update(status="failed", reason=f"{exc}; see {self.log_path}")
+        entry["spent_s"] = round(self.clock() - t0, 3)
+        self._conclude(label, exp, entry)
+
+    def _pairs(self, entry: dict) -> int:
+        return len(verify_stats.pairs(entry["windows"]))
+
+    def _stop_all(self) -> None:
+        for server in self.servers.values():
+            server.kill()
+        self.servers = {}
+
+    def _job(self, exp: dict, entry: dict, windows: list, first: int, label: str, env: Optional[dict]) -> None:
+        self.jobs += 1
+        entry["processes"] += 1
+        results = self.folder / f"job-{self.jobs:03d}.jsonl"
+        job = {"id": self.jobs, "target": self.target, "kind": exp["kind"], "params": exp["params"],
+               "windows": windows, "first": first, "lead": self.config.lead, "warmup": self.warmup_for(exp),
+               "steps": self.steps, "toggle": exp["how"] == TOGGLE, "results": str(results),
+               "variant": exp["variant"]}
+        server = self._server(env)
+        reader = Results(results)
+        server.submit(job)
+        end, answered = None, None
+        while answered is None:  # the answer comes once the job's process has ended: its file is complete
+            answered = server.answer(timeout=0.2)
+            for row in reader.new_rows():
+                end = row if "end" in row else end
+                if "window" in row:
+                    self._window(row, entry, label)
+            if answered is None and self.clock() > self.deadline:
+                raise _BudgetSpent()
+        end = end or {"end": "died", "message": f"the experiment's process ended with status "
+                                                f"{answered.get('status')} before saying why; see {self.log_path}"}
+        if end.get("startup_us"):
+            self.startup_s.append(end["startup_us"] / 1e6)
+        entry["applied"] = entry["applied"] or end.get("applied")
+        if end["end"] == "done" and "B" in windows and not end.get("applied"):
+            entry.update(status="failed", reason=f"nothing to apply it to in the script ({exp['variant']})")
+        elif end["end"] != "done":
+            self._ended(entry, end)
+
+    def _ended(self, entry: dict, end: dict) -> None:
+        """The script ended before its windows: failed, unless pairs were measured in one process."""
+        message = end.get("message") or f"the script ended ({end['end']})"
+        if end["end"] in ("finished", "exited") and "before its windows" in message:
+            message += "; fewer steps per window: --verify-steps"
+        if entry["how"] == TOGGLE and self._pairs(entry) >= 2 and end["end"] in ("finished", "exited"):
+            entry["reason"] = f"{message}: {self._pairs(entry)} of {self.config.pairs} pairs"
+            return
+        entry.update(status="failed", reason=message)
+
+    def _window(self, row: dict, entry: dict, label: str) -> None:
+        entry["windows"].append(row)
+        done = verify_stats.pairs(entry["windows"])
+        if done and done[-1][1] is row:
+            load = row.get("load") or [None, None]
+            shown = f", load {load[-1]:.2f}" if isinstance(load[-1], (int, float)) else ""
+            self.say(f"{label}: pair {len(done)}/{self.config.pairs}: {verify_stats.ratio(done[-1]):.2f}x{shown}")
+
+    def _conclude(self, label: str, exp: dict, entry: dict) -> None:
+        forecast = next((v for v in exp["forecast"].values() if v), None)
+        v = verify_stats.measured(entry["windows"], variant=exp["variant"], how=exp["how"], steps=self.steps,
+                                  forecast=forecast, step_us=self.step_us)
+        if v is not None and v["pairs"] >= min(2, self.config.pairs) and entry["status"] != "failed":
+            entry["verified"] = v
+        if entry["status"] == "failed":
+            self.say(f"{label}: failed: {entry['reason']}")
+        elif entry["verified"]:
+            v = entry["verified"]
+            self.say(f"{label}: {v['speedup']:.2f}x ({v['low']:.2f}-{v['high']:.2f}x, {v['pairs']} pairs): "
+                     f"{v['outcome']}" + (f"; {entry['reason']}" if entry["reason"] else ""))
+        else:
+            self.say(f"{label}: {entry['status']}: {entry['reason']}")
+
+    # --- the report's extra["verify"] -------------------------------------------------------------
+    def _summary(self, done: list, not_tried: list, budget: float, spent: float) -> dict:
+        experiments = []
+        for e in done:
+            e["windows"] = [{"window": w["window"], "variant": w["variant"], "steps": len(w.get("step_us") or []),
+                             "mean_us": round(verify_stats.window_mean(w) or 0.0, 3), "warmup_us": w.get("warmup_us"),
+                             "load": w.get("load"), "others_cores": w.get("others_cores")} for w in e["windows"]]
+            experiments.append(e)
+        skipped = [{"fix": x["fix"], "variant": None, "rules": [x["rule"]], "how": None, "status": "not tried",
+                    "reason": x["reason"], "verified": None} for x in not_tried]
+        fresh = sum(e["processes"] for e in experiments if e["how"] == FRESH)
+        one = sum(e["processes"] for e in experiments if e["how"] == TOGGLE)
+        startup = f"; a process's start-up took about {max(self.startup_s):.1f} s, not timed" if self.startup_s else ""
+        cost = (f"the script ran again {fresh + one} time(s) without the profiler ({one} toggling a fix between "
+                f"windows, {fresh} fresh process(es) of one window each) in {spent:.0f} s{startup}; its side effects "
+                f"(log lines, files it writes) happened again each time; its output is in {self.log_path}")
+        return {"budget_s": round(budget, 1), "spent_s": round(spent, 1), "pairs": self.config.pairs,
+                "steps_per_window": self.steps, "folder": str(self.folder), "log": str(self.log_path),
+                "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost,
+                "warning": busy_warning(experiments)}
+
+
+def busy_warning(experiments: list) -> Optional[str]:
+    """A line when other processes kept a quarter of the cores or more busy, on average, during the windows
+    (the CPU time /proc/stat counts beyond the experiment's own processes): the pairs then measure them too,
+    as pyperf and hyperfine say of their own runs."""
+    windows = [w for e in experiments for w in e["windows"]]
+    others = [w["others_cores"] for w in windows if isinstance(w.get("others_cores"), (int, float))]
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if not others or sum(others) / len(others) < BUSY_SHARE * cores:
+        return None
+    loads = [x for w in windows for x in (w.get("load") or []) if isinstance(x, (int, float))]
+    load = f", load average up to {max(loads):.1f}" if loads else ""
+    return (f"the machine was busy during the experiments: other processes kept {sum(others) / len(others):.1f} of "
+            f"{cores} cores busy on average{load}; their work is in the windows and moves the pairs apart: rerun "
+            "on a quiet machine")
+
+
+def plan_for(report, config: VerifyConfig) -> tuple:
+    return verify_fixes.plan(report.findings, context_of(report, config))
+
+
+def verified_by_rule(extra: dict, findings: list) -> dict:
+    """The best measurement of each rule's fixes (`_rank`), its forecast ratio against that
+    rule, and `tried`: every setting of the rule's fixes that was tried, measured or not, in the
+    order of its parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The
+    best is the finding's number: "don't apply" only when every setting measured was slower
+    (issue 40)."""
+    forecasts = {f.get("rule"): (f.get("forecast") or {}).get("speedup") for f in findings}
+    best: dict = {}
+    tried: dict = {}
+    for e in extra["experiments"]:
+        if e.get("variant") is None:
+            continue
+        v = e.get("verified")
+        for rule in e["rules"]:
+            tried.setdefault(rule, []).append(tried_entry(e))
+            if not v:
+                continue
+            if rule not in best or _rank(v) > _rank(best[rule]):
+                fc = forecasts.get(rule)
+                ratio = round(fc / v["speedup"], 3) if fc and v["speedup"] else None
+                best[rule] = {**v, "params": dict(e.get("params") or {}), "forecast_ratio": ratio}
+    for rule, v in best.items():
+        v["tried"] = sorted(tried[rule], key=_setting_order)
+    return best
+
+
+OUTCOME_RANK = {"faster": 3, "noise": 2, "no gain": 1, "slower": 0}
+
+
+def _rank(v: dict) -> tuple:
+    """The best setting: a conclusive gain (outcome "faster"), then an inconclusive one ("noise"),
+    then "no gain", then "slower", each by the larger speed-up -- the largest median of several
+    noisy settings alone favours the noisiest; "don't apply" needs every setting slower."""
+    return (OUTCOME_RANK.get(v.get("outcome"), 1), v["speedup"])
+
+
+def tried_entry(e: dict) -> dict:
+    """One setting of `verified.tried` (docs/schema.md)."""
+    v = e.get("verified") or {}
+    status = "measured" if v else e.get("status")
+    if status == "measured" and not v:
+        status = "too few pairs"
+    return {"fix": e["fix"], "variant": e["variant"], "params": dict(e.get("params") or {}),
+            "status": status, **{k: v.get(k) for k in ("speedup", "low", "high", "pairs",
+                                                        "outcome")}}
+
+
+def _setting_order(t: dict) -> tuple:
+    values = list(t["params"].values())
+    n = values[0] if len(values) == 1 and isinstance(values[0], (int, float)) else 0
+    return (t["fix"], n, t["variant"])
+
+
+def verify_report(report, target, folder: Path, config: VerifyConfig, say: Callable[[str], None]) -> Optional[int]:
+    """Measure the report's fixes; the report gets them (findings re-rated, `extra["verify"]`). Returns the
+    exit code of an interruption (130, 143, 129), else None."""
+    experiments, not_tried = plan_for(report, config)
+    if not experiments:
+        report.extra["verify"] = {"budget_s": 0, "spent_s": 0, "experiments": [
+            {"fix": x["fix"], "variant": None, "rules": [x["rule"]], "how": None, "status": "not tried",
+             "reason": x["reason"], "verified": None} for x in not_tried],
+            "cost": "nothing to try: no finding has a fix perfsleuth can apply at run time"}
+        say("verify: nothing to try: no finding has a fix perfsleuth can apply without a code change")
+        return None
+    try:
+        v = Verifier(target, folder, config, step_us_of(report), say)
+    except OSError as exc:  # the output folder went away, or cannot be written: perfsleuth's problem, said
+        say(f"verify: not run: cannot make its folder in {folder} ({exc.strerror or exc})")
+        return None
+    extra = v.run(experiments, not_tried)
+    report.findings[:] = apply_verified(report.findings, verified_by_rule(extra, report.findings))
+    report.extra["verify"] = extra
+    _recheck(report)
+    say(f"verify: {extra['cost']}")
+    if extra["warning"]:
+        say(f"verify: {extra['warning']}")
+    return v.exit_code
+
+
+def _recheck(report) -> None:
+    """The verdict checked again against the measured numbers (api.recheck); the findings keep their
+    measurements and order if that cannot be done."""
+    from ..api import recheck
+
+    try:
+        recheck(report)
+    except Exception as exc:  # never costs the measurements
+        log.warning("the verdict could not be checked again after --verify: %s: %s", type(exc).__name__, exc)
+
+
+def under_torchrun() -> bool:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
