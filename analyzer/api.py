@@ -91,11 +91,13 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.explain import host_time
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
+    from .facts.efficiency import efficiency_section
     from .facts.forecasting import make_forecaster
     from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    facts = compute_facts(report.trace, report.steps, report.breakdown, _user_peak(config))
+    report.extra.update(efficiency_section(facts, config.efficiency_top_n))  # the compute-efficiency section (docs/efficiency.md)
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
@@ -111,6 +113,12 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
+
+
+def _user_peak(config: Config) -> Optional[dict]:
+    from .analysis.efficiency.peaks import user_peak
+
+    return user_peak(config.peak_tflops, config.peak_arch)
 
 
 def _on_gpu(trace: Trace, breakdown) -> bool:

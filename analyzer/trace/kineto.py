@@ -38,6 +38,9 @@ class _Args(msgspec.Struct, gc=False):
     python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
     # left undecoded (a slice of the buffer): few distinct values, each decoded once (joined_input_types)
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+    # likewise (compute efficiency: analysis/efficiency): shapes and scalar arguments (stride, causal, ...)
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
     name: Optional[str] = None  # metadata events: process / thread name
     # Collectives (record_param_comms and, in newer traces, NCCL kernels): the process group, and the
     # collective's sequence number in it where the trace records one (analysis/ranks.py matches on them).
@@ -284,6 +287,8 @@ def _strict_columns(evs: list) -> dict:
         "py_id": _ints(map(attrgetter("python_id"), args), n),
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
         "input_type": list(map(attrgetter("input_type"), args)),  # msgspec.Raw
+        "input_dims": list(map(attrgetter("input_dims"), args)),
+        "concrete": list(map(attrgetter("concrete"), args)),
         **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
         "meta": meta,
         "entries": len(evs),
@@ -373,6 +378,10 @@ def _lax_columns(items: list) -> dict:
         "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
         "input_type": [_LIST_OF_STR.encode([str(x) for x in t]) if isinstance(t := a.get("Input type"), list)
                        else b"null" for a in args],
+        "input_dims": [_LIST_OF_STR.encode(a.get("Input Dims")) if isinstance(a.get("Input Dims"), list)
+                       else b"null" for a in args],
+        "concrete": [_LIST_OF_STR.encode(a.get("Concrete Inputs")) if isinstance(a.get("Concrete Inputs"), list)
+                     else b"null" for a in args],
         "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
         "seq": arg("Seq"),
         "peer": np.where((dst := arg("Dst Rank")) >= 0, dst, arg("Src Rank")),
