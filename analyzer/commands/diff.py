@@ -25,6 +25,7 @@ import numpy as np
 
 from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
+from ..report.efficiency_text import efficiency_change
 from ..report import numbers
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
@@ -143,6 +144,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "kernels": kernels,
         "ops": ops,
         "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
+        "efficiency": efficiency_change(base, head),  # FLOPs/step and HFU, each side (report/efficiency_text.py)
     }
 
 

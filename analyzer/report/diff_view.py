@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .efficiency_text import diff_lines as efficiency_diff_lines
 from .escape import md_cell, md_code, md_text, one_line, shorten, terminal
 from . import figures, safe_write
 from .outputs import to_json
@@ -121,6 +122,7 @@ def render_diff_terminal(d: dict) -> str:
             f"  {_plain(x['rule'], 60)}: {_plain(before, 60)} → {_plain(after, 60)}" for x, before, after in changed]
     for what, key in (("kernels", "kernels"), ("ops", "ops")):
         lines += _terminal_changes(what, d[key])
+    lines += efficiency_diff_lines(d)
     for w in d.get("warnings") or []:
         lines.append(f"warning: {_plain(w, 300)}")
     return "\n".join(lines)

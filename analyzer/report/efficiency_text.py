@@ -25,6 +25,8 @@ def headline(e: dict) -> list:
     fam = family_summary(e)
     if fam:
         lines.append(f"by family: {fam}")
+    if e.get("warning"):
+        lines.append(f"warning: {e['warning']}")
     return lines
 
 
@@ -67,3 +69,34 @@ def markdown_section(report: dict, cell: Callable[..., str], text: Callable[[Any
                        f"{pct(o.get('pct_of_roofline'))} | {cell(o.get('bound') or '-')} | "
                        f"{o.get('lost_us_per_step')} |")
     return "\n".join(out)
+
+
+def efficiency_change(base: dict, head: dict) -> dict:
+    """diff@1's `efficiency`: each side's FLOPs per step, rate and HFU, and the changes (None where a
+    side has no efficiency object)."""
+    sides = {}
+    for label, r in (("base", base), ("head", head)):
+        e = r.get("efficiency") if isinstance(r.get("efficiency"), dict) else None
+        sides[label] = None if e is None else {k: e.get(k) for k in (
+            "flops_per_step", "step_flops_per_s", "hfu", "precision", "peak_name", "peak_flops_per_s")}
+    b, h = sides["base"], sides["head"]
+    both = b is not None and h is not None
+    ratio = (h["flops_per_step"] / b["flops_per_step"]) if both and b["flops_per_step"] else None
+    hfu = (h["hfu"] - b["hfu"]) if both and b["hfu"] is not None and h["hfu"] is not None else None
+    return {**sides, "flops_per_step_ratio": ratio, "hfu_change": hfu}
+
+
+def diff_lines(d: dict) -> list:
+    """The terminal diff's efficiency lines ([] when neither side has one)."""
+    e = d.get("efficiency")
+    if not isinstance(e, dict) or (e.get("base") is None and e.get("head") is None):
+        return []
+    b, h = e.get("base") or {}, e.get("head") or {}
+    line = f"compute: FLOPs/step {count(b.get('flops_per_step'))} → {count(h.get('flops_per_step'))}"
+    if e.get("flops_per_step_ratio") is not None:
+        line += f" (×{e['flops_per_step_ratio']:.3f})"
+    line += f", rate {rate(b.get('step_flops_per_s'))} → {rate(h.get('step_flops_per_s'))}"
+    if e.get("hfu_change") is not None:
+        line += (f", HFU {pct(b.get('hfu'))} → {pct(h.get('hfu'))} of the {h.get('peak_name')}'s "
+                 f"{h.get('precision')} peak")
+    return ["", line]

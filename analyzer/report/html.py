@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from ..config import CATEGORIES
 from . import figures, present
+from .efficiency_html import efficiency_html
 from .escape import html_id, shorten, visible
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 
@@ -135,6 +136,7 @@ def view(report: dict, pid: str = "") -> dict:
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
         "meta": _meta(report, trace),
+        "efficiency_html": Markup(efficiency_html(report)),  # escaped there (report/efficiency_html.py)
     }
 
 

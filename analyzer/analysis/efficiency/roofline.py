@@ -84,6 +84,7 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
     step_rate = per_step_flops / step_s if step_s else None
     lost = np.where(np.isnan(roof_ns), busy, np.clip(busy - roof_ns, 0, None)) / 1000.0 / max(n_steps, 1)
     order = np.argsort(-lost, kind="stable")[:top_n]
+    over = np.flatnonzero(pct > 1.05)  # faster than the roofline allows
     ops = [_op_row(t, i, f_call, b_call, calls, busy, pct, compute_bound, roof_ns, lost, n_steps) for i in order]
     return {
         "flops_per_step": int(round(per_step_flops)),
@@ -102,6 +103,8 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
         "time_basis": "device time of the op's kernels" if gpu else "the op's own time on the CPU",
         "families": _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw),
         "ops": ops,
+        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: the peak is too low, or their "
+                    "work ran elsewhere (a device the trace does not hold)") if len(over) else None,
     }
 
 

@@ -47,9 +47,13 @@ def peak_text(e: dict) -> str:
         return ""
     kind = {"datasheet": "datasheet", "measured": "measured on this machine", "user": "user-given"}.get(
         str(e.get("peak_kind")), str(e.get("peak_kind") or ""))
-    dense = "dense " if e.get("peak_kind") == "datasheet" else ""
-    return (f"the {e.get('peak_name') or 'device'}'s {dense}{e.get('precision')} peak, "
-            f"{rate(e['peak_flops_per_s'])} ({kind})")
+    if e.get("peak_kind") == "datasheet":
+        whose = f"the {e.get('peak_name') or 'device'}'s dense"
+    elif e.get("peak_kind") == "user" and e.get("peak_name") in (None, "user-given"):
+        whose = "the given"
+    else:
+        whose = f"the {e.get('peak_name') or 'device'}'s"
+    return f"{whose} {e.get('precision')} peak, {rate(e['peak_flops_per_s'])} ({kind})"
 
 
 def family_summary(e: dict, limit: int = 0) -> str:
