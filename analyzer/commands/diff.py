@@ -25,8 +25,8 @@ import numpy as np
 
 from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
-from ..report.efficiency_text import efficiency_change
 from ..report import numbers
+from ..report.efficiency_text import efficiency_change
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
 from ..trace.files import open_regular
