@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, forks, rival, run_facts, run_outputs
+from . import code_sites, cpu_peak, forks, rival, run_facts, run_outputs
 from .run_config import RunConfig
 from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
@@ -126,6 +126,7 @@ class ProfileSession:
 
     def start(self) -> "ProfileSession":
         self._clock.probe()  # before profiling starts: its children are not in the trace
+        self._cpu_peak = cpu_peak.for_run(self.config.record_shapes)  # likewise: seconds, once per machine
         if self.config.wait == 0:
             self._prof = self._profiler(light=False)
             self._prof.start()  # already recording (warm-up): metadata is kept from here on
@@ -175,7 +176,8 @@ class ProfileSession:
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
-                **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
+                **({"compile": compiled} if (compiled := self._compile.facts()) else {}),
+                **({"peak": self._cpu_peak} if getattr(self, "_cpu_peak", None) else {}), **extra}
 
     def _closure_returned(self) -> None:
         """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""

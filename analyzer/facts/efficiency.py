@@ -48,7 +48,7 @@ def _peak(ctx: Context, gpu: bool) -> Optional[dict]:
     if gpu:
         return pk.datasheet_peak(ctx.trace.device_name)
     measured = ctx.trace.run_metadata.get("peak") if isinstance(ctx.trace.run_metadata, dict) else None
-    return measured if isinstance(measured, dict) else None
+    return pk.checked_peak(measured)
 
 
 def _device_time(ctx: Context, counted) -> tuple:

@@ -128,3 +128,20 @@ def user_peak(tflops: Optional[float] = None, arch: Optional[dict] = None,
         out["max_achievable_tflops"]["vector_fp32"] = float(tflops)
         out["source"] = f"user-given: {tflops:g} TFLOP/s"
     return out
+
+
+def checked_peak(value) -> Optional[dict]:
+    """A peak read from a trace's metadata (`perfsleuth run` measured it): kept only when its rates and
+    bandwidth are positive numbers (None otherwise: the report then says there is no peak)."""
+    if not isinstance(value, dict) or not isinstance(value.get("max_achievable_tflops"), dict):
+        return None
+    rates = value["max_achievable_tflops"]
+    if not rates or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e9
+                            for v in rates.values()):
+        return None
+    bw = value.get("mem_bw_gbps")
+    if bw is not None and not (isinstance(bw, (int, float)) and 0 < bw < 1e9):
+        return None
+    return {"name": str(value.get("name") or "this CPU"), "kind": "measured", "mem_bw_gbps": bw,
+            "source": str(value.get("source") or "measured by perfsleuth run"),
+            "max_achievable_tflops": {str(k): float(v) for k, v in rates.items()}}
