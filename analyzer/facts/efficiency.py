@@ -35,6 +35,15 @@ EFFICIENCY_FACTS = {
     "matmul_fp32_flops_share": ("share", "share of matmul, convolution and attention FLOPs computed in fp32"),
     "matmul_fp32_us_per_step": ("us/step", "time of the fp32 matmuls, convolutions and attention per step"),
     "matmul_pct_of_roofline": ("fraction", "matmuls' roofline time / their measured time (0 when unknown)"),
+    "matmul_misaligned_us_per_step": ("us/step", "time of 16/8-bit matmuls with M, N or K not a multiple of 8"),
+    "matmul_misaligned_share": ("share", "matmul_misaligned_us_per_step / step time"),
+    "matmul_misaligned_lost_us_per_step": ("us/step", "those matmuls' time above their roofline time per step"),
+    "attention_unfused_us_per_step": ("us/step", "time of softmaxes over written-out score matrices (..., N, N) and of "
+                                      "the batched matmuls beside them, when no fused attention op ran"),
+    "attention_unfused_share": ("share", "attention_unfused_us_per_step / step time"),
+    "vector_memory_us_per_step": ("us/step", "time of elementwise, copy, normalisation, softmax and reduction ops"),
+    "vector_memory_share": ("share", "vector_memory_us_per_step / step time"),
+    "vector_memory_ops_per_step": ("count/step", "calls of those ops per step"),
 }
 
 
@@ -107,7 +116,10 @@ def efficiency_facts(ctx: Context) -> tuple[dict, dict]:
          "step_flops_per_s": float(sec["step_flops_per_s"] or 0.0) if sec else 0.0,
          "hfu": round(float(sec["hfu"] or 0.0), 4) if sec else 0.0,
          "efficiency_modelled_share": round(float(sec["modelled_time_share"] or 0.0), 4) if sec else 0.0,
-         "matmul_fp32_flops_share": 0.0, "matmul_fp32_us_per_step": 0.0, "matmul_pct_of_roofline": 0.0}
+         "matmul_fp32_flops_share": 0.0, "matmul_fp32_us_per_step": 0.0, "matmul_pct_of_roofline": 0.0,
+         "matmul_misaligned_us_per_step": 0.0, "matmul_misaligned_share": 0.0, "matmul_misaligned_lost_us_per_step": 0.0,
+         "attention_unfused_us_per_step": 0.0, "attention_unfused_share": 0.0, "vector_memory_us_per_step": 0.0,
+         "vector_memory_share": 0.0, "vector_memory_ops_per_step": 0.0}
     if sec is None:
         return v, {}
     _, models, per_op = ctx._cache["efficiency_models"]
@@ -122,9 +134,52 @@ def efficiency_facts(ctx: Context) -> tuple[dict, dict]:
     v["matmul_fp32_us_per_step"] = ctx.per_step_us(per_op[fp32].sum())
     mm = next((f for f in sec["families"] if f["family"] == fl.MATMUL), None)
     v["matmul_pct_of_roofline"] = float(mm["pct_of_roofline"] or 0.0) if mm else 0.0
+    v.update(_rule_facts(ctx, models, per_op, keep, sec))
     table = [{k: r[k] for k in ("name", "shape", "dtype", "count", "time_us", "pct_of_roofline", "bound")}
              for r in sec["ops"]]
     return v, {"efficiency_ops": table}
+
+
+def _flag(models, keep: np.ndarray, column: str) -> np.ndarray:
+    out = np.zeros(len(models.family), dtype=bool)
+    out[keep] = models.table.loc[models.signature[keep], column].to_numpy(bool)
+    return out
+
+
+def _rule_facts(ctx: Context, models, per_op: np.ndarray, keep: np.ndarray, sec: dict) -> dict:
+    """The numbers the efficiency rules read (rules/efficiency.toml)."""
+    fam = models.family
+    low = np.zeros(len(fam), dtype=bool)
+    t = models.table
+    low[keep] = t.loc[models.signature[keep], "dtype"].isin(["bf16", "fp16", "fp8"]).to_numpy()
+    mis = _flag(models, keep, "misaligned") & low
+    lost = {(o["name"], o["shape"], o["dtype"]): o for o in sec["ops"]}
+    mis_rows = t.loc[np.unique(models.signature[mis])] if mis.any() else t.iloc[:0]
+    mis_lost = sum(lost[k]["lost_us_per_step"] for k in zip(mis_rows["name"], mis_rows["shape"], mis_rows["dtype"])
+                   if k in lost)
+    scores = _flag(models, keep, "scores")
+    fused = bool((fam == FAMILIES.index(fl.ATTENTION)).any())
+    unfused = 0
+    if scores.any() and not fused:  # the softmaxes and the batched matmuls of the same steps
+        bmm = np.isin(fam, [FAMILIES.index(fl.MATMUL)]) & _batched(models, keep)
+        unfused = int(per_op[scores].sum() + per_op[bmm].sum())
+    vector = np.isin(fam, [FAMILIES.index(f) for f in (fl.ELEMENTWISE, fl.COPY, fl.NORM, fl.SOFTMAX, fl.REDUCE)])
+    return {
+        "matmul_misaligned_us_per_step": ctx.per_step_us(per_op[mis].sum()),
+        "matmul_misaligned_share": ctx.share(per_op[mis].sum()),
+        "matmul_misaligned_lost_us_per_step": round(float(mis_lost), 3),
+        "attention_unfused_us_per_step": ctx.per_step_us(unfused),
+        "attention_unfused_share": ctx.share(unfused),
+        "vector_memory_us_per_step": ctx.per_step_us(per_op[vector].sum()),
+        "vector_memory_share": ctx.share(per_op[vector].sum()),
+        "vector_memory_ops_per_step": ctx.per_step(int(vector.sum())),
+    }
+
+
+def _batched(models, keep: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(models.family), dtype=bool)
+    out[keep] = models.table.loc[models.signature[keep], "name"].isin(["aten::bmm", "aten::baddbmm"]).to_numpy()
+    return out
 
 
 def efficiency_section(facts, top_n: int = 20) -> dict:

@@ -348,3 +348,25 @@ def _copy(op: str, dims: list, types: list, concrete: list):
 
 _MODELS = {MATMUL: _matmul, CONV: _conv, ATTENTION: _attention, ELEMENTWISE: _elementwise, NORM: _norm,
            SOFTMAX: _softmax, REDUCE: _reduce, EMBEDDING: _embedding, COPY: _copy}
+
+
+def misaligned(name: str, dims: list) -> bool:
+    """A matmul whose M, N or K is not a multiple of 8: tensor cores pad or fall back (16-bit and 8-bit
+    types want multiples of 8, 16 for fp8; NVIDIA's matmul performance guide)."""
+    op = name[6:] if name.startswith("aten::") else name
+    at = {"mm": (0, 1), "_scaled_mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}.get(op)
+    if at is None or len(dims) <= at[1] or not (_is_shape(dims[at[0]]) and _is_shape(dims[at[1]])):
+        return False
+    a, b = dims[at[0]], dims[at[1]]
+    if len(a) < 2 or len(b) < 2:
+        return False
+    return any(int(x) % 8 for x in (a[-2], a[-1], b[-1]))
+
+
+def score_softmax(name: str, dims: list) -> bool:
+    """A softmax over an attention score matrix written out: input (..., N, N) of 3+ dims, N >= 32 -- what
+    attention as matmul + softmax materialises and scaled_dot_product_attention never does."""
+    if name not in ("aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax"):
+        return False
+    x = dims[0] if dims else None
+    return bool(_is_shape(x) and len(x) >= 3 and x[-1] == x[-2] and x[-1] >= 32)

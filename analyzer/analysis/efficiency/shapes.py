@@ -70,8 +70,10 @@ def op_models(ops: pd.DataFrame) -> OpModels:
         type_list = str(types[tc]).split(",") if tc >= 0 else []
         got = fl.model(name, dims, type_list, concrete)
         if got is not None:
-            rows.append((i, name, _shape_text(dims), got[3], FAMILIES.index(got[0]), got[1], got[2]))
-    table = pd.DataFrame(rows, columns=["sig", "name", "shape", "dtype", "family", "flops", "bytes"])
+            rows.append((i, name, _shape_text(dims), got[3], FAMILIES.index(got[0]), got[1], got[2],
+                         fl.misaligned(name, dims), fl.score_softmax(name, dims)))
+    table = pd.DataFrame(rows, columns=["sig", "name", "shape", "dtype", "family", "flops", "bytes", "misaligned",
+                                        "scores"])
     family = np.full(len(uniq), -1, dtype=np.int8)
     fl_sig = np.zeros(len(uniq), dtype=np.int64)
     by_sig = np.zeros(len(uniq), dtype=np.int64)
