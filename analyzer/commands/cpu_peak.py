@@ -1,11 +1,12 @@
 """This CPU's peak, measured once per machine and thread count by `perfsleuth run` (a CPU has no
 datasheet row): the median rate of an fp32 `torch.mm` at the run's thread count, and the memory
 bandwidth of a large copy. A second or two, before profiling starts; cached as JSON under
-$PERFSLEUTH_CACHE_DIR, else $XDG_CACHE_HOME/perfsleuth, else ~/.cache/perfsleuth, keyed by the CPU model,
-the thread count and torch's version. Recorded in the trace's `perfsleuth` metadata as `peak` (the shape of
-analysis/efficiency/peaks.py, `kind` "measured").
+$PERFSLEUTH_CACHE_DIR, else $XDG_CACHE_HOME/perfsleuth, else ~/.cache/perfsleuth, keyed by the CPU
+model, the thread count and torch's version. Recorded in the trace's `perfsleuth` metadata as `peak`
+(the shape of analysis/efficiency/peaks.py, `kind` "measured").
 
-`PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives the peak instead (the tests inject it: they never benchmark).
+`PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives the peak instead (the tests inject it: they never
+benchmark).
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ def _cpu_model() -> str:
 def _peak(tflops: float, gbps: float, threads: int, source: str) -> dict:
     return {"name": f"this CPU ({threads} threads)", "kind": "measured", "source": source,
             "mem_bw_gbps": round(gbps, 3), "threads": threads,
-            "max_achievable_tflops": {"matrix_fp32": round(tflops, 6), "vector_fp32": round(tflops, 6)}}
+            "max_achievable_tflops": {"matrix_fp32": round(tflops, 6),
+                                      "vector_fp32": round(tflops, 6)}}
 
 
 def injected(threads: int) -> Optional[dict]:
-    """The peak `PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives (None when unset or not two positive numbers)."""
+    """The peak `PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives (None when unset or not two positive
+    numbers)."""
     text = os.environ.get(ENV)
     if not text:
         return None
@@ -66,7 +69,8 @@ def injected(threads: int) -> Optional[dict]:
 
 
 def measure(threads: int) -> dict:
-    """fp32 matmul FLOP/s and copy bandwidth at `threads` threads: the median of REPEATS timings each."""
+    """fp32 matmul FLOP/s and copy bandwidth at `threads` threads: the median of REPEATS timings
+    each."""
     import torch
 
     before = torch.get_num_threads()
@@ -83,9 +87,11 @@ def measure(threads: int) -> dict:
             cp = sorted(_timed(lambda: dst.copy_(src)) for _ in range(REPEATS))
     finally:
         torch.set_num_threads(before)
-    source = (f"measured by perfsleuth run: fp32 torch.mm {MATMUL_N}x{MATMUL_N} and a {COPY_BYTES >> 20} MiB "
+    source = (f"measured by perfsleuth run: fp32 torch.mm {MATMUL_N}x{MATMUL_N} and a "
+              f"{COPY_BYTES >> 20} MiB "
               f"copy at {threads} threads, median of {REPEATS}")
-    return _peak(flops / mm[REPEATS // 2] / 1e12, 2 * COPY_BYTES / cp[REPEATS // 2] / 1e9, threads, source)
+    tflops = flops / mm[REPEATS // 2] / 1e12
+    return _peak(tflops, 2 * COPY_BYTES / cp[REPEATS // 2] / 1e9, threads, source)
 
 
 def _timed(fn) -> float:
@@ -95,8 +101,8 @@ def _timed(fn) -> float:
 
 
 def cpu_peak(threads: int) -> Optional[dict]:
-    """The injected peak, else the cached one for this machine and thread count, else measured now and
-    cached. None when torch or the measurement fails (the report then says there is no peak)."""
+    """The injected peak, else the cached one for this machine and thread count, else measured now
+    and cached. None when torch or the measurement fails (the report then says there is no peak)."""
     given = injected(threads)
     if given is not None:
         return given
@@ -131,8 +137,8 @@ def cpu_peak(threads: int) -> Optional[dict]:
 
 
 def for_run(record_shapes: bool) -> Optional[dict]:
-    """`perfsleuth run`'s peak on a CPU-only machine at torch's current thread count (None on a GPU, whose
-    peak is the datasheet's, or when shapes are not recorded: no FLOPs to compare it with)."""
+    """`perfsleuth run`'s peak on a CPU-only machine at torch's current thread count (None on a GPU,
+    whose peak is the datasheet's, or when shapes are not recorded: no FLOPs to compare it with)."""
     if not record_shapes:
         return None
     try:

@@ -26,22 +26,40 @@ from .ops import outermost
 NO_SHAPES = "record with record_shapes=True: the trace has no input shapes"
 
 EFFICIENCY_FACTS = {
-    "efficiency_known": ("bool", "the steps ran ops with a FLOPs/bytes model and recorded shapes (record_shapes)"),
-    "efficiency_peak_known": ("bool", "a compute peak is known for the device (datasheet, measured or user-given)"),
-    "flops_per_step": ("flop/step", "FLOPs of the modelled ops per step (forward and backward as recorded)"),
+    "efficiency_known": ("bool", "the steps ran ops with a FLOPs/bytes model and recorded shapes"),
+    "efficiency_peak_known": ("bool",
+                              "a compute peak is known for the device (datasheet, measured, user-"
+                              "given)"),
+    "flops_per_step": ("flop/step",
+                       "FLOPs of the modelled ops per step (forward and backward as recorded)"),
     "step_flops_per_s": ("flop/s", "flops_per_step / mean step time"),
-    "hfu": ("fraction", "step_flops_per_s / the peak at the step's precision (0 when the peak is unknown)"),
-    "efficiency_modelled_share": ("share", "share of the ops' time (GPU: kernel time) that has a FLOPs model"),
-    "matmul_fp32_flops_share": ("share", "share of matmul, convolution and attention FLOPs computed in fp32"),
-    "matmul_fp32_us_per_step": ("us/step", "time of the fp32 matmuls, convolutions and attention per step"),
-    "matmul_pct_of_roofline": ("fraction", "matmuls' roofline time / their measured time (0 when unknown)"),
-    "matmul_misaligned_us_per_step": ("us/step", "time of 16/8-bit matmuls with M, N or K not a multiple of 8"),
+    "hfu": ("fraction",
+            "step_flops_per_s / the peak at the step's precision (0 when the peak is unknown)"),
+    "efficiency_modelled_share": ("share",
+                                  "share of the ops' time (GPU: kernel time) that has a FLOPs "
+                                  "model"),
+    "matmul_fp32_flops_share": ("share",
+                                "share of matmul, convolution and attention FLOPs computed in "
+                                "fp32"),
+    "matmul_fp32_us_per_step": ("us/step",
+                                "time of the fp32 matmuls, convolutions and attention per step"),
+    "matmul_pct_of_roofline": ("fraction",
+                               "matmuls' roofline time / their measured time (0 when unknown)"),
+    "matmul_misaligned_us_per_step": ("us/step",
+                                      "time of 16/8-bit matmuls with M, N or K not a multiple of "
+                                      "8"),
     "matmul_misaligned_share": ("share", "matmul_misaligned_us_per_step / step time"),
-    "matmul_misaligned_lost_us_per_step": ("us/step", "those matmuls' time above their roofline time per step"),
-    "attention_unfused_us_per_step": ("us/step", "time of softmaxes over written-out score matrices (..., N, N) and of "
-                                      "the batched matmuls beside them, when no fused attention op ran"),
+    "matmul_misaligned_lost_us_per_step": ("us/step",
+                                           "those matmuls' time above their roofline time per "
+                                           "step"),
+    "attention_unfused_us_per_step": ("us/step",
+                                      "time of softmaxes over written-out score matrices (..., N,"
+                                      " N) and of the batched matmuls beside them, when no fused "
+                                      "attention op ran"),
     "attention_unfused_share": ("share", "attention_unfused_us_per_step / step time"),
-    "vector_memory_us_per_step": ("us/step", "time of elementwise, copy, normalisation, softmax and reduction ops"),
+    "vector_memory_us_per_step": ("us/step",
+                                  "time of elementwise, copy, normalisation, softmax and "
+                                  "reduction ops"),
     "vector_memory_share": ("share", "vector_memory_us_per_step / step time"),
     "vector_memory_ops_per_step": ("count/step", "calls of those ops per step"),
 }
@@ -56,12 +74,14 @@ def _peak(ctx: Context, gpu: bool) -> Optional[dict]:
         return ctx.peak
     if gpu:
         return pk.datasheet_peak(ctx.trace.device_name)
-    measured = ctx.trace.run_metadata.get("peak") if isinstance(ctx.trace.run_metadata, dict) else None
+    meta = ctx.trace.run_metadata
+    measured = meta.get("peak") if isinstance(meta, dict) else None
     return pk.checked_peak(measured)
 
 
 def _device_time(ctx: Context, counted) -> tuple:
-    """(ns of device work each counted op launched, ns of device work in the steps no counted op launched)."""
+    """(ns of device work each counted op launched, ns of device work in the steps no counted op
+    launched)."""
     ev = ctx.trace.events
     dev = ctx.kind(KERNEL, MEMSET)
     dur = dev["dur"].to_numpy(np.int64)
@@ -77,7 +97,8 @@ def _device_time(ctx: Context, counted) -> tuple:
 
 
 def efficiency(ctx: Context) -> dict:
-    """{"efficiency": the section or None, "efficiency_unavailable": why (absent when available)}."""
+    """{"efficiency": the section or None, "efficiency_unavailable": why (absent when
+    available)}."""
     return ctx.cached("efficiency", lambda: _efficiency(ctx))
 
 
@@ -89,7 +110,8 @@ def _efficiency(ctx: Context) -> dict:
     models = op_models(counted)
     keep = models.signature >= 0
     if not keep.any() or not ctx.n_steps:
-        return {"efficiency": None, "efficiency_unavailable": "no op with a FLOPs model ran in the analysed steps"}
+        return {"efficiency": None,
+                "efficiency_unavailable": "no op with a FLOPs model ran in the analysed steps"}
     gpu = _gpu(ctx)
     if gpu:
         per_op, unmodelled = _device_time(ctx, counted)
@@ -100,9 +122,9 @@ def _efficiency(ctx: Context) -> dict:
     peak = _peak(ctx, gpu)
     section = summarise(models, per_op, ctx.n_steps, ctx.total_ns, unmodelled, peak, gpu, top_n=500)
     if peak is None:
-        section["peak_unavailable"] = (f"no peak for '{ctx.trace.device_name}': give --peak-tflops" if gpu else
-                                       "no peak measured for this CPU: give --peak-tflops (perfsleuth run "
-                                       "measures it)")
+        section["peak_unavailable"] = (
+            f"no peak for '{ctx.trace.device_name}': give --peak-tflops" if gpu else
+            "no peak measured for this CPU: give --peak-tflops (perfsleuth run measures it)")
     out = {"efficiency": section}
     ctx._cache["efficiency_models"] = (counted, models, per_op)
     return out
@@ -111,17 +133,15 @@ def _efficiency(ctx: Context) -> dict:
 def efficiency_facts(ctx: Context) -> tuple[dict, dict]:
     got = efficiency(ctx)
     sec = got["efficiency"]
-    v = {"efficiency_known": sec is not None, "efficiency_peak_known": bool(sec and sec["peak_flops_per_s"]),
-         "flops_per_step": float(sec["flops_per_step"]) if sec else 0.0,
-         "step_flops_per_s": float(sec["step_flops_per_s"] or 0.0) if sec else 0.0,
-         "hfu": round(float(sec["hfu"] or 0.0), 4) if sec else 0.0,
-         "efficiency_modelled_share": round(float(sec["modelled_time_share"] or 0.0), 4) if sec else 0.0,
-         "matmul_fp32_flops_share": 0.0, "matmul_fp32_us_per_step": 0.0, "matmul_pct_of_roofline": 0.0,
-         "matmul_misaligned_us_per_step": 0.0, "matmul_misaligned_share": 0.0, "matmul_misaligned_lost_us_per_step": 0.0,
-         "attention_unfused_us_per_step": 0.0, "attention_unfused_share": 0.0, "vector_memory_us_per_step": 0.0,
-         "vector_memory_share": 0.0, "vector_memory_ops_per_step": 0.0}
+    v = dict.fromkeys(EFFICIENCY_FACTS, 0.0)
+    v.update(efficiency_known=sec is not None,
+             efficiency_peak_known=bool(sec and sec["peak_flops_per_s"]))
     if sec is None:
         return v, {}
+    v.update(flops_per_step=float(sec["flops_per_step"]),
+             step_flops_per_s=float(sec["step_flops_per_s"] or 0.0),
+             hfu=round(float(sec["hfu"] or 0.0), 4),
+             efficiency_modelled_share=round(float(sec["modelled_time_share"] or 0.0), 4))
     _, models, per_op = ctx._cache["efficiency_models"]
     keep = models.signature >= 0
     t = models.table
@@ -130,13 +150,14 @@ def efficiency_facts(ctx: Context) -> tuple[dict, dict]:
     dtype[keep] = t.loc[models.signature[keep], "dtype"].to_numpy()
     fp32 = matrix & (dtype == "fp32")
     total = float(models.flops[matrix].sum())
-    v["matmul_fp32_flops_share"] = round(float(models.flops[fp32].sum()) / total, 4) if total else 0.0
+    share = float(models.flops[fp32].sum()) / total if total else 0.0
+    v["matmul_fp32_flops_share"] = round(share, 4)
     v["matmul_fp32_us_per_step"] = ctx.per_step_us(per_op[fp32].sum())
     mm = next((f for f in sec["families"] if f["family"] == fl.MATMUL), None)
     v["matmul_pct_of_roofline"] = float(mm["pct_of_roofline"] or 0.0) if mm else 0.0
     v.update(_rule_facts(ctx, models, per_op, keep, sec))
-    table = [{k: r[k] for k in ("name", "shape", "dtype", "count", "time_us", "pct_of_roofline", "bound")}
-             for r in sec["ops"]]
+    keys = ("name", "shape", "dtype", "count", "time_us", "pct_of_roofline", "bound")
+    table = [{k: r[k] for k in keys} for r in sec["ops"]]
     return v, {"efficiency_ops": table}
 
 
@@ -155,15 +176,16 @@ def _rule_facts(ctx: Context, models, per_op: np.ndarray, keep: np.ndarray, sec:
     mis = _flag(models, keep, "misaligned") & low
     lost = {(o["name"], o["shape"], o["dtype"]): o for o in sec["ops"]}
     mis_rows = t.loc[np.unique(models.signature[mis])] if mis.any() else t.iloc[:0]
-    mis_lost = sum(lost[k]["lost_us_per_step"] for k in zip(mis_rows["name"], mis_rows["shape"], mis_rows["dtype"])
-                   if k in lost)
+    keys = zip(mis_rows["name"], mis_rows["shape"], mis_rows["dtype"])
+    mis_lost = sum(lost[k]["lost_us_per_step"] for k in keys if k in lost)
     scores = _flag(models, keep, "scores")
     fused = bool((fam == FAMILIES.index(fl.ATTENTION)).any())
     unfused = 0
     if scores.any() and not fused:  # the softmaxes and the batched matmuls of the same steps
         bmm = np.isin(fam, [FAMILIES.index(fl.MATMUL)]) & _batched(models, keep)
         unfused = int(per_op[scores].sum() + per_op[bmm].sum())
-    vector = np.isin(fam, [FAMILIES.index(f) for f in (fl.ELEMENTWISE, fl.COPY, fl.NORM, fl.SOFTMAX, fl.REDUCE)])
+    memory_bound = (fl.ELEMENTWISE, fl.COPY, fl.NORM, fl.SOFTMAX, fl.REDUCE)
+    vector = np.isin(fam, [FAMILIES.index(f) for f in memory_bound])
     return {
         "matmul_misaligned_us_per_step": ctx.per_step_us(per_op[mis].sum()),
         "matmul_misaligned_share": ctx.share(per_op[mis].sum()),
@@ -178,13 +200,14 @@ def _rule_facts(ctx: Context, models, per_op: np.ndarray, keep: np.ndarray, sec:
 
 def _batched(models, keep: np.ndarray) -> np.ndarray:
     out = np.zeros(len(models.family), dtype=bool)
-    out[keep] = models.table.loc[models.signature[keep], "name"].isin(["aten::bmm", "aten::baddbmm"]).to_numpy()
+    names = models.table.loc[models.signature[keep], "name"]
+    out[keep] = names.isin(["aten::bmm", "aten::baddbmm"]).to_numpy()
     return out
 
 
 def efficiency_section(facts, top_n: int = 20) -> dict:
-    """The report's `efficiency` / `efficiency_unavailable` keys (api.py puts them in Report.extra), with
-    the `top_n` op groups that lose the most time against their roofline."""
+    """The report's `efficiency` / `efficiency_unavailable` keys (api.py puts them in Report.extra),
+    with the `top_n` op groups that lose the most time against their roofline."""
     ctx = facts.context
     out = dict(efficiency(ctx)) if ctx is not None else {}
     if out.get("efficiency"):

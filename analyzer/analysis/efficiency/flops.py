@@ -21,55 +21,61 @@ import math
 from typing import Optional
 
 # bytes per element of each `Input type`, and the precision a tensor core / vector unit runs it at
-DTYPES = {
-    "float": (4, "fp32"), "double": (8, "fp64"), "c10::BFloat16": (2, "bf16"), "c10::Half": (2, "fp16"),
-    "c10::Float8_e4m3fn": (1, "fp8"), "c10::Float8_e5m2": (1, "fp8"), "c10::Float8_e4m3fnuz": (1, "fp8"),
-    "c10::Float8_e5m2fnuz": (1, "fp8"), "long int": (8, "int64"), "int": (4, "int32"), "short int": (2, "int16"),
-    "signed char": (1, "int8"), "unsigned char": (1, "uint8"), "bool": (1, "bool"),
-    "c10::complex<float>": (8, "complex64"), "c10::complex<double>": (16, "complex128"),
-}
+DTYPES = {"float": (4, "fp32"), "double": (8, "fp64"), "c10::BFloat16": (2, "bf16"),
+          "c10::Half": (2, "fp16"), "c10::Float8_e4m3fn": (1, "fp8"),
+          "c10::Float8_e5m2": (1, "fp8"), "c10::Float8_e4m3fnuz": (1, "fp8"),
+          "c10::Float8_e5m2fnuz": (1, "fp8"), "long int": (8, "int64"), "int": (4, "int32"),
+          "short int": (2, "int16"), "signed char": (1, "int8"), "unsigned char": (1, "uint8"),
+          "bool": (1, "bool"), "c10::complex<float>": (8, "complex64"),
+          "c10::complex<double>": (16, "complex128")}
 
 MATMUL, CONV, ATTENTION, ELEMENTWISE, NORM, SOFTMAX, REDUCE, EMBEDDING, COPY = (
-    "matmul", "convolution", "attention", "elementwise", "normalisation", "softmax", "reduction", "embedding",
-    "copy")
-MATRIX_FAMILIES = (MATMUL, CONV, ATTENTION)  # run on tensor cores / matrix units; the rest on vector units
+    "matmul", "convolution", "attention", "elementwise", "normalisation", "softmax", "reduction",
+    "embedding", "copy")
+# run on tensor cores / matrix units; the rest on vector units
+MATRIX_FAMILIES = (MATMUL, CONV, ATTENTION)
 
-UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "neg", "rsqrt", "sqrt", "abs", "cos", "sin",
-         "reciprocal", "erf", "hardtanh", "leaky_relu", "elu", "softplus", "mish", "hardswish", "clamp",
-         "clamp_min", "clamp_max", "pow", "square", "log1p", "expm1", "sign", "floor", "ceil", "round",
-         "exp2", "log2", "sgn", "relu_", "gelu_", "silu_", "sigmoid_", "tanh_", "exp_", "neg_", "sqrt_",
-         "rsqrt_", "clamp_", "clamp_min_", "pow_", "hardtanh_", "leaky_relu_"}
+UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "neg", "rsqrt", "sqrt", "abs",
+         "cos", "sin", "reciprocal", "erf", "hardtanh", "leaky_relu", "elu", "softplus", "mish",
+         "hardswish", "clamp", "clamp_min", "clamp_max", "pow", "square", "log1p", "expm1", "sign",
+         "floor", "ceil", "round", "exp2", "log2", "sgn", "relu_", "gelu_", "silu_", "sigmoid_",
+         "tanh_", "exp_", "neg_", "sqrt_", "rsqrt_", "clamp_", "clamp_min_", "pow_", "hardtanh_",
+         "leaky_relu_"}
 BINARY = {"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_", "maximum", "minimum", "where",
           "masked_fill", "masked_fill_", "threshold_backward", "gelu_backward", "silu_backward",
-          "sigmoid_backward", "tanh_backward", "hardtanh_backward", "eq", "ne", "lt", "le", "gt", "ge",
-          "addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_", "rsub", "fmod", "remainder",
-          "bitwise_and", "bitwise_or", "logical_and", "logical_or", "_foreach_add_", "_foreach_mul_"}
-REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "var", "std", "prod", "argmax", "argmin",
-              "linalg_vector_norm", "var_mean", "std_mean", "any", "all", "logsumexp"}
-NORMS = {"native_layer_norm": 5, "native_batch_norm": 5, "cudnn_batch_norm": 5, "miopen_batch_norm": 5,
-         "_native_batch_norm_legit": 5, "_native_batch_norm_legit_no_training": 5, "native_group_norm": 5,
-         "_fused_rms_norm": 4, "native_layer_norm_backward": 8, "native_batch_norm_backward": 8,
-         "cudnn_batch_norm_backward": 8, "miopen_batch_norm_backward": 8, "native_group_norm_backward": 8,
-         "_fused_rms_norm_backward": 7}
+          "sigmoid_backward", "tanh_backward", "hardtanh_backward", "eq", "ne", "lt", "le", "gt",
+          "ge", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_", "rsub", "fmod",
+          "remainder", "bitwise_and", "bitwise_or", "logical_and", "logical_or", "_foreach_add_",
+          "_foreach_mul_"}
+REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "var", "std", "prod", "argmax",
+              "argmin", "linalg_vector_norm", "var_mean", "std_mean", "any", "all", "logsumexp"}
+NORMS = {"native_layer_norm": 5, "native_batch_norm": 5, "cudnn_batch_norm": 5,
+         "miopen_batch_norm": 5, "_native_batch_norm_legit": 5,
+         "_native_batch_norm_legit_no_training": 5, "native_group_norm": 5, "_fused_rms_norm": 4,
+         "native_layer_norm_backward": 8, "native_batch_norm_backward": 8,
+         "cudnn_batch_norm_backward": 8, "miopen_batch_norm_backward": 8,
+         "native_group_norm_backward": 8, "_fused_rms_norm_backward": 7}
 SOFTMAX_OPS = {"_softmax": (5, 2), "_log_softmax": (5, 2), "_softmax_backward_data": (4, 3),
                "_log_softmax_backward_data": (4, 3)}
-# SDPA backends: (q, k, v) argument positions and where `is_causal` sits in Concrete Inputs; backward ops
-SDPA = {
-    "_scaled_dot_product_flash_attention": (0, 4, False), "_scaled_dot_product_flash_attention_for_cpu": (0, 4, False),
-    "_scaled_dot_product_efficient_attention": (0, 6, False), "_scaled_dot_product_cudnn_attention": (0, 6, False),
-    "_scaled_dot_product_flash_attention_backward": (1, 11, True),
-    "_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7, True),
-    "_scaled_dot_product_efficient_attention_backward": (1, 11, True),
-    "_scaled_dot_product_cudnn_attention_backward": (1, 12, True),
-    "_flash_attention_forward": (0, 6, False), "_efficient_attention_forward": (0, 8, False),
-    "_flash_attention_backward": (1, 10, True), "_efficient_attention_backward": (1, 11, True),
-}
+# SDPA backends: (q, k, v) argument positions and where `is_causal` sits in Concrete Inputs;
+# backward ops
+SDPA = {"_scaled_dot_product_flash_attention": (0, 4, False),
+        "_scaled_dot_product_flash_attention_for_cpu": (0, 4, False),
+        "_scaled_dot_product_efficient_attention": (0, 6, False),
+        "_scaled_dot_product_cudnn_attention": (0, 6, False),
+        "_scaled_dot_product_flash_attention_backward": (1, 11, True),
+        "_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7, True),
+        "_scaled_dot_product_efficient_attention_backward": (1, 11, True),
+        "_scaled_dot_product_cudnn_attention_backward": (1, 12, True),
+        "_flash_attention_forward": (0, 6, False), "_efficient_attention_forward": (0, 8, False),
+        "_flash_attention_backward": (1, 10, True), "_efficient_attention_backward": (1, 11, True)}
 MATMULS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "mv", "addmv"}
-COPIES = {"copy_", "cat", "fill_", "zero_", "index_select", "gather", "scatter_add_", "index_add_", "stack"}
+COPIES = {"copy_", "cat", "fill_", "zero_", "index_select", "gather", "scatter_add_", "index_add_",
+          "stack"}
 
 
 def family_of(name: str) -> Optional[str]:
-    """The family of a modelled op name (`aten::mm` -> "matmul"); None when perfsleuth has no model."""
+    """The family of a modelled op name (`aten::mm` -> "matmul"); None without a model."""
     if not name.startswith("aten::"):
         return None
     op = name[6:]
@@ -148,7 +154,8 @@ def _literal(text, default=None):
 
 
 def model(name: str, dims: list, types: list, concrete: list) -> Optional[tuple]:
-    """(family, flops, bytes, dtype) of one call, or None when the op has no model or its inputs do not
+    """(family, flops, bytes, dtype) of one call, or None when the op has no model or its inputs do
+    not
     fit it (the caller counts its time as unmodelled)."""
     fam = family_of(name)
     if fam is None or not isinstance(dims, list) or not isinstance(types, list):
@@ -216,20 +223,24 @@ def _per_dim(v, n: int, default: int) -> list:
 
 
 def _conv(op: str, dims: list, types: list, concrete: list):
-    if op == "convolution":  # input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    # convolution: input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    # groups; convolution_backward: grad_output, input, weight, bias_sizes, stride, padding,
+    # dilation, transposed, output_padding, groups, output_mask
+    if op == "convolution":
         x, w, bias_dims = dims[0], dims[1], dims[2]
         stride, pad, dil = (_literal(concrete[i]) for i in (3, 4, 5))
         transposed, out_pad = bool(_literal(concrete[6], False)), _literal(concrete[7])
         mask = [True, False]
         grad = None
-    else:  # grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask
+    else:
         grad, x, w = dims[0], dims[1], dims[2]
         stride, pad, dil = (_literal(concrete[i]) for i in (4, 5, 6))
         transposed, out_pad = bool(_literal(concrete[7], False)), _literal(concrete[8])
         mask = _literal(concrete[10], [True, True, True])
         bias_dims = []
     spatial = len(x) - 2
-    stride, pad, dil, out_pad = (_per_dim(v, spatial, d) for v, d in ((stride, 1), (pad, 0), (dil, 1), (out_pad, 0)))
+    stride, pad, dil, out_pad = (_per_dim(v, spatial, d)
+                                 for v, d in ((stride, 1), (pad, 0), (dil, 1), (out_pad, 0)))
     ks = w[2:]
     out_sp = [_out_spatial(x[2 + i], ks[i], stride[i], pad[i], dil[i], out_pad[i], transposed)
               for i in range(spatial)]
@@ -324,7 +335,8 @@ def _embedding(op: str, dims: list, types: list, concrete: list):
 
 def _copy(op: str, dims: list, types: list, concrete: list):
     if op in ("cat", "stack"):  # a TensorList: its shapes nested in the first argument
-        shapes = dims[0] if dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list) else []
+        first = dims[0] if dims and isinstance(dims[0], list) else []
+        shapes = first if first and isinstance(first[0], list) else []
         n = sum(_numel(s) for s in shapes if _is_shape(s))
         bpe = _bpe(types[0].split(",")[0]) if types and types[0] in DTYPES else 0
         if not bpe:
@@ -346,15 +358,17 @@ def _copy(op: str, dims: list, types: list, concrete: list):
     return 0, n, _dtype(types)
 
 
-_MODELS = {MATMUL: _matmul, CONV: _conv, ATTENTION: _attention, ELEMENTWISE: _elementwise, NORM: _norm,
-           SOFTMAX: _softmax, REDUCE: _reduce, EMBEDDING: _embedding, COPY: _copy}
+_MODELS = {MATMUL: _matmul, CONV: _conv, ATTENTION: _attention, ELEMENTWISE: _elementwise,
+           NORM: _norm, SOFTMAX: _softmax, REDUCE: _reduce, EMBEDDING: _embedding, COPY: _copy}
 
 
 def misaligned(name: str, dims: list) -> bool:
-    """A matmul whose M, N or K is not a multiple of 8: tensor cores pad or fall back (16-bit and 8-bit
+    """A matmul whose M, N or K is not a multiple of 8: tensor cores pad or fall back (16-bit and
+    8-bit
     types want multiples of 8, 16 for fp8; NVIDIA's matmul performance guide)."""
     op = name[6:] if name.startswith("aten::") else name
-    at = {"mm": (0, 1), "_scaled_mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}.get(op)
+    at = {"mm": (0, 1), "_scaled_mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1),
+          "baddbmm": (1, 2)}.get(op)
     if at is None or len(dims) <= at[1] or not (_is_shape(dims[at[0]]) and _is_shape(dims[at[1]])):
         return False
     a, b = dims[at[0]], dims[at[1]]
@@ -364,7 +378,8 @@ def misaligned(name: str, dims: list) -> bool:
 
 
 def score_softmax(name: str, dims: list) -> bool:
-    """A softmax over an attention score matrix written out: input (..., N, N) of 3+ dims, N >= 32 -- what
+    """A softmax over an attention score matrix written out: input (..., N, N) of 3+ dims, N >= 32
+    -- what
     attention as matmul + softmax materialises and scaled_dot_product_attention never does."""
     if name not in ("aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax"):
         return False

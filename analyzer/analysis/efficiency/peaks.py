@@ -3,10 +3,10 @@ precision, and the memory bandwidth; one source per row. Keyed by the `devicePro
 
 A peak is the shape TraceLens's arch JSON has (TraceLens/Agent/Analysis/utils/arch/*.json), so a
 user's file in that format works as it is: `{"name", "mem_bw_gbps", "max_achievable_tflops":
-{"matrix_bf16": ..., "vector_fp32": ...}}`, plus `source`. `matrix_*` is the tensor-core / matrix-unit
-rate, `vector_fp32` the plain FP32 rate. NVIDIA runs an fp32 matmul on the FP32 units (TF32 is off for
-matmuls by default), so `matrix_fp32` is left out of its rows and the FP32 rate is used.
-An unknown device has no peak: the report says so and shows no percentages.
+{"matrix_bf16": ..., "vector_fp32": ...}}`, plus `source`. `matrix_*` is the tensor-core /
+matrix-unit rate, `vector_fp32` the plain FP32 rate. NVIDIA runs an fp32 matmul on the FP32 units
+(TF32 is off for matmuls by default), so `matrix_fp32` is left out of its rows and the FP32 rate is
+used. An unknown device has no peak: the report says so and shows no percentages.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import re
 from typing import Optional
 
 NV = "https://www.nvidia.com/"
-# (pattern on the device name, label, fp32, tf32, bf16, fp16, fp8, fp32 matrix, bandwidth GB/s, source)
-# TFLOP/s, dense. None: the device has no such unit.
+# (pattern on the device name, label, fp32, tf32, bf16, fp16, fp8, fp32 matrix, bandwidth GB/s,
+# source) TFLOP/s, dense. None: the device has no such unit.
 _ROWS = (
     (r"H100.*NVL", "H100 NVL", 60, 417.5, 835, 835, 1670, None, 3900,
      NV + "en-us/data-center/h100/ (H100 datasheet, NVL column; sparse figures halved)"),
@@ -36,14 +36,15 @@ _ROWS = (
      NV + "en-us/data-center/a100/ (A100 datasheet, 80GB PCIe column)"),
     (r"A100.*PCIE-40GB|A100.*40GB.*PCIe", "A100 PCIe 40GB", 19.5, 156, 312, 312, None, None, 1555,
      NV + "en-us/data-center/a100/ (A100 datasheet, 40GB PCIe column)"),
-    (r"A100", "A100 (board not identified: memory bandwidth unknown)", 19.5, 156, 312, 312, None, None, None,
+    (r"A100", "A100 (board not identified: memory bandwidth unknown)",
+     19.5, 156, 312, 312, None, None, None,
      NV + "en-us/data-center/a100/ (A100 datasheet: the compute rates all A100 boards share)"),
     (r"V100.*SXM", "V100 SXM2", 15.7, None, None, 125, None, None, 900,
-     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf "
-     "(V100 SXM2)"),
+     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-11653"
+     "01-r5.pdf (V100 SXM2)"),
     (r"V100", "V100 PCIe", 14, None, None, 112, None, None, 900,
-     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf "
-     "(V100 PCIe)"),
+     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-11653"
+     "01-r5.pdf (V100 PCIe)"),
     (r"L40S", "L40S", 91.6, 183, 362, 362, 733, None, 864,
      NV + "en-us/data-center/l40s/ (L40S datasheet; sparse figures halved)"),
     (r"\bL4\b", "L4", 30.3, 60, 121, 121, 242.5, None, 300,
@@ -53,17 +54,22 @@ _ROWS = (
     (r"\bT4\b", "T4", 8.1, None, None, 65, None, None, 320,
      NV + "en-us/data-center/tesla-t4/ (T4 datasheet, mixed precision FP16/FP32)"),
     (r"RTX 3090", "GeForce RTX 3090", 35.6, 35.6, 71, 71, None, None, 936,
-     "NVIDIA Ampere GA102 GPU architecture whitepaper, table 9 (FP16/BF16 tensor with FP32 accumulate, dense)"),
+     "NVIDIA Ampere GA102 GPU architecture whitepaper, table 9 (FP16/BF16 tensor with FP32 "
+     "accumulate, dense)"),
     (r"RTX 4090", "GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, None, 1008,
      "NVIDIA Ada GPU architecture whitepaper, table 2 (tensor with FP32 accumulate, dense)"),
     (r"MI325X", "Instinct MI325X", 81.7, 653.7, 1307.4, 1307.4, 2614.9, 163.4, 6000,
      "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html (dense)"),
     (r"MI300X", "Instinct MI300X", 81.7, 653.7, 1307.4, 1307.4, 2614.9, 163.4, 5300,
      "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (dense)"),
-    (r"MI250X", "Instinct MI250X (one GCD: half the package)", 23.95, None, 191.5, 191.5, None, 47.85, 1600,
-     "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html (package figures / 2 GCDs)"),
-    (r"MI250", "Instinct MI250 (one GCD: half the package)", 22.65, None, 181, 181, None, 45.25, 1600,
-     "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html (package figures / 2 GCDs)"),
+    (r"MI250X", "Instinct MI250X (one GCD: half the package)",
+     23.95, None, 191.5, 191.5, None, 47.85, 1600,
+     "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html (package figures / "
+     "2 GCDs)"),
+    (r"MI250", "Instinct MI250 (one GCD: half the package)",
+     22.65, None, 181, 181, None, 45.25, 1600,
+     "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html (package figures / 2 "
+     "GCDs)"),
 )
 
 
@@ -76,8 +82,8 @@ def _row_peak(row) -> dict:
 
 
 def datasheet_peak(device_name: Optional[str]) -> Optional[dict]:
-    """The datasheet row for a `deviceProperties` name ('NVIDIA H100 80GB HBM3' -> H100 SXM); None when
-    the device is not in the table."""
+    """The datasheet row for a `deviceProperties` name ('NVIDIA H100 80GB HBM3' -> H100 SXM); None
+    when the device is not in the table."""
     if not device_name:
         return None
     for row in _ROWS:
@@ -91,15 +97,18 @@ def table_rows() -> list:
     return [_row_peak(r) for r in _ROWS]
 
 
-def compute_peak(peak: dict, family_kind: str, precision: str, tf32_convs: bool = False) -> Optional[float]:
-    """FLOP/s for an op of this kind ("matrix" or "vector") and precision (fp32, bf16, ...); None when the
-    peak does not say. An fp32 matrix op runs on the FP32 units unless the device has FP32 matrix units
-    (AMD); an fp32 convolution on a GPU with TF32 uses TF32 (cuDNN allows it by default)."""
+def compute_peak(peak: dict, family_kind: str, precision: str,
+                 tf32_convs: bool = False) -> Optional[float]:
+    """FLOP/s for an op of this kind ("matrix" or "vector") and precision (fp32, bf16, ...); None
+    when the peak does not say. An fp32 matrix op runs on the FP32 units unless the device has FP32
+    matrix units (AMD); an fp32 convolution on a GPU with TF32 uses TF32 (cuDNN allows it by
+    default)."""
     t = peak.get("max_achievable_tflops") or {}
     if family_kind == "vector":
         v = t.get("vector_fp32")
     elif precision == "fp32":
-        v = t.get("matrix_tf32") if tf32_convs and t.get("matrix_tf32") else t.get("matrix_fp32", t.get("vector_fp32"))
+        fp32 = t.get("matrix_fp32", t.get("vector_fp32"))
+        v = t.get("matrix_tf32") if tf32_convs and t.get("matrix_tf32") else fp32
     else:
         v = t.get(f"matrix_{precision}")
     return float(v) * 1e12 if v else None
@@ -113,14 +122,16 @@ def bandwidth(peak: dict) -> Optional[float]:
 
 def user_peak(tflops: Optional[float] = None, arch: Optional[dict] = None,
               bandwidth_gbps: Optional[float] = None) -> Optional[dict]:
-    """A peak the user gave: one TFLOP/s figure for every precision (`--peak-tflops`), or a TraceLens
-    arch JSON (already read), or both (the figure wins for compute)."""
+    """A peak the user gave: one TFLOP/s figure for every precision (`--peak-tflops`), or a
+    TraceLens arch JSON (already read), or both (the figure wins for compute)."""
     if tflops is None and arch is None:
         return None
-    out = {"name": "user-given", "mem_bw_gbps": bandwidth_gbps, "source": "user-given", "kind": "user",
+    out = {"name": "user-given", "mem_bw_gbps": bandwidth_gbps, "source": "user-given",
+           "kind": "user",
            "max_achievable_tflops": {}}
     if arch is not None:
-        out.update({k: v for k, v in arch.items() if k in ("name", "mem_bw_gbps", "max_achievable_tflops")})
+        keys = ("name", "mem_bw_gbps", "max_achievable_tflops")
+        out.update({k: v for k, v in arch.items() if k in keys})
         out["source"] = f"user-given arch file ({arch.get('name', 'unnamed')})"
     if tflops is not None:
         out["max_achievable_tflops"] = {f"{k}_{p}": float(tflops) for k in ("matrix",)
@@ -131,8 +142,8 @@ def user_peak(tflops: Optional[float] = None, arch: Optional[dict] = None,
 
 
 def checked_peak(value) -> Optional[dict]:
-    """A peak read from a trace's metadata (`perfsleuth run` measured it): kept only when its rates and
-    bandwidth are positive numbers (None otherwise: the report then says there is no peak)."""
+    """A peak read from a trace's metadata (`perfsleuth run` measured it): kept only when its rates
+    and bandwidth are positive numbers (None otherwise: the report then says there is no peak)."""
     if not isinstance(value, dict) or not isinstance(value.get("max_achievable_tflops"), dict):
         return None
     rates = value["max_achievable_tflops"]

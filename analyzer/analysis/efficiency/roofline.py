@@ -72,20 +72,25 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
     calls, busy = t["count"].to_numpy(np.float64), t["time_ns"].to_numpy(np.float64)
     comp, bw = _group_peaks(t, peak, gpu)
     with np.errstate(divide="ignore", invalid="ignore"):
-        roof_ns = np.fmax(f_call / comp, b_call / bw) * 1e9 * calls  # NaN only where both are unknown
+        # NaN only where both are unknown
+        roof_ns = np.fmax(f_call / comp, b_call / bw) * 1e9 * calls
         pct = np.where(busy > 0, roof_ns / busy, np.nan)
         compute_bound = (f_call / comp) >= (b_call / bw)
-    flops_total, bytes_total, busy_total = float((f_call * calls).sum()), float((b_call * calls).sum()), busy.sum()
+    flops_total, bytes_total = float((f_call * calls).sum()), float((b_call * calls).sum())
+    busy_total = busy.sum()
     precision = step_precision(models)
     peak_flops = pk.compute_peak(peak, MATRIX_KIND, precision) if peak else None
     peak_bytes = pk.bandwidth(peak) if peak else None
     step_s = step_ns / 1e9 / n_steps if n_steps else 0.0
     per_step_flops = flops_total / n_steps if n_steps else 0.0
     step_rate = per_step_flops / step_s if step_s else None
-    lost = np.where(np.isnan(roof_ns), busy, np.clip(busy - roof_ns, 0, None)) / 1000.0 / max(n_steps, 1)
+    lost = np.where(np.isnan(roof_ns), busy, np.clip(busy - roof_ns, 0, None))
+    lost = lost / 1000.0 / max(n_steps, 1)
     order = np.argsort(-lost, kind="stable")[:top_n]
     over = np.flatnonzero(pct > 1.05)  # faster than the roofline allows
-    ops = [_op_row(t, i, f_call, b_call, calls, busy, pct, compute_bound, roof_ns, lost, n_steps) for i in order]
+    ops = [_op_row(t, i, f_call, b_call, calls, busy, pct, compute_bound, roof_ns, lost, n_steps)
+           for i in order]
+    timed = busy_total + unmodelled_ns
     return {
         "flops_per_step": int(round(per_step_flops)),
         "bytes_per_step": int(round(bytes_total / n_steps)) if n_steps else 0,
@@ -99,12 +104,14 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
         "precision": precision,
         "hfu": (step_rate / peak_flops) if (step_rate and peak_flops) else None,
         "mfu": None,
-        "modelled_time_share": busy_total / (busy_total + unmodelled_ns) if (busy_total + unmodelled_ns) else None,
-        "time_basis": "device time of the op's kernels" if gpu else "the op's own time on the CPU",
+        "modelled_time_share": busy_total / timed if timed else None,
+        "time_basis": ("device time of the op's kernels" if gpu
+                       else "the op's own time on the CPU"),
         "families": _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw),
         "ops": ops,
-        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: the peak is too low, or their "
-                    "work ran elsewhere (a device the trace does not hold)") if len(over) else None,
+        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: the peak "
+                    "is too low, or their work ran elsewhere (a device the trace does not hold)")
+        if len(over) else None,
     }
 
 
@@ -128,7 +135,8 @@ def _op_row(t, i, f_call, b_call, calls, busy, pct, compute_bound, roof_ns, lost
 
 
 def _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw) -> list:
-    """Per family: FLOPs and time per step, the share of its roofline reached, and the achieved rates."""
+    """Per family: FLOPs and time per step, the share of its roofline reached, and the achieved
+    rates."""
     fam = t["family"].to_numpy()
     out = []
     for code in np.unique(fam).tolist():
@@ -144,6 +152,7 @@ def _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw) -> lis
             "bytes_per_s": by_sum / (b / 1e9) if b else None,
             "pct_of_roofline": round(float(roof[known].sum() / busy[m][known].sum()), 4)
             if known.any() and busy[m][known].sum() else None,
-            "pct_of_bandwidth": round(by_sum / (b / 1e9) / bw, 4) if b and not np.isnan(bw) else None,
+            "pct_of_bandwidth": (round(by_sum / (b / 1e9) / bw, 4) if b and not np.isnan(bw)
+                                 else None),
         })
     return sorted(out, key=lambda r: -r["time_us_per_step"])

@@ -2,9 +2,9 @@
 distinct (name, Input type, Input Dims + Concrete Inputs) signature and spread back to the events by
 their category codes -- a step of thousands of ops repeats a few dozen signatures.
 
-The trace keeps `Input Dims` and `Concrete Inputs` as raw JSON text (trace/columns.py: `in_shape`, the
-two joined by a unit separator) and `Input type` joined by commas (`in_type`); both are decoded here,
-only for the signatures of modelled ops.
+The trace keeps `Input Dims` and `Concrete Inputs` as raw JSON text (trace/columns.py: `in_shape`,
+the two joined by a unit separator) and `Input type` joined by commas (`in_type`); both are decoded
+here, only for the signatures of modelled ops.
 """
 
 from __future__ import annotations
@@ -18,18 +18,20 @@ import pandas as pd
 from . import flops as fl
 
 _DECODE = msgspec.json.Decoder()
-FAMILIES = (fl.MATMUL, fl.CONV, fl.ATTENTION, fl.ELEMENTWISE, fl.NORM, fl.SOFTMAX, fl.REDUCE, fl.EMBEDDING,
-            fl.COPY)
+FAMILIES = (fl.MATMUL, fl.CONV, fl.ATTENTION, fl.ELEMENTWISE, fl.NORM, fl.SOFTMAX, fl.REDUCE,
+            fl.EMBEDDING, fl.COPY)
 
 
 @dataclass
 class OpModels:
-    """Per event of the ops given to `op_models` (same order): the model's numbers, -1 / "" where none."""
+    """Per event of the ops given to `op_models` (same order): the model's numbers, -1 / "" where
+    none."""
 
     family: np.ndarray  # int8 index into FAMILIES, -1 unmodelled
     flops: np.ndarray  # int64 per call
     nbytes: np.ndarray  # int64 per call
-    signature: np.ndarray  # int64: one id per distinct (name, types, shapes) signature, -1 unmodelled
+    # int64: one id per distinct (name, types, shapes) signature, -1 unmodelled
+    signature: np.ndarray
     table: pd.DataFrame  # one row per signature id: name, shape, dtype, family, flops, bytes
 
 
@@ -37,9 +39,12 @@ def modelled_names(names: pd.Series) -> np.ndarray:
     """Boolean mask over a categorical name column: the op has a FLOPs/bytes model (decided once per
     distinct name)."""
     cats = names.cat.categories
-    known = np.fromiter((fl.family_of(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    known = np.fromiter((fl.family_of(str(c)) is not None for c in cats), dtype=bool,
+                        count=len(cats))
     codes = names.cat.codes.to_numpy()
-    return (codes >= 0) & known[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(names), dtype=bool)
+    if not len(cats):
+        return np.zeros(len(names), dtype=bool)
+    return (codes >= 0) & known[np.clip(codes, 0, None)]
 
 
 def decode_signature(shape_text: str) -> tuple:
@@ -56,11 +61,14 @@ def decode_signature(shape_text: str) -> tuple:
 
 
 def op_models(ops: pd.DataFrame) -> OpModels:
-    """Models of the cpu ops in `ops` (columns name, in_type, in_shape: categoricals of the trace)."""
+    """Models of the cpu ops in `ops` (columns name, in_type, in_shape: categoricals of the
+    trace)."""
     n = len(ops)
-    keys = np.stack([ops[c].cat.codes.to_numpy(np.int64) for c in ("name", "in_type", "in_shape")], axis=1) \
+    columns = ("name", "in_type", "in_shape")
+    keys = np.stack([ops[c].cat.codes.to_numpy(np.int64) for c in columns], axis=1) \
         if n else np.zeros((0, 3), dtype=np.int64)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True) if n else (keys, np.zeros(0, np.int64))
+    uniq, inverse = (np.unique(keys, axis=0, return_inverse=True) if n
+                     else (keys, np.zeros(0, np.int64)))
     inverse = np.asarray(inverse).reshape(-1)
     names, types, shapes = (ops[c].cat.categories for c in ("name", "in_type", "in_shape"))
     rows = []
@@ -72,8 +80,8 @@ def op_models(ops: pd.DataFrame) -> OpModels:
         if got is not None:
             rows.append((i, name, _shape_text(dims), got[3], FAMILIES.index(got[0]), got[1], got[2],
                          fl.misaligned(name, dims), fl.score_softmax(name, dims)))
-    table = pd.DataFrame(rows, columns=["sig", "name", "shape", "dtype", "family", "flops", "bytes", "misaligned",
-                                        "scores"])
+    table = pd.DataFrame(rows, columns=["sig", "name", "shape", "dtype", "family", "flops", "bytes",
+                                        "misaligned", "scores"])
     family = np.full(len(uniq), -1, dtype=np.int8)
     fl_sig = np.zeros(len(uniq), dtype=np.int64)
     by_sig = np.zeros(len(uniq), dtype=np.int64)

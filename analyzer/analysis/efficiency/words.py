@@ -1,13 +1,15 @@
-"""Efficiency numbers in words, for the verdict (api.py) and every renderer (report/efficiency_text.py):
-FLOP/s and bandwidth in decimal units, and the denominator of every percentage spelled out."""
+"""Efficiency numbers in words, for the verdict (api.py) and every renderer
+(report/efficiency_text.py): FLOP/s and bandwidth in decimal units, and the denominator of every
+percentage spelled out."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 FAMILY_NAMES = {"matmul": "matmuls", "convolution": "convolutions", "attention": "attention",
-                "elementwise": "elementwise", "normalisation": "normalisation", "softmax": "softmax",
-                "reduction": "reductions", "embedding": "embedding", "copy": "copies"}
+                "elementwise": "elementwise", "normalisation": "normalisation",
+                "softmax": "softmax", "reduction": "reductions", "embedding": "embedding",
+                "copy": "copies"}
 
 
 def rate(flops_per_s: Optional[float]) -> str:
@@ -31,10 +33,13 @@ def count(flops: Optional[float]) -> str:
 
 
 def bandwidth(bytes_per_s: Optional[float]) -> str:
-    """Bytes/s in decimal TB/s or GB/s, as datasheets give memory bandwidth (10^12 and 10^9 bytes)."""
+    """Bytes/s in decimal TB/s or GB/s, as datasheets give memory bandwidth (10^12 and 10^9
+    bytes)."""
     if bytes_per_s is None:
         return "-"
-    return f"{bytes_per_s / 1e12:.3g} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:.3g} GB/s"
+    if bytes_per_s >= 1e12:
+        return f"{bytes_per_s / 1e12:.3g} TB/s"
+    return f"{bytes_per_s / 1e9:.3g} GB/s"
 
 
 def pct(x: Any) -> str:
@@ -42,10 +47,12 @@ def pct(x: Any) -> str:
 
 
 def peak_text(e: dict) -> str:
-    """'the H100 SXM's dense bf16 peak, 990 TFLOP/s (datasheet)' -- the denominator of every percentage."""
+    """'the H100 SXM's dense bf16 peak, 990 TFLOP/s (datasheet)' -- the denominator of every
+    percentage."""
     if not e.get("peak_flops_per_s"):
         return ""
-    kind = {"datasheet": "datasheet", "measured": "measured on this machine", "user": "user-given"}.get(
+    kinds = {"datasheet": "datasheet", "measured": "measured on this machine", "user": "user-given"}
+    kind = kinds.get(
         str(e.get("peak_kind")), str(e.get("peak_kind") or ""))
     if e.get("peak_kind") == "datasheet":
         whose = f"the {e.get('peak_name') or 'device'}'s dense"
@@ -66,13 +73,14 @@ def family_summary(e: dict, limit: int = 0) -> str:
             if f.get("pct_of_roofline") is not None:
                 parts.append(f"{name} {pct(f['pct_of_roofline'])} of roofline")
         elif f.get("pct_of_bandwidth") is not None and e.get("peak_bytes_per_s"):
-            parts.append(f"{name} at {f['pct_of_bandwidth']:.2f} of {bandwidth(e['peak_bytes_per_s'])}")
+            bw = bandwidth(e["peak_bytes_per_s"])
+            parts.append(f"{name} at {f['pct_of_bandwidth']:.2f} of {bw}")
     return ", ".join(parts)
 
 
 def verdict_clause(e: Optional[dict]) -> str:
-    """'at 11.8 % of the H100 SXM's dense bf16 peak, 989.5 TFLOP/s (datasheet): matmuls 61.9 % of roofline,
-    ...' -- the kernel-bound verdict's degree of efficiency ('' without a known peak)."""
+    """'at 11.8 % of the H100 SXM's dense bf16 peak, 989.5 TFLOP/s (datasheet): matmuls 61.9 % of
+    roofline, ...' -- the kernel-bound verdict's degree of efficiency ('' without a known peak)."""
     if not isinstance(e, dict) or e.get("hfu") is None:
         return ""
     fam = family_summary(e, limit=3)
