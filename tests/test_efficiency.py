@@ -122,3 +122,25 @@ def test_qwen_h100_kernel_times_match_tracelens(real_traces):
                 assert o["flops"] == round(float(row["GFLOPS_first"]) * 1e9)
                 checked += 1
     assert checked == 6
+
+
+def test_names_from_the_trace_are_escaped_in_every_output(tmp_path):
+    """An `Input type` the model does not know is shown as recorded: escaped in HTML, Markdown, terminal."""
+    from perfsleuth.report.html import render_html
+    from perfsleuth.report.markdown import render_markdown
+    from perfsleuth.report.terminal import render_terminal
+
+    evil = "<img src=x onerror=alert(1)>|`\x1b[31m"
+    tb = TraceBuilder()
+    tb.step(1, 0, 1000)
+    tb.op("aten::mm", 10, 150, **{"Input Dims": [[64, 64], [64, 64]], "Input type": [evil, evil],
+                                  "Concrete Inputs": ["", ""]})
+    tb.launch("gemm", host=(20, 5), device=(100, 100))
+    d = _efficiency(tb, tmp_path)
+    assert d["efficiency"]["ops"][0]["dtype"] == evil
+    html = render_html(d)
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "\x1b" not in render_terminal(d)
+    md = render_markdown(d)
+    assert "\\<img src=x onerror=alert(1)\\>\\|" in md  # Markdown-escaped: renders literally
+    assert "<img src=x" not in md.replace("\\<img", "")
