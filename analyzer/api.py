@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "analysis.ranks", "analysis.steps",
                     "analysis.tables", "analysis.verdict", "report.model", "engine.catalog", "engine.evaluate",
                     "engine.explain", "engine.forecast", "engine.reconsider", "facts.core", "facts.forecasting",
-                    "facts.stacks", "analysis.forecast")
+                    "facts.stacks", "analysis.forecast", "analysis.efficiency.words")
 
 
 def load_analysis() -> None:

@@ -103,7 +103,7 @@ def efficiency(ctx: Context) -> dict:
 
 
 def _efficiency(ctx: Context) -> dict:
-    if not ctx.trace.has_shapes:
+    if not ctx.trace.has_shapes or "in_shape" not in ctx.trace.events:
         return {"efficiency": None, "efficiency_unavailable": NO_SHAPES}
     ops = ctx.kind(CPU_OP)
     counted = outermost(ops, modelled_names(ops["name"])) if len(ops) else ops
