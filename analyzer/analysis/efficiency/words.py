@@ -43,7 +43,7 @@ def bandwidth(bytes_per_s: Optional[float]) -> str:
 
 
 def pct(x: Any) -> str:
-    return "-" if x is None else f"{100 * float(x):.1f} %"
+    return "-" if x is None else f"{float(x):.1%}"
 
 
 def peak_text(e: dict) -> str:
