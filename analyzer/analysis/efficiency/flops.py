@@ -74,6 +74,9 @@ COPIES = {"copy_", "cat", "fill_", "zero_", "index_select", "gather", "scatter_a
           "stack"}
 
 
+LIMIT = 1 << 62  # FLOPs or bytes of one call past this are no real op (int64 columns hold them)
+
+
 def family_of(name: str) -> Optional[str]:
     """The family of a modelled op name (`aten::mm` -> "matmul"); None without a model."""
     if not name.startswith("aten::"):
@@ -169,6 +172,8 @@ def model(name: str, dims: list, types: list, concrete: list) -> Optional[tuple]
     if got is None:
         return None
     flops, nbytes, dtype = got
+    if not (0 <= flops < LIMIT and 0 <= nbytes < LIMIT):  # negative or absurd shapes: no model
+        return None
     return fam, int(flops), int(nbytes), dtype
 
 

@@ -18,9 +18,9 @@ NV = "https://www.nvidia.com/"
 # (pattern on the device name, label, fp32, tf32, bf16, fp16, fp8, fp32 matrix, bandwidth GB/s,
 # source) TFLOP/s, dense. None: the device has no such unit.
 _ROWS = (
-    (r"H100.*NVL", "H100 NVL", 60, 417.5, 835, 835, 1670, None, 3900,
+    (r"H100.*NVL", "H100 NVL", 60, 417.5, 835.5, 835.5, 1670.5, None, 3900,
      NV + "en-us/data-center/h100/ (H100 datasheet, NVL column; sparse figures halved)"),
-    (r"H100.*PCIe", "H100 PCIe", 51, 378, 756, 756, 1513, None, 2000,
+    (r"H100.*PCIe", "H100 PCIe", 51, 378, 756.5, 756.5, 1513, None, 2000,
      NV + "en-us/data-center/h100/ (H100 datasheet, PCIe column; sparse figures halved)"),
     (r"H100", "H100 SXM", 67, 494.5, 989.5, 989.5, 1979, None, 3350,
      NV + "en-us/data-center/h100/ (H100 datasheet, SXM column; sparse figures halved)"),
