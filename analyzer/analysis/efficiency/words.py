@@ -54,6 +54,9 @@ def peak_text(e: dict) -> str:
     kinds = {"datasheet": "datasheet", "measured": "measured on this machine", "user": "user-given"}
     kind = kinds.get(
         str(e.get("peak_kind")), str(e.get("peak_kind") or ""))
+    if e.get("peak_kind") == "measured":
+        return (f"the measured {e.get('precision')} peak of {e.get('peak_name') or 'this CPU'}, "
+                f"{rate(e['peak_flops_per_s'])}")
     if e.get("peak_kind") == "datasheet":
         whose = f"the {e.get('peak_name') or 'device'}'s dense"
     elif e.get("peak_kind") == "user" and e.get("peak_name") in (None, "user-given"):
