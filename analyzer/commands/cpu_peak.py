@@ -1,9 +1,9 @@
 """This CPU's peak, measured once per machine and thread count by `perfsleuth run` (a CPU has no
 datasheet row): the best rate of an fp32 `torch.mm` at the run's thread count, and the memory
-bandwidth of a large copy. A second or two, before profiling starts; cached as JSON under
+bandwidth of a large copy. A second or two, after the recorded steps; cached as JSON under
 $PERFSLEUTH_CACHE_DIR, else $XDG_CACHE_HOME/perfsleuth, else ~/.cache/perfsleuth, keyed by the CPU
-model, the thread count and torch's version. Recorded in the trace's `perfsleuth` metadata as `peak`
-(the shape of analysis/efficiency/peaks.py, `kind` "measured").
+model, the thread count and torch's version. Recorded in the trace's `perfsleuth_final` metadata as
+`peak` (the shape of analysis/efficiency/peaks.py, `kind` "measured").
 
 `PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives the peak instead (the tests inject it: they never
 benchmark).
@@ -139,9 +139,10 @@ def cpu_peak(threads: int) -> Optional[dict]:
     return peak
 
 
-def for_run(record_shapes: bool) -> Optional[dict]:
-    """`perfsleuth run`'s peak on a CPU-only machine at torch's current thread count (None on a GPU,
-    whose peak is the datasheet's, or when shapes are not recorded: no FLOPs to compare it with)."""
+def for_run(record_shapes: bool, threads: Optional[int] = None) -> Optional[dict]:
+    """`perfsleuth run`'s peak on a CPU-only machine at the recorded window's thread count
+    (`threads`, else torch's current one); None on a GPU, whose peak is the datasheet's, or when
+    shapes are not recorded (no FLOPs to compare it with)."""
     if not record_shapes:
         return None
     try:
@@ -149,7 +150,7 @@ def for_run(record_shapes: bool) -> Optional[dict]:
 
         if torch.cuda.is_available():
             return None
-        return cpu_peak(torch.get_num_threads())
+        return cpu_peak(int(threads) if threads else torch.get_num_threads())
     except Exception as exc:  # noqa: BLE001 -- never the user's run's problem
         log.warning("no CPU peak: %s", exc)
         return None

@@ -126,7 +126,6 @@ class ProfileSession:
 
     def start(self) -> "ProfileSession":
         self._clock.probe()  # before profiling starts: its children are not in the trace
-        self._cpu_peak = cpu_peak.for_run(self.config.record_shapes)  # likewise: seconds, once per machine
         if self.config.wait == 0:
             self._prof = self._profiler(light=False)
             self._prof.start()  # already recording (warm-up): metadata is kept from here on
@@ -176,8 +175,7 @@ class ProfileSession:
                              "stack_shapes": c.stack_shapes},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
-                **({"compile": compiled} if (compiled := self._compile.facts()) else {}),
-                **({"peak": self._cpu_peak} if getattr(self, "_cpu_peak", None) else {}), **extra}
+                **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
     def _closure_returned(self) -> None:
         """After each closure call inside `optimizer.step(closure)`: a stacks window cut at the first one ends."""
@@ -302,8 +300,11 @@ class ProfileSession:
         compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
+        # this CPU's peak at the threads the window ran with: after the steps, once per machine (cpu_peak.py)
+        peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
         written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
-                                                                    **({"compile": compiled} if compiled else {})})
+                                                                    **({"compile": compiled} if compiled else {}),
+                                                                    **({"peak": peak} if peak else {})})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
