@@ -144,3 +144,16 @@ def test_names_from_the_trace_are_escaped_in_every_output(tmp_path):
     md = render_markdown(d)
     assert "\\<img src=x onerror=alert(1)\\>\\|" in md  # Markdown-escaped: renders literally
     assert "<img src=x" not in md.replace("\\<img", "")
+
+
+def test_fp32_matmuls_faster_than_the_fp32_units_ran_on_tf32(tmp_path):
+    """2·512³ FLOPs in 10 µs is 26.8 TFLOP/s: above the A100's 19.5 FP32, so the roof is TF32's 156."""
+    tb = TraceBuilder()
+    for n, t0 in ((1, 0), (2, 1000)):
+        tb.step(n, t0, 1000)
+        tb.op("aten::mm", t0 + 10, 50, **{"Input Dims": [[512, 512], [512, 512]], "Input type": ["float"] * 2,
+                                          "Concrete Inputs": ["", ""]})
+        tb.launch("ampere_tf32_gemm", host=(t0 + 20, 5), device=(t0 + 100, 10))
+    o = _efficiency(tb, tmp_path)["efficiency"]["ops"][0]
+    flops, nbytes = 2 * 512**3, 3 * 512 * 512 * 4
+    assert o["pct_of_roofline"] == round(max(flops / 156e12, nbytes / 2039e9) / 10e-6, 4)

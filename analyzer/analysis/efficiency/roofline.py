@@ -39,6 +39,19 @@ def _group_peaks(table, peak: Optional[dict], gpu: bool) -> tuple:
     return comp, (bw if bw else np.nan)
 
 
+def _tf32_where_proven(t, comp: np.ndarray, flops: np.ndarray, busy: np.ndarray, peak) -> np.ndarray:
+    """An fp32 matrix op group that ran faster than the FP32 units allow ran on TF32 tensor cores
+    (torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision): its roof is the TF32 peak."""
+    tf32 = pk.compute_peak(peak, MATRIX_KIND, "tf32") if peak else None
+    if not tf32 or not len(t):
+        return comp
+    matrix = np.isin(t["family"].to_numpy(), [FAMILIES.index(f) for f in fl.MATRIX_FAMILIES])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(busy > 0, flops / (busy / 1e9), 0.0)
+        proven = matrix & (t["dtype"].to_numpy() == "fp32") & (rate > comp * 1.05)
+    return np.where(proven, tf32, comp)
+
+
 def step_precision(models: OpModels) -> str:
     """The precision of the matrix ops that carry the most FLOPs ("fp32" when there are none)."""
     t = models.table
@@ -71,6 +84,7 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
     f_call, b_call = t["flops"].to_numpy(np.float64), t["bytes"].to_numpy(np.float64)
     calls, busy = t["count"].to_numpy(np.float64), t["time_ns"].to_numpy(np.float64)
     comp, bw = _group_peaks(t, peak, gpu)
+    comp = _tf32_where_proven(t, comp, f_call * calls, busy, peak)
     with np.errstate(divide="ignore", invalid="ignore"):
         # NaN only where both are unknown
         roof_ns = np.fmax(f_call / comp, b_call / bw) * 1e9 * calls
@@ -109,7 +123,8 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
                        else "the op's own time on the CPU"),
         "families": _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw),
         "ops": ops,
-        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: the peak "
+        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: they moved fewer "
+                    "bytes than their shapes say (a broadcast or repeated input, data in cache), the peak "
                     "is too low, or their work ran elsewhere (a device the trace does not hold)")
         if len(over) else None,
     }
