@@ -97,7 +97,8 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown, _user_peak(config))
-    report.extra.update(efficiency_section(facts, config.efficiency_top_n))  # the compute-efficiency section (docs/efficiency.md)
+    # the compute-efficiency section (docs/efficiency.md)
+    report.extra.update(efficiency_section(facts, config.efficiency_top_n))
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
@@ -117,8 +118,9 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
 
 
 def _efficiency_degree(report: Report) -> None:
-    """A kernel-bound verdict says how close the kernels come to the device: 'kernel-bound: ...; at 31 % of
-    the H100 SXM's dense bf16 peak: matmuls 62 % of roofline, ...' (analysis/efficiency/words.py)."""
+    """A kernel-bound verdict says how close the kernels come to the device: 'kernel-bound: ...;
+    at 31% of the H100 SXM's dense bf16 peak: matmuls 62% of roofline, ...'
+    (analysis/efficiency/words.py)."""
     from .analysis.efficiency.words import verdict_clause
 
     clause = verdict_clause(report.extra.get("efficiency"))

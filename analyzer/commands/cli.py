@@ -223,12 +223,14 @@ def main(verbose: int) -> None:
               help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
                    "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
                    "else unknown and said so; `perfsleuth docs forecast`].")
-@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None, metavar="TFLOPS",
-              help="The device's compute peak in TFLOP/s, for the efficiency section's percentages [default: the "
-                   "datasheet's dense peak of a known GPU, what `perfsleuth run` measured on a CPU; "
-                   "`perfsleuth docs efficiency`].")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="TFLOPS",
+              help="The device's compute peak in TFLOP/s, for the efficiency section's percentages "
+                   "[default: the datasheet's dense peak of a known GPU, what `perfsleuth run` "
+                   "measured on a CPU; `perfsleuth docs efficiency`].")
 @click.option("--peak-arch", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="The device's peaks per precision and its memory bandwidth, as a TraceLens arch JSON.")
+              help="The device's peaks per precision and its memory bandwidth, as a TraceLens arch "
+                   "JSON.")
 @user_errors
 def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
             rule_paths=(), sets=(), details=False, scheduler=None, cpus=None, old_details=False,
@@ -258,7 +260,8 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
         details = True
     check_scheduler(scheduler)
     protect_inputs(path)
-    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets), **peak_settings(peak_tflops, peak_arch))
+    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets),
+                    **peak_settings(peak_tflops, peak_arch))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)

@@ -73,8 +73,9 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 @click.option("--no-shapes", is_flag=True,
               help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
 @click.option("--record-shapes", is_flag=True,
-              help="Input shapes and dtypes in the analysed window too: the report's compute efficiency (FLOPs, "
-                   "roofline; `perfsleuth docs efficiency`). Costs up to +50 % on tiny ops.")
+              help="Input shapes and dtypes in the analysed window too: the report's compute "
+                   "efficiency (FLOPs, roofline; `perfsleuth docs efficiency`). Costs up to +50 % on "
+                   "tiny ops.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
 @click.option("--no-fallback-window", "no_fallback", is_flag=True,
               help="Record nothing before the first step (faster when the script runs many torch ops before "
@@ -114,7 +115,8 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
-                       stop_after_window=not full, fallback_window=not no_fallback, record_shapes=record_shapes)
+                       stop_after_window=not full, fallback_window=not no_fallback,
+                       record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
     runner.require_torch()

@@ -144,7 +144,8 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "kernels": kernels,
         "ops": ops,
         "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
-        "efficiency": efficiency_change(base, head),  # FLOPs/step and HFU, each side (report/efficiency_text.py)
+        # FLOPs/step and HFU, each side (report/efficiency_text.py)
+        "efficiency": efficiency_change(base, head),
     }
 
 

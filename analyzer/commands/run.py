@@ -300,11 +300,10 @@ class ProfileSession:
         compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
-        # this CPU's peak at the threads the window ran with: after the steps, once per machine (cpu_peak.py)
+        # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
         peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
-        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
-                                                                    **({"compile": compiled} if compiled else {}),
-                                                                    **({"peak": peak} if peak else {})})
+        final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
+        written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {})})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)

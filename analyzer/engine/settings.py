@@ -101,7 +101,7 @@ def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject
 
 
 class ArchPeaks(msgspec.Struct):
-    """A TraceLens arch JSON (TraceLens/Agent/Analysis/utils/arch/*.json): what perfsleuth reads of it."""
+    """A TraceLens arch JSON (TraceLens/Agent/Analysis/utils/arch/*.json): what perfsleuth reads."""
 
     max_achievable_tflops: dict[str, Annotated[float, msgspec.Meta(gt=0)]]
     name: Optional[str] = None
@@ -109,7 +109,7 @@ class ArchPeaks(msgspec.Struct):
 
 
 def read_arch(path: Path) -> dict:
-    """A peak file in TraceLens's arch format, checked: one UsageError line naming the file otherwise."""
+    """A peak file in TraceLens's arch format, checked: else one UsageError line naming the file."""
     try:
         with open_regular(path) as f:
             arch = msgspec.json.decode(f.read(), type=ArchPeaks)
@@ -124,7 +124,7 @@ def read_arch(path: Path) -> dict:
 
 def peak_settings(peak_tflops: Optional[float] = None, peak_arch: Optional[Path] = None,
                   pyproject: Optional[Path] = None) -> dict:
-    """Config's `peak_tflops` / `peak_arch` (the file read) from the options, else `[tool.perfsleuth]`."""
+    """Config's `peak_tflops` / `peak_arch` (the file read): the options', else `[tool.perfsleuth]`."""
     pyproject = Path("pyproject.toml") if pyproject is None else pyproject
     if (peak_tflops is None or peak_arch is None) and os.path.lexists(pyproject):
         tool = _tool_table(pyproject)
@@ -134,7 +134,8 @@ def peak_settings(peak_tflops: Optional[float] = None, peak_arch: Optional[Path]
             peak_tflops = tool.peak_tflops
         if peak_arch is None and tool.peak_arch:
             peak_arch = pyproject.parent / tool.peak_arch
-    return {"peak_tflops": peak_tflops, "peak_arch": read_arch(Path(peak_arch)) if peak_arch else None}
+    arch = read_arch(Path(peak_arch)) if peak_arch else None
+    return {"peak_tflops": peak_tflops, "peak_arch": arch}
 
 
 def _tool_table(pyproject: Path) -> ToolSettings:
@@ -142,6 +143,7 @@ def _tool_table(pyproject: Path) -> ToolSettings:
         with open_regular(pyproject) as f:
             doc = tomllib.loads(f.read().decode("utf-8"))
         return msgspec.convert(doc.get("tool", {}).get("perfsleuth", {}), ToolSettings)
-    except (TraceError, OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, msgspec.ValidationError,
+    except (TraceError, OSError, UnicodeDecodeError, tomllib.TOMLDecodeError,
+            msgspec.ValidationError,
             AttributeError, RecursionError) as exc:
         raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] ({exc})") from None

@@ -27,7 +27,7 @@ class Context:
     windows: iv.Intervals
     n_steps: int
     total_ns: int  # summed step duration
-    peak: Optional[dict] = None  # the device's peak the user gave (facts/efficiency.py), None: looked up
+    peak: Optional[dict] = None  # the user's peak (facts/efficiency.py); None: looked up
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see `cached`
 
     def cached(self, key, make: Callable[[], object]):

@@ -136,7 +136,8 @@ def view(report: dict, pid: str = "") -> dict:
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
         "meta": _meta(report, trace),
-        "efficiency_html": Markup(efficiency_html(report)),  # escaped there (report/efficiency_html.py)
+        # escaped there (report/efficiency_html.py)
+        "efficiency_html": Markup(efficiency_html(report)),
     }
 
 

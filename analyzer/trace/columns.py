@@ -93,7 +93,8 @@ def shape_signatures(dims: list, concrete: list) -> list:
     distinct signature, not here."""
     out = []
     for d, c in zip(map(bytes, dims), map(bytes, concrete)):
-        out.append("" if d == b"null" and c == b"null" else (d + b"\x1f" + c).decode("utf-8", "replace"))
+        both = d + b"\x1f" + c
+        out.append("" if d == b"null" and c == b"null" else both.decode("utf-8", "replace"))
     return out
 
 

@@ -39,9 +39,11 @@ def _group_peaks(table, peak: Optional[dict], gpu: bool) -> tuple:
     return comp, (bw if bw else np.nan)
 
 
-def _tf32_where_proven(t, comp: np.ndarray, flops: np.ndarray, busy: np.ndarray, peak) -> np.ndarray:
+def _tf32_where_proven(t, comp: np.ndarray, flops: np.ndarray, busy: np.ndarray,
+                       peak) -> np.ndarray:
     """An fp32 matrix op group that ran faster than the FP32 units allow ran on TF32 tensor cores
-    (torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision): its roof is the TF32 peak."""
+    (torch.backends.cuda.matmul.allow_tf32, set_float32_matmul_precision): its roof is the TF32
+    peak."""
     tf32 = pk.compute_peak(peak, MATRIX_KIND, "tf32") if peak else None
     if not tf32 or not len(t):
         return comp
@@ -123,9 +125,10 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
                        else "the op's own time on the CPU"),
         "families": _families(t, f_call, b_call, calls, busy, roof_ns, n_steps, comp, bw),
         "ops": ops,
-        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: they moved fewer "
-                    "bytes than their shapes say (a broadcast or repeated input, data in cache), the peak "
-                    "is too low, or their work ran elsewhere (a device the trace does not hold)")
+        "warning": (f"{len(over)} op group(s) ran faster than their roofline allows: they moved "
+                    "fewer bytes than their shapes say (a broadcast or repeated input, data in "
+                    "cache), the peak is too low, or their work ran elsewhere (a device the trace "
+                    "does not hold)")
         if len(over) else None,
     }
 
