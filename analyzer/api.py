@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "analysis.ranks.summary",
                     "analysis.steps", "analysis.tables", "analysis.verdict", "report.model", "engine.catalog",
                     "engine.evaluate", "engine.explain", "engine.forecast", "engine.reconsider", "facts.core",
-                    "facts.forecasting", "facts.stacks", "analysis.forecast.forecaster")
+                    "facts.forecasting", "facts.stacks", "analysis.forecast.forecaster",
+                    "analysis.efficiency.words")
 
 
 def load_analysis() -> None:
@@ -90,11 +91,14 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.explain import host_time
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
+    from .facts.efficiency import efficiency_section
     from .facts.forecasting import make_forecaster
     from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
-    facts = compute_facts(report.trace, report.steps, report.breakdown)
+    facts = compute_facts(report.trace, report.steps, report.breakdown, _user_peak(config))
+    # the compute-efficiency section (docs/efficiency.md)
+    report.extra.update(efficiency_section(facts, config.efficiency_top_n))
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
@@ -105,11 +109,29 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     if forecast:
         report.extra["forecast"] = forecast
     _check_verdict(report, config, share, gpu)
+    _efficiency_degree(report)
     report.not_checked = not_checked(rules, facts, report.findings)
     report.host_time = host_time(report.verdict, report.findings, facts)
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
+
+
+def _efficiency_degree(report: Report) -> None:
+    """A kernel-bound verdict says how close the kernels come to the device: 'kernel-bound: ...;
+    at 31% of the H100 SXM's dense bf16 peak: matmuls 62% of roofline, ...'
+    (analysis/efficiency/words.py)."""
+    from .analysis.efficiency.words import verdict_clause
+
+    clause = verdict_clause(report.extra.get("efficiency"))
+    if report.verdict == "kernel-bound" and clause:
+        report.verdict_text = f"{report.verdict_text}; {clause}" if report.verdict_text else clause
+
+
+def _user_peak(config: Config) -> Optional[dict]:
+    from .analysis.efficiency.peaks import user_peak
+
+    return user_peak(config.peak_tflops, config.peak_arch)
 
 
 def _on_gpu(trace: Trace, breakdown) -> bool:

@@ -55,6 +55,13 @@ class Config:
     # lines, and only when it is no larger on disk than the main trace or than this (a small run's companion,
     # with Python stacks, is often many times its main trace and still loads in well under a second).
     companion_free_bytes: int = 4 << 20
+    # Compute efficiency (docs/efficiency.md): the device's peak when the user gives it -- one TFLOP/s
+    # figure for every precision (`--peak-tflops`), and/or a TraceLens arch JSON (`--peak-arch`,
+    # already read: a dict). None: the datasheet table for a known GPU, the peak `perfsleuth run`
+    # measured on a CPU, else none.
+    peak_tflops: Optional[float] = None
+    peak_arch: Optional[dict] = None
+    efficiency_top_n: int = 20  # op groups listed in the report's efficiency section
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,29 +13,10 @@ import click
 
 from ..errors import TraceError, UsageError
 from ..version import __version__
+from .output import (_Escaping, check_targets, emit, output_options, protect_inputs, say,  # noqa: F401
+                     tolerate_output_encoding, write_files)
 
 EXIT_USAGE = 2
-
-
-def say(text: str, err: bool = False) -> None:
-    """Print to the terminal: control characters escaped and bidi controls shown (newlines kept).
-    Every line perfsleuth prints goes through here: file names and trace names are data."""
-    from ..report.escape import terminal
-
-    click.echo(terminal(text, keep_newlines=True), err=err)
-
-
-def tolerate_output_encoding() -> None:
-    """An output encoding that cannot show every character (PYTHONIOENCODING=cp1252, an ISO-8859 locale,
-    Windows' redirected output) prints "?" for those characters instead of ending with UnicodeEncodeError:
-    perfsleuth's text has "×", "µ", "▲" and names from traces have anything."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
-            try:
-                reconfigure(errors="replace")
-            except (ValueError, OSError):  # a closed or detached stream: nothing to print to anyway
-                pass
 
 
 def _fail(message: str) -> None:
@@ -68,84 +48,6 @@ def user_errors(fn):
             sys.exit(exit_code(exc))
 
     return wrapper
-
-
-class _Escaping(logging.Formatter):
-    """Log lines are terminal output too (they carry file names and rule text)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        from ..report.escape import terminal
-
-        return terminal(super().format(record), keep_newlines=True)
-
-
-def output_options(fn):
-    """The report outputs shared by `analyze` and `run`."""
-    fn = click.option("--force", is_flag=True, help="Overwrite existing report files.")(fn)
-    fn = click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
-                      help="Write the Markdown summary (for pull requests) to this file.")(fn)
-    fn = click.option("--html", "html_path", type=click.Path(dir_okay=False),
-                      help="Write the self-contained HTML report to this file.")(fn)
-    fn = click.option("--json", "json_path", type=click.Path(dir_okay=False),
-                      help="Write the JSON report (schema perfsleuth/report@1) to this file.")(fn)
-    fn = click.option("-o", "--out-dir", type=click.Path(file_okay=False),
-                      help="Write report.html, summary.md and report.json into this folder.")(fn)
-    return fn
-
-
-def emit(result, *, out_dir=None, json_path=None, html_path=None, markdown_path=None, force=False,
-         details=False) -> dict:
-    """Print the terminal summary (for a directory: the index, and every report with `details`; then
-    the cross-rank report when the traces are the ranks of one job) and write the requested report
-    files; the report dict (made once: `to_dict` of a large report is not cheap)."""
-    from ..render.ranks_text import render_ranks_terminal
-    from ..render.terminal import render_terminal, render_terminal_set, shown_path
-
-    data = result if isinstance(result, dict) else result.to_dict()
-    # the files first: nothing the terminal does (an encoding that cannot show a name) costs the report
-    written = write_files(data, out_dir=out_dir, json_path=json_path, html_path=html_path,
-                          markdown_path=markdown_path, force=force)
-    say(render_terminal_set(data, details=details) if "reports" in data else render_terminal(data))
-    cross = render_ranks_terminal(data)
-    if cross:
-        say("\n" + cross)
-    for s in data.get("skipped", []):
-        say(f"warning: skipped {shown_path(s['path'])}: {s['problem']}", err=True)
-    for p in written:
-        say(f"wrote {p}")
-    return data
-
-
-def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, force) -> list:
-    from ..render.outputs import write_outputs
-
-    if not any((out_dir, json_path, html_path, markdown_path)):
-        return []
-    return write_outputs(data, out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path,
-                         force=force)
-
-
-def protect_inputs(*paths) -> None:
-    """The inputs (a trace and its stacks companion, a folder's traces, diff's reports, run's script) can never be
-    written over, --force or not (render/safe_write.protect)."""
-    from ..render.safe_write import protect
-    from ..trace.companion import companion_name
-    from ..trace.sources import SUFFIXES
-
-    found = []
-    for p in map(str, paths):
-        if os.path.isdir(p):
-            found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(SUFFIXES)]
-        else:
-            found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
-    protect(found)
-
-
-def check_targets(*, out_dir, json_path, html_path, markdown_path, force) -> None:
-    """Refuse to overwrite before minutes of analysis, not after."""
-    from ..render.outputs import check_outputs
-
-    check_outputs(out_dir=out_dir, html=html_path, markdown=markdown_path, json_path=json_path, force=force)
 
 
 class ProgressBar:
@@ -238,9 +140,18 @@ def main(verbose: int) -> None:
               help="Cores of the machine the trace was recorded on, for the forecasts of DataLoader workers and "
                    "threads (that machine is then assumed otherwise idle) [default: what `perfsleuth run` recorded, "
                    "else unknown and said so; `perfsleuth docs forecast`].")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="TFLOPS",
+              help="The device's compute peak in TFLOP/s, for the efficiency section's percentages "
+                   "[default: the datasheet's dense peak of a known GPU, what `perfsleuth run` "
+                   "measured on a CPU; `perfsleuth docs efficiency`].")
+@click.option("--peak-arch", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The device's peaks per precision and its memory bandwidth, as a TraceLens arch "
+                   "JSON.")
 @user_errors
 def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail_on=(), jobs=None, hta=False,
-            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None, old_details=False) -> None:
+            rule_paths=(), sets=(), details=False, scheduler=None, cpus=None, old_details=False,
+            peak_tflops=None, peak_arch=None) -> None:
     """Analyze a recorded trace (.json / .json.gz) or a directory of traces.
 
     \b
@@ -255,7 +166,7 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
     """
     from ..api import analyze_path
     from ..config import Config
-    from ..engine.settings import rule_settings
+    from ..engine.settings import peak_settings, rule_settings
     from ..trace.cluster import check_scheduler
     from ..trace.sources import display_name
     from .gates import check_report, known_rule_slugs, parse_fail_on
@@ -266,7 +177,8 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
         details = True
     check_scheduler(scheduler)
     protect_inputs(path)
-    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets))
+    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets),
+                    **peak_settings(peak_tflops, peak_arch))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,
                   force=force)

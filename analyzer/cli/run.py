@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from .main import emit, output_options, protect_inputs, say, user_errors
+from .main import user_errors
+from .output import emit, output_options, protect_inputs, say
 from ..record.config import RunConfig, unprofiled_steps
 from ..verify.config import VerifyConfig
 
@@ -72,6 +73,10 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
                    "carry no source lines.")
 @click.option("--no-shapes", is_flag=True,
               help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
+@click.option("--record-shapes", is_flag=True,
+              help="Input shapes and dtypes in the analysed window too: the report's compute "
+                   "efficiency (FLOPs, roofline; `perfsleuth docs efficiency`). Costs up to +50 % on "
+                   "tiny ops.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
 @click.option("--no-fallback-window", "no_fallback", is_flag=True,
               help="Record nothing before the first step (faster when the script runs many torch ops before "
@@ -83,7 +88,7 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 @user_errors
 def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
-                verify_budget=None, verify_compile=False) -> None:
+                verify_budget=None, verify_compile=False, record_shapes=False) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
@@ -111,7 +116,8 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
-                       stop_after_window=not full, fallback_window=not no_fallback)
+                       stop_after_window=not full, fallback_window=not no_fallback,
+                       record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
     runner.require_torch()

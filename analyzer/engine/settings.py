@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Annotated, Any, Iterable, Optional, Union
 
 import msgspec
 import tomllib
@@ -39,6 +39,8 @@ class ToolSettings(msgspec.Struct):
 
     rules: Union[str, list[str]] = []
     thresholds: dict[str, Union[float, dict[str, float]]] = {}
+    peak_tflops: Optional[float] = None  # the device's compute peak (docs/efficiency.md#peaks)
+    peak_arch: Optional[str] = None  # a TraceLens arch JSON, relative to the pyproject's folder
 
 
 def project_settings(pyproject: Path) -> tuple[list, dict]:
@@ -61,7 +63,7 @@ def project_settings(pyproject: Path) -> tuple[list, dict]:
     tool = tool.get("perfsleuth", {})
     if not isinstance(tool, dict):
         raise UsageError(f"{pyproject}: [tool.perfsleuth] must be a table")
-    unknown = set(tool) - {"rules", "thresholds"}
+    unknown = set(tool) - {"rules", "thresholds", "peak_tflops", "peak_arch"}
     if unknown:
         raise UsageError(f"{pyproject}: unknown key(s) in [tool.perfsleuth]: {', '.join(sorted(unknown))}")
     try:
@@ -96,3 +98,52 @@ def rule_settings(rule_paths: Iterable = (), sets: Iterable[str] = (), pyproject
     thresholds.update(parse_sets(sets))
     load_catalog(paths, thresholds)
     return {"rule_paths": tuple(paths), "thresholds": thresholds}
+
+
+class ArchPeaks(msgspec.Struct):
+    """A TraceLens arch JSON (TraceLens/Agent/Analysis/utils/arch/*.json): what perfsleuth reads."""
+
+    max_achievable_tflops: dict[str, Annotated[float, msgspec.Meta(gt=0)]]
+    name: Optional[str] = None
+    mem_bw_gbps: Optional[Annotated[float, msgspec.Meta(gt=0)]] = None
+
+
+def read_arch(path: Path) -> dict:
+    """A peak file in TraceLens's arch format, checked: else one UsageError line naming the file."""
+    try:
+        with open_regular(path) as f:
+            arch = msgspec.json.decode(f.read(), type=ArchPeaks)
+    except TraceError as exc:
+        raise UsageError(f"{path}: cannot read the peak file ({exc.problem})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the peak file ({exc.strerror or exc})") from None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise UsageError(f"{path}: not a peak file in TraceLens's arch format ({exc})") from None
+    return msgspec.to_builtins(arch)
+
+
+def peak_settings(peak_tflops: Optional[float] = None, peak_arch: Optional[Path] = None,
+                  pyproject: Optional[Path] = None) -> dict:
+    """Config's `peak_tflops` / `peak_arch` (the file read): the options', else `[tool.perfsleuth]`."""
+    pyproject = Path("pyproject.toml") if pyproject is None else pyproject
+    if (peak_tflops is None or peak_arch is None) and os.path.lexists(pyproject):
+        tool = _tool_table(pyproject)
+        if peak_tflops is None and tool.peak_tflops is not None:
+            if tool.peak_tflops <= 0:
+                raise UsageError(f"{pyproject}: [tool.perfsleuth] peak_tflops must be above 0")
+            peak_tflops = tool.peak_tflops
+        if peak_arch is None and tool.peak_arch:
+            peak_arch = pyproject.parent / tool.peak_arch
+    arch = read_arch(Path(peak_arch)) if peak_arch else None
+    return {"peak_tflops": peak_tflops, "peak_arch": arch}
+
+
+def _tool_table(pyproject: Path) -> ToolSettings:
+    try:
+        with open_regular(pyproject) as f:
+            doc = tomllib.loads(f.read().decode("utf-8"))
+        return msgspec.convert(doc.get("tool", {}).get("perfsleuth", {}), ToolSettings)
+    except (TraceError, OSError, UnicodeDecodeError, tomllib.TOMLDecodeError,
+            msgspec.ValidationError,
+            AttributeError, RecursionError) as exc:
+        raise UsageError(f"{pyproject}: cannot read [tool.perfsleuth] ({exc})") from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ class Context:
     windows: iv.Intervals
     n_steps: int
     total_ns: int  # summed step duration
+    peak: Optional[dict] = None  # the user's peak (facts/efficiency.py); None: looked up
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # see `cached`
 
     def cached(self, key, make: Callable[[], object]):

@@ -29,6 +29,7 @@ from ..trace.selection import of_kind
 from .common import Context, make_context
 from .compile import COMPILE_FACTS, compile_facts
 from .device import DEVICE_FACTS, device_facts
+from .efficiency import EFFICIENCY_FACTS, efficiency_facts
 from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
@@ -74,7 +75,7 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
 FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
-               **COMPILE_FACTS}
+               **COMPILE_FACTS, **EFFICIENCY_FACTS}
 
 
 @dataclass
@@ -87,11 +88,14 @@ class Facts:
         return self.values[name]
 
 
-def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
-    """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
+def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown, peak: Optional[dict] = None) -> Facts:
+    """All facts in `FACTS` for one analysed trace, plus the evidence tables. `peak`: the device's peak
+    the user gave (analysis/efficiency/peaks.user_peak), else looked up."""
     ctx = make_context(trace, steps, breakdown)
+    ctx.peak = peak
     facts = Facts(context=ctx)
-    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts):
+    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts,
+                     efficiency_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)

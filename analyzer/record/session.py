@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, forks, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
+from . import code_sites, cpu_peak, forks, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
 from .config import RunConfig
 from .outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
@@ -300,8 +300,10 @@ class ProfileSession:
         compiled = self._compile.facts()  # torch.compile in the steps timed after the window too
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
-        written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
-                                                                    **({"compile": compiled} if compiled else {})})
+        # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
+        peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
+        final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
+        written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {})})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)

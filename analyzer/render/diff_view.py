@@ -14,6 +14,7 @@ from typing import Any
 from ..report.escape import md_cell, md_code, md_text, one_line, shorten, terminal
 from ..report import figures
 from . import safe_write
+from .efficiency_text import diff_lines as efficiency_diff_lines
 from .outputs import to_json
 from ..report.present import CATEGORY_LABELS, DASH, fmt_pct, fmt_us, number
 from .terminal import shown_path
@@ -122,6 +123,7 @@ def render_diff_terminal(d: dict) -> str:
             f"  {_plain(x['rule'], 60)}: {_plain(before, 60)} → {_plain(after, 60)}" for x, before, after in changed]
     for what, key in (("kernels", "kernels"), ("ops", "ops")):
         lines += _terminal_changes(what, d[key])
+    lines += [_plain(x, 400) for x in efficiency_diff_lines(d)]
     for w in d.get("warnings") or []:
         lines.append(f"warning: {_plain(w, 300)}")
     return "\n".join(lines)
@@ -153,7 +155,8 @@ _NONE = "none in either run"  # a CPU-only diff has no device kernels to compare
 def render_diff_markdown(d: dict) -> str:
     """The diff as a pull-request comment: fewer than MAX_CHARS characters, whatever the names."""
     sections = [_md_headline(d), _md_step_table(d), _md_warnings(d), _md_categories(d), _md_findings(d),
-                _md_changes("Kernels", "Kernel", d["kernels"]), _md_changes("Ops", "Op", d["ops"])]
+                _md_changes("Kernels", "Kernel", d["kernels"]), _md_changes("Ops", "Op", d["ops"]),
+                "\n".join(md_text(x) for x in efficiency_diff_lines(d) if x)]
     footer = _md_footer(d)
     out = ""
     for s in (s for s in sections if s):

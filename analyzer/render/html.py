@@ -18,6 +18,7 @@ from ..config import CATEGORIES
 from ..report import figures, present
 from ..report.escape import html_id, shorten, visible
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
+from .efficiency_html import efficiency_html
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
 SEGMENT_TITLES_UP_TO = 60  # above this many bars: one path per category + one tooltip box per bar
@@ -131,6 +132,8 @@ def view(report: dict, pid: str = "") -> dict:
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
         "meta": _meta(report, trace),
+        # escaped there (render/efficiency_html.py)
+        "efficiency_html": Markup(efficiency_html(report)),
     }
 
 

@@ -13,6 +13,7 @@ from ..config import CATEGORIES
 from ..report import figures, present
 from ..report.escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
+from .efficiency_text import markdown_section
 from .ranks_text import render_ranks_markdown
 
 MAX_CHARS = 60_000
@@ -44,10 +45,14 @@ def _render_one(report: dict, max_chars: int, root: str = "") -> str:
     """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped); `root`: the
     folder of the set it belongs to, which its trace's path is shown relative to."""
     head = "\n\n".join(p for p in (_headline(report), _warnings(report), _not_checked(report), _categories(report),
-                                   _apart(report)) if p)
+                                   _apart(report), _efficiency(report)) if p)
     tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report, root)))
     budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"
+
+
+def _efficiency(report: dict) -> str:
+    return markdown_section(report, md_cell, md_text)  # render/efficiency_text.py
 
 
 def _render_set(report_set: dict) -> str:

@@ -123,6 +123,17 @@ class RowDoc(msgspec.Struct):
     count: Optional[Micros] = None
 
 
+class EfficiencyDoc(msgspec.Struct):
+    """The compute-efficiency numbers diff compares (docs/schema.md#efficiency)."""
+
+    flops_per_step: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    step_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    hfu: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    precision: Optional[str] = None
+    peak_name: Optional[str] = None
+    peak_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+
+
 class ReportDoc(msgspec.Struct):
     verdict: str
     steps: Annotated[list[StepDoc], msgspec.Meta(min_length=1)]
@@ -135,6 +146,7 @@ class ReportDoc(msgspec.Struct):
     top_ops: list[RowDoc] = []
     warnings: list[str] = []
     measurement: Optional[MeasurementDoc] = None
+    efficiency: Optional[EfficiencyDoc] = None
 
 
 class _Kind(msgspec.Struct):

@@ -73,13 +73,29 @@ def chunk_columns(c: dict) -> tuple:
     raws = c["input_type"]
     for i, joined in zip(ops, kineto.joined_input_types([raws[i] for i in ops])):
         in_type[i] = joined
+    in_shape = [""] * len(names)
+    dims, concrete = c["input_dims"], c["concrete"]
+    for i, sig in zip(ops, shape_signatures([dims[i] for i in ops], [concrete[i] for i in ops])):
+        in_shape[i] = sig
     kept = keep.tolist()
     every = all(kept)
     cols["kind"] = kind[keep]
     cols["name"] = coded(names if every else list(compress(names, kept)))
     cols["in_type"] = coded(in_type if every else list(compress(in_type, kept)))
+    cols["in_shape"] = coded(in_shape if every else list(compress(in_shape, kept)))
     cols["pg"] = _pg_codes(c["pg"], kept, every)
     return cols, c["meta"], c.get("skipped", 0), seen
+
+
+def shape_signatures(dims: list, concrete: list) -> list:
+    """Each op's "Input Dims" and "Concrete Inputs" (raw JSON text) as one string, the two texts
+    joined by a unit separator; "" when neither was recorded. Decoded by analysis/efficiency once per
+    distinct signature, not here."""
+    out = []
+    for d, c in zip(map(bytes, dims), map(bytes, concrete)):
+        both = d + b"\x1f" + c
+        out.append("" if d == b"null" and c == b"null" else both.decode("utf-8", "replace"))
+    return out
 
 
 def _pg_codes(pgs: list, kept: list, every: bool) -> tuple:

@@ -38,6 +38,9 @@ class _Args(msgspec.Struct, gc=False):
     python_parent_id: Optional[int] = msgspec.field(default=-1, name="Python parent id")
     # left undecoded (a slice of the buffer): few distinct values, each decoded once (joined_input_types)
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+    # likewise (analysis/efficiency): shapes and scalar arguments (stride, causal, ...)
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
     name: Optional[str] = None  # metadata events: process / thread name
     # Collectives (record_param_comms and, in newer traces, NCCL kernels): the process group, and the
     # collective's sequence number in it where the trace records one (analysis/ranks/summary.py matches on them).
@@ -284,6 +287,8 @@ def _strict_columns(evs: list) -> dict:
         "py_id": _ints(map(attrgetter("python_id"), args), n),
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
         "input_type": list(map(attrgetter("input_type"), args)),  # msgspec.Raw
+        "input_dims": list(map(attrgetter("input_dims"), args)),
+        "concrete": list(map(attrgetter("concrete"), args)),
         **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
         "meta": meta,
         "entries": len(evs),
@@ -316,6 +321,14 @@ def joined_input_types(raws: list) -> list:
             value = None
         joined[text] = ",".join(map(str, value)) if isinstance(value, list) and value else ""
     return list(map(joined.__getitem__, texts))
+
+
+def _raw_list(v) -> bytes:
+    """A list argument as JSON text (b"null" when it is anything else), as the strict path keeps it."""
+    try:
+        return _LIST_OF_STR.encode(v) if isinstance(v, list) else b"null"
+    except (TypeError, ValueError, OverflowError):
+        return b"null"
 
 
 def _lax_int(v) -> int:
@@ -373,6 +386,8 @@ def _lax_columns(items: list) -> dict:
         "py_id": arg("Python id"), "py_parent": arg("Python parent id"),
         "input_type": [_LIST_OF_STR.encode([str(x) for x in t]) if isinstance(t := a.get("Input type"), list)
                        else b"null" for a in args],
+        "input_dims": [_raw_list(a.get("Input Dims")) for a in args],
+        "concrete": [_raw_list(a.get("Concrete Inputs")) for a in args],
         "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
         "seq": arg("Seq"),
         "peer": np.where((dst := arg("Dst Rank")) >= 0, dst, arg("Src Rank")),

@@ -58,7 +58,8 @@ class Trace:
     corr, ext -- correlation / External id (-1 when absent);  bytes -- int64 (-1 when absent);
     py_id, py_parent -- python_function tree links (-1 when absent; int8 -1 throughout when the trace has none,
     as seq and peer);  in_type -- categorical
-    "Input type" of cpu ops joined with "," ("" when not recorded);  pg -- categorical process group
+    "Input type" of cpu ops joined with "," ("" when not recorded);  in_shape -- categorical "Input Dims"
+    and "Concrete Inputs" of cpu ops as raw JSON joined by "\\x1f" ("" when not recorded);  pg -- categorical process group
     name of collectives ("" when absent);  seq -- their sequence number in it (-1 when absent);
     peer -- of a send or recv, the other rank in that group ("Dst Rank" / "Src Rank"; -1 when absent).
     """
@@ -200,6 +201,7 @@ def _empty_frame() -> pd.DataFrame:
     cols["kind"] = pd.Series(dtype="int8")
     cols["name"] = pd.Series(dtype="category")
     cols["in_type"] = pd.Series(dtype="category")
+    cols["in_shape"] = pd.Series(dtype="category")
     cols["pg"] = pd.Series(dtype="category")
     return pd.DataFrame(cols)
 
@@ -208,7 +210,7 @@ _NUMERIC = FLOAT_COLUMNS + kineto.INT_COLUMNS + ("kind",)
 # Ids most traces have none of (no Python stacks, no collectives): int8 -1 then, which every selection and
 # copy of the table carries at 4 bytes a row instead of 32 (readers convert with .to_numpy(np.int64)).
 _SPARSE = ("py_id", "py_parent", "seq", "peer")
-_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "pg", "end")  # the frame's columns
+_ORDER = ("ts", "dur") + kineto.INT_COLUMNS + ("kind", "name", "in_type", "in_shape", "pg", "end")  # the frame's columns
 
 
 def _take_chunk(out: tuple, trace: Trace) -> dict:
@@ -220,7 +222,7 @@ def _take_chunk(out: tuple, trace: Trace) -> dict:
     for pid, tid, name, value in meta:
         if name == "thread_name" and isinstance(value, str) and isinstance(pid, (int, str)) and isinstance(tid, (int, str)):
             trace.thread_names[(pid, tid)] = value
-    for k in ("name", "in_type", "pg"):  # (codes, sorted categories) from the workers' columns.chunk_columns
+    for k in ("name", "in_type", "in_shape", "pg"):  # (codes, sorted categories) from the workers' columns.chunk_columns
         codes, categories = cols[k]
         cols[k] = pd.Categorical.from_codes(codes, categories=pd.Index(categories))
     return cols
@@ -236,6 +238,7 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     cols = {k: np.concatenate([f[k] for f in frames]) for k in _NUMERIC}
     names = union_categoricals([f["name"] for f in frames])
     in_types = union_categoricals([f["in_type"] for f in frames])
+    in_shapes = union_categoricals([f["in_shape"] for f in frames])
     pgs = union_categoricals([f["pg"] for f in frames])
     frames.clear()  # the caller's list: each column is held once from here on
     if "" not in in_types.categories:
@@ -243,6 +246,7 @@ def _assemble(frames: list, trace: Trace) -> pd.DataFrame:
     cols["name"] = names
     cols["pg"] = pgs
     cols["in_type"] = in_types.reorder_categories([""] + [x for x in in_types.categories if x != ""])
+    cols["in_shape"] = in_shapes
     rows = times.normalise(cols, trace)
     if rows is None:
         return _empty_frame()

@@ -33,7 +33,7 @@ class LoaderFacts(msgspec.Struct):
 
 
 class CompileSection(msgspec.Struct):
-    """`perfsleuth.compile` (commands/compile_facts.py): torch.compile's account of a run. Its lists and
+    """`perfsleuth.compile` (record/compile_facts.py): torch.compile's account of a run. Its lists and
     tables must be lists and tables; what is inside an entry is read defensively where it is used."""
 
     version: int = 1

@@ -23,7 +23,7 @@ EXPECTED = {
     "b200_eager_inference.json.gz": {"cuda-graphs": "high", "pin-memory": "low"},
     "cpu_only_tiny.pt.trace.json.gz": {"exposed-communication": "medium"},
     "cpu_rank_non_gpu.json.gz": {"tiny-ops": "medium"},  # 1.12x once preempted ops are no saving (issue 24)
-    "h100_qwen0.5b_inference.json.gz": {"explicit-sync": "low"},
+    "h100_qwen0.5b_inference.json.gz": {"elementwise-fusion": "medium", "explicit-sync": "low"},
     "mi250_rocm_minitoy.json.gz": {},
     "mi300_resnet_act_checkpoint.json.gz": {"exposed-communication": "medium", "step-outliers": "low",
                                             "channels-last": "low"},

@@ -13,7 +13,7 @@ from perfsleuth.facts.locations import is_user_frame, parse_frame
 from tracebuilder_rules import PAGEABLE_HTOD, RuleTraceBuilder, analyze
 
 UNITS = {"count", "text", "us", "ratio", "index", "us/step", "bool", "capability", "share", "count/step",
-         "bytes/step", "bytes", "fraction"}
+         "bytes/step", "bytes", "fraction", "flop/step", "flop/s"}
 
 
 def test_registry_names_are_identifiers_with_unit_and_meaning():
