@@ -92,10 +92,13 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .engine.forecast import Forecasts, report_forecast
     from .facts.core import compute_facts
     from .facts.forecasting import make_forecaster
+    from .facts.memory import memory_of
     from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown)
+    memory = memory_of(facts.context)  # the report's memory section (analysis/memory/)
+    report.memory, report.memory_unavailable = memory.section, memory.unavailable
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),

@@ -32,6 +32,7 @@ from .device import DEVICE_FACTS, device_facts
 from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
+from .memory import MEMORY_FACTS, memory_facts
 from .ops import OP_FACTS, op_facts
 from .requirements import REQUIREMENTS  # noqa: F401  (re-exported: rules name them)
 from .threads import THREAD_FACTS, thread_facts
@@ -74,7 +75,7 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
 FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
-               **COMPILE_FACTS}
+               **COMPILE_FACTS, **MEMORY_FACTS}
 
 
 @dataclass
@@ -91,7 +92,8 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown) -> Facts:
     """All facts in `FACTS` for one analysed trace, plus the evidence tables."""
     ctx = make_context(trace, steps, breakdown)
     facts = Facts(context=ctx)
-    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts):
+    for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts,
+                     memory_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)

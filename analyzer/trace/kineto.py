@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import encodings, files
+from .memory_decode import MEMORY_INT_COLUMNS, _Instant, lax_memory_columns, memory_columns  # noqa: F401
 
 MMAP_BYTES = 1 << 20  # plain files from this size are memory-mapped rather than read
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -74,7 +75,7 @@ def _skipped_phase(ph: str) -> type:
 
 # Tagged by "ph": msgspec picks the struct from the phase and skips what the analysis never reads.
 # A phase not listed here sends its chunk to the lenient path below.
-_EVENT = Union[(_Complete, _Meta) + tuple(_skipped_phase(p) for p in "BEiICbnestfPNODVvRc")]
+_EVENT = Union[(_Complete, _Meta, _Instant) + tuple(_skipped_phase(p) for p in "BEICbnestfPNODVvRc")]
 
 
 class Header(msgspec.Struct):
@@ -87,6 +88,7 @@ class Header(msgspec.Struct):
     roctracer_version: Any = None
     hip_runtime_version: Any = None
     perfsleuth: Any = None  # machine and loader facts recorded by `perfsleuth run` (commands/run_facts.py)
+    profile_memory: Any = None  # torch's profiler option, recorded at the top level (1 when on)
     perfsleuth_final: Any = None  # keys of `perfsleuth` as they stood when run finished the file (run_outputs.py)
 
 
@@ -285,6 +287,7 @@ def _strict_columns(evs: list) -> dict:
         "py_parent": _ids(list(map(attrgetter("python_parent_id"), args))),
         "input_type": list(map(attrgetter("input_type"), args)),  # msgspec.Raw
         **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
+        **memory_columns(evs, n + len(meta)),
         "meta": meta,
         "entries": len(evs),
     }
@@ -376,6 +379,7 @@ def _lax_columns(items: list) -> dict:
         "pg": [None if a.get("Process Group Name") is None else _lax_str(a.get("Process Group Name")) for a in args],
         "seq": arg("Seq"),
         "peer": np.where((dst := arg("Dst Rank")) >= 0, dst, arg("Src Rank")),
+        **lax_memory_columns(evs, _lax_int, _lax_float),
         "meta": meta,
         "skipped": len(items) - len(evs),
         "entries": len(items),
