@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..config import CATEGORIES
 from . import figures
 from .escape import terminal
+from .memory_text import memory_lines
 from .present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 
@@ -93,6 +94,8 @@ def render_terminal(report: dict) -> str:
             lines.append(f"  ({figures.MEASURED_NOTE})")
     else:
         lines += ["", f"findings: {NO_FINDINGS} ({NO_FINDINGS_WHY})"]
+    memory = memory_lines(report, _clean)
+    lines += [""] + memory if memory else []
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")
     for w in figures.shown_warnings(report, measurement_lines(report)):
