@@ -59,12 +59,13 @@ def environment():
     bounded in time, memory and output (sandbox.py)."""
     from jinja2 import StrictUndefined
 
+    from ..report.memory_text import fmt_ibytes
     from ..report.present import fmt_bytes, fmt_pct, fmt_us
     from .sandbox import BoundedEnvironment
 
     env = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=False)
-    env.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+    env.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, ibytes=fmt_ibytes, num=_num)
     return env
 
 

@@ -81,3 +81,15 @@ def _join_run(section: dict, run: dict) -> None:
     extra = {k: run[k] for k in ("device", "source", "known", "cost") if run.get(k) is not None}
     if extra:
         section["run"] = extra
+
+
+def out_of_memory_text(section: Optional[dict]) -> Optional[str]:
+    """What the verdict says first when the trace holds [OutOfMemory] events (None when it holds none)."""
+    hits = [(d["device"], o) for d in (section or {}).get("devices") or [] for o in d.get("out_of_memory") or []]
+    if not hits:
+        return None
+    device, first = hits[0]
+    op = f"in {first['op']} " if first.get("op") else ""
+    n = len(hits)
+    return (f"OUT OF MEMORY on {device}: an allocation of {first['bytes']:,} bytes {op}failed"
+            f"{f' ({n} such events)' if n > 1 else ''}; the step times are those of a failing run.")
