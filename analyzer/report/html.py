@@ -17,6 +17,7 @@ from markupsafe import Markup
 from ..config import CATEGORIES
 from . import figures, present
 from .escape import html_id, shorten, visible
+from .memory_html import memory_view
 from .present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
@@ -135,6 +136,7 @@ def view(report: dict, pid: str = "") -> dict:
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
         "meta": _meta(report, trace),
+        "memory": memory_view(report),
     }
 
 

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 CATEGORY_ORDER = ("activation", "parameter", "gradient", "optimizer_state", "input", "temporary", "other")
 TOP_SHOWN = 3
+SHOWN_RESERVED_RATIO = 1.1  # reserved / allocated at their peaks shown from this ratio
 
 
 def fmt_ibytes(n) -> str:
@@ -73,7 +74,7 @@ def device_lines(d: dict, esc: Callable[[str], str]) -> list:
         lines.append(f"kept across steps, never freed: {fmt_ibytes(d.get('kept_across_steps_bytes'))} ("
                      + _ops(d["kept_across_steps"], esc) + ")")
     frag = d.get("fragmentation")
-    if frag and frag.get("peak_reserved_over_allocated"):
+    if frag and (frag.get("peak_reserved_over_allocated") or 0) >= SHOWN_RESERVED_RATIO:
         lines.append(f"reserved {frag['peak_reserved_over_allocated']:.2f}x allocated at their peaks "
                      f"({fmt_ibytes(frag['reserved_over_allocated_bytes'])} cached, not in use)")
     for o in (d.get("out_of_memory") or [])[:TOP_SHOWN]:

@@ -23,6 +23,7 @@ from .levels import Levels, levels
 
 CPU_NOTE = ("CPU levels are relative: they count what was allocated after profiling began (tensors made "
             "before, such as parameters, are not seen)")
+SERIES_POINTS = 300  # slices of the window in the level series (the HTML plot)
 CATEGORY_KEYS = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "other")
 
 
@@ -48,7 +49,21 @@ def _capacity(trace: Trace, d: DeviceEvents) -> Optional[int]:
     return None
 
 
-def _steps(lv: Levels) -> list:
+def series(d: DeviceEvents, buckets: int = SERIES_POINTS) -> dict:
+    """The allocated level over the window for a plot: the highest and lowest level in each of `buckets` equal
+    slices of time (so no peak is lost), at the slices' starts (µs from the trace's origin)."""
+    ts, level = d.events.ts, d.level
+    lo, hi = int(ts[0]), int(ts[-1])
+    width = max((hi - lo) / buckets, 1.0)
+    b = np.minimum(((ts - lo) / width).astype(np.int64), buckets - 1)
+    edges = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    return {"t_us": [_us(int(lo + k * width)) for k in b[edges].tolist()],
+            "max_bytes": np.maximum.reduceat(level, edges).tolist(),
+            "min_bytes": np.minimum.reduceat(level, edges).tolist(),
+            "end_us": _us(hi)}
+
+
+def _steps(lv: Levels, frame) -> list:
     st = lv.steps
 
     def ints(col):
@@ -58,9 +73,12 @@ def _steps(lv: Levels) -> list:
     rows = zip(st["step"].tolist(), st["phase"].tolist(), cols["peak_allocated"], cols["end_allocated"],
                cols["peak_reserved"], st["allocations"].tolist(), st["allocated_bytes"].tolist(),
                st["freed_bytes"].tolist())
+    starts = (frame["start"].to_numpy(np.int64) / 1000.0).tolist() if len(frame) else []
+    ends = (frame["end"].to_numpy(np.int64) / 1000.0).tolist() if len(frame) else []
     return [{"step": s, "phase": p, "peak_allocated_bytes": pa, "end_allocated_bytes": ea,
-             "peak_reserved_bytes": pr, "allocations": int(a), "allocated_bytes": int(ab), "freed_bytes": int(fb)}
-            for s, p, pa, ea, pr, a, ab, fb in rows]
+             "peak_reserved_bytes": pr, "allocations": int(a), "allocated_bytes": int(ab), "freed_bytes": int(fb),
+             "start_us": t0, "end_us": t1}
+            for (s, p, pa, ea, pr, a, ab, fb), t0, t1 in zip(rows, starts, ends)]
 
 
 def _at_peak(trace: Trace, d: DeviceEvents, lv: Levels, frees: np.ndarray) -> tuple:
@@ -143,7 +161,8 @@ def device_summary(trace: Trace, steps: Steps, d: DeviceEvents) -> tuple:
         "growth_steps": lv.growth_steps,
         "growth_monotone": lv.monotone,
         "steps_until_full": int(until_full) if until_full is not None else None,
-        "steps": _steps(lv),
+        "steps": _steps(lv, steps.frame),
+        "series": series(d),
         "top_ops_at_peak": top,
         "top_ops_at_peak_basis": basis,
         "allocated_before_window_bytes": before,
