@@ -26,6 +26,7 @@ import numpy as np
 from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
 from ..report import numbers
+from ..report.memory_diff import memory_change
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
 from ..trace.files import open_regular
@@ -142,6 +143,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "findings": _findings(base, head),
         "kernels": kernels,
         "ops": ops,
+        "memory": memory_change(base, head),  # peaks and growth per device (report/memory_diff.py)
         "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
     }
 
