@@ -13,33 +13,44 @@ import pandas as pd
 
 from ...trace.memory import MemoryEvents
 from ...trace.model import CPU_OP, Trace
-from ...trace.selection import of_kind
+from ...trace.selection import derived, of_kind
 
 OUTSIDE = "(outside any op)"
 _MAX_BACK = 64  # earlier-starting ops looked at before an event is called outside any op
 _SHIFT = np.int64(1) << np.int64(44)  # thread code * this + ns: 4.8 hours of trace per thread
 
 
-def _thread_codes(pid_a, tid_a, pid_b, tid_b) -> tuple:
-    key_a = pid_a.astype(np.int64) * 1_000_003 + tid_a.astype(np.int64)
-    key_b = pid_b.astype(np.int64) * 1_000_003 + tid_b.astype(np.int64)
-    codes, _ = pd.factorize(np.concatenate([key_a, key_b]), sort=True)
-    return codes[: key_a.size].astype(np.int64), codes[key_a.size:].astype(np.int64)
+def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    return pid.astype(np.int64) * 1_000_003 + tid.astype(np.int64)
+
+
+def _op_index(trace: Trace) -> tuple:
+    """The cpu ops sorted by (thread, start) as one composite key, once per analysis: (sorted thread keys,
+    each op's thread code, composite keys sorted, order, ends, name codes, names)."""
+    def make() -> tuple:
+        ops = of_kind(trace.events, CPU_OP)
+        codes, keys = pd.factorize(_thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()), sort=True)
+        codes = codes.astype(np.int64)
+        comp = codes * _SHIFT + ops["ts"].to_numpy(np.int64)
+        order = np.argsort(comp, kind="stable")
+        return (np.asarray(keys, dtype=np.int64), codes, comp[order], order, ops["end"].to_numpy(np.int64),
+                ops["name"].cat.codes.to_numpy(), np.asarray(ops["name"].cat.categories, dtype=object))
+
+    return derived(trace.events, ("memory op index",), make)
 
 
 def enclosing_ops(trace: Trace, ev: MemoryEvents) -> np.ndarray:
     """For each event: the name of the innermost cpu_op on its thread that encloses it (OUTSIDE when none)."""
-    ops = of_kind(trace.events, CPU_OP)
     out = np.full(len(ev), OUTSIDE, dtype=object)
-    if ops.empty or not len(ev):
+    if not len(ev) or not (of_kind(trace.events, CPU_OP)["kind"] == CPU_OP).any():
         return out
-    o_code, p_code = _thread_codes(ops["pid"].to_numpy(), ops["tid"].to_numpy(), ev.pid, ev.tid)
-    o_ts, o_end = ops["ts"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
-    comp = o_code * _SHIFT + o_ts
-    order = np.argsort(comp, kind="stable")
-    last = np.searchsorted(comp[order], p_code * _SHIFT + ev.ts, side="right") - 1
+    keys, o_code, comp, order, o_end, names, cats = _op_index(trace)
+    pk = _thread_key(ev.pid, ev.tid)
+    pos = np.clip(np.searchsorted(keys, pk), 0, len(keys) - 1)
+    p_code = np.where(keys[pos] == pk, pos, -1)
+    last = np.searchsorted(comp, p_code * _SHIFT + ev.ts, side="right") - 1
     found = np.full(len(ev), -1, dtype=np.int64)
-    todo = np.ones(len(ev), dtype=bool)
+    todo = p_code >= 0
     for back in range(_MAX_BACK):
         cand = last - back
         ok = todo & (cand >= 0)
@@ -50,8 +61,6 @@ def enclosing_ops(trace: Trace, ev: MemoryEvents) -> np.ndarray:
         hit = ok & same & (o_end[c] >= ev.ts)
         found[hit] = c[hit]
         todo &= ~hit & ~(ok & ~same)  # a hit, or past this thread's ops: done
-    names = ops["name"].cat.codes.to_numpy()
-    cats = np.asarray(ops["name"].cat.categories, dtype=object)
     hit = found >= 0
     out[hit] = cats[names[found[hit]]]
     return out
@@ -64,7 +73,7 @@ def frees_of(ev: MemoryEvents) -> np.ndarray:
     out = np.full(n, -1, dtype=np.int64)
     if n < 2:
         return out
-    order = np.lexsort((np.arange(n), ev.addr))
+    order = np.argsort(ev.addr, kind="stable")  # by address, in time order within one
     a, b = order[:-1], order[1:]
     paired = (ev.addr[a] == ev.addr[b]) & (ev.bytes[a] > 0) & (ev.bytes[b] < 0)
     out[a[paired]] = b[paired]

@@ -69,27 +69,40 @@ def _per_step(d: DeviceEvents, frame: pd.DataFrame, starts, ends, si: np.ndarray
             "phase": frame["phase"].astype(str).to_numpy() if n and "phase" in frame else np.full(n, STEADY)}
     if not n:
         return pd.DataFrame(cols)
-    inside = si >= 0
-    b = ev.bytes[inside]
-    g = pd.DataFrame({"s": si[inside], "level": d.level[inside], "reserved": ev.reserved[inside],
-                      "alloc": (b > 0).astype(np.int64), "alloc_bytes": np.where(b > 0, b, 0),
-                      "freed": np.where(b < 0, -b, 0)}).groupby("s").agg(
-        level=("level", "max"), reserved=("reserved", "max"), alloc=("alloc", "sum"),
-        alloc_bytes=("alloc_bytes", "sum"), freed=("freed", "sum")).reindex(np.arange(n))
+    g = _segments(si, n, d.level, ev.reserved, ev.bytes)
     start_level = _level_before(ev.ts, d.level, starts, d.relative)
-    peak = np.fmax(g["level"].to_numpy(np.float64), start_level)
+    peak = np.fmax(g["level"], start_level)
     end = _level_before(ev.ts, d.level, ends, d.relative)
     cols.update({
         "peak_allocated": _nullable(peak),
         "end_allocated": _nullable(end),
-        "peak_reserved": _nullable(np.fmax(g["reserved"].to_numpy(np.float64),
+        "peak_reserved": _nullable(np.fmax(g["reserved"],
                                            _level_before(ev.ts, ev.reserved, starts, False)))
         if d.has_reserved else pd.array([pd.NA] * n, dtype="Int64"),
-        "allocations": g["alloc"].fillna(0).to_numpy(np.int64),
-        "allocated_bytes": g["alloc_bytes"].fillna(0).to_numpy(np.int64),
-        "freed_bytes": g["freed"].fillna(0).to_numpy(np.int64),
+        "allocations": g["alloc"], "allocated_bytes": g["alloc_bytes"], "freed_bytes": g["freed"],
     })
     return pd.DataFrame(cols)
+
+
+def _segments(si: np.ndarray, n: int, level, reserved, nbytes) -> dict:
+    """Per step (row of the frame): the highest level and reserved level (NaN without events), allocations,
+    bytes allocated and freed. Events are in time order and steps disjoint, so each step's events are one
+    contiguous run: reduceat over the runs' starts, no sort."""
+    rows = np.flatnonzero(si >= 0)
+    out = {"level": np.full(n, np.nan), "reserved": np.full(n, np.nan)}
+    out.update({k: np.zeros(n, np.int64) for k in ("alloc", "alloc_bytes", "freed")})
+    if not rows.size:
+        return out
+    s = si[rows]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    step = s[starts]
+    b = nbytes[rows]
+    out["level"][step] = np.maximum.reduceat(level[rows], starts)
+    out["reserved"][step] = np.maximum.reduceat(reserved[rows], starts)
+    out["alloc"][step] = np.add.reduceat((b > 0).astype(np.int64), starts)
+    out["alloc_bytes"][step] = np.add.reduceat(np.where(b > 0, b, 0), starts)
+    out["freed"][step] = np.add.reduceat(np.where(b < 0, -b, 0), starts)
+    return out
 
 
 def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
