@@ -1,11 +1,8 @@
-"""Hand-built traces with allocator events ([memory], [OutOfMemory]) as torch writes them, for exact numbers.
+"""Hand-built traces with allocator events ([memory], [OutOfMemory]) as torch writes them, for exact
+numbers.
 
-    tb = MemoryTraceBuilder(capacity=1 << 20)
-    tb.step(1, 0, 100)
-    tb.op("aten::mm", 10, 20)
-    tb.alloc(12, 4096, addr=1)     # Total Allocated / Reserved kept by the builder
-    tb.free(25, addr=1)
-"""
+tb = MemoryTraceBuilder(capacity=1 << 20) tb.step(1, 0, 100) tb.op("aten::mm", 10, 20) tb.alloc(12,
+4096, addr=1)     # Total Allocated / Reserved kept by the builder tb.free(25, addr=1)"""
 
 from __future__ import annotations
 
@@ -16,8 +13,17 @@ from tracebuilder_rules import RuleTraceBuilder
 
 
 class MemoryTraceBuilder(RuleTraceBuilder):
-    def __init__(self, capacity: Optional[int] = None, device_type: int = 1, device_id: int = 0,
-                 totals: bool = True, addr: bool = True, base: int = 0, reserved: int = 0, **kw):
+    def __init__(
+        self,
+        capacity: Optional[int] = None,
+        device_type: int = 1,
+        device_id: int = 0,
+        totals: bool = True,
+        addr: bool = True,
+        base: int = 0,
+        reserved: int = 0,
+        **kw,
+    ):
         super().__init__(**kw)
         self.capacity, self.device_type, self.device_id = capacity, device_type, device_id
         self.totals, self.with_addr = totals, addr
@@ -39,13 +45,23 @@ class MemoryTraceBuilder(RuleTraceBuilder):
             args["Addr"] = addr
         if self.totals:
             args.update({"Total Allocated": self.allocated, "Total Reserved": self.reserved})
-        ev = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": name, "pid": HOST_PID, "tid": tid,
-              "ts": ts, "args": args}
+        ev = {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "name": name,
+            "pid": HOST_PID,
+            "tid": tid,
+            "ts": ts,
+            "args": args,
+        }
         self.events.append(ev)
         return ev
 
-    def alloc(self, ts: float, nbytes: int, addr: int, reserve: int = 0, tid: int = HOST_TID) -> dict:
-        """An allocation; `reserve` more bytes taken by the caching allocator first (Total Reserved grows)."""
+    def alloc(
+        self, ts: float, nbytes: int, addr: int, reserve: int = 0, tid: int = HOST_TID
+    ) -> dict:
+        """An allocation; `reserve` more bytes taken by the caching allocator first."""
         self.allocated += nbytes
         self.reserved = max(self.reserved + reserve, self.allocated if self.device_type != 0 else 0)
         self.sizes[addr] = nbytes
@@ -60,9 +76,12 @@ class MemoryTraceBuilder(RuleTraceBuilder):
         return self._event("[OutOfMemory]", ts, nbytes, 0, tid)
 
 
-def leaky(steps: int = 4, leak: int = 1000, temp: int = 100, base: int = 5000, **kw) -> MemoryTraceBuilder:
-    """`steps` steps of 100 µs, each: aten::mm allocates `temp` bytes and frees them; aten::add allocates `leak`
-    bytes that are never freed (a loss kept with its graph). The level starts at `base` (allocated before)."""
+def leaky(
+    steps: int = 4, leak: int = 1000, temp: int = 100, base: int = 5000, **kw
+) -> MemoryTraceBuilder:
+    """`steps` steps of 100 µs, each: aten::mm allocates `temp` bytes and frees them; aten::add
+    allocates `leak` bytes that are never freed (a loss kept with its graph). The level starts at
+    `base` (allocated before)."""
     tb = MemoryTraceBuilder(base=base, reserved=base, **kw)
     for i in range(steps):
         t0 = i * 100

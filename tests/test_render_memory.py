@@ -1,5 +1,6 @@
-"""The memory section in the terminal, Markdown and HTML: numbers in binary units, trace names escaped, the
-level plot with step boundaries and the peak, the categories as a stacked bar; one line without events."""
+"""The memory section in the terminal, Markdown and HTML: numbers in binary units, trace names
+escaped, the level plot with step boundaries and the peak, the categories as a stacked bar; one
+line without events."""
 
 from memorybuilder import leaky
 from perfsleuth.report.html import render_html
@@ -24,22 +25,43 @@ def _report(tmp_path, cats=None):
 def test_terminal_and_markdown_show_peak_growth_and_what_keeps_it(tmp_path):
     report = _report(tmp_path)
     text = render_terminal(report)
-    assert ("cuda:0: peak allocated 4.00 MiB (in ProfilerStep#4), reserved 4.00 MiB; capacity 1.00 GiB, "
-            "headroom 1020.00 MiB (measured)") in text
-    assert "kept across steps, never freed: 3.00 MiB (aten::add<script>" in text and "cached" not in text
-    assert "growth 1.00 MiB/step over 4 steady steps, rising every step: full in about 1,019 more steps" in text
+    assert (
+        "cuda:0: peak allocated 4.00 MiB (in ProfilerStep#4), reserved 4.00 MiB; capacity 1.00 GiB,"
+        " headroom 1020.00 MiB (measured)"
+        in text
+    )
+    assert (
+        "kept across steps, never freed: 3.00 MiB (aten::add<script>" in text
+        and "cached" not in text
+    )
+    assert (
+        "growth 1.00 MiB/step over 4 steady steps, rising every step: full in about 1,019 more"
+        " steps"
+        in text
+    )
     assert "\x1b[31m" not in text and "\\x1b[31m" in text  # the escape sequence shown, never sent
     md = render_markdown(report)
-    section = md[md.index("#### Memory (from the trace)"):md.index("#### Findings")]
-    assert "growth 1.00 MiB/step" in section and "<script>" not in section and "\\<script\\>" in section
+    section = md[md.index("#### Memory (from the trace)") : md.index("#### Findings")]
+    assert (
+        "growth 1.00 MiB/step" in section
+        and "<script>" not in section
+        and "\\<script\\>" in section
+    )
 
 
 def test_html_plots_the_level_with_steps_and_peak_and_the_categories(tmp_path):
-    cats = {"parameter": 100, "gradient": 100, "optimizer_state": 200, "activation": 600, "input": 0,
-            "temporary": 0, "other": 0}
+    cats = {
+        "parameter": 100,
+        "gradient": 100,
+        "optimizer_state": 200,
+        "activation": 600,
+        "input": 0,
+        "temporary": 0,
+        "other": 0,
+    }
     html = render_html(_report(tmp_path, cats))
-    section = html[html.index('<section id="memory">'):]
-    section = section[:section.index("</section>")]
+    section = html[html.index('<section id="memory">') :]
+    section = section[: section.index("</section>")]
     assert 'class="chart memory-plot"' in section and section.count('class="step-edge"') == 4
     assert '<circle class="mem-peak"' in section and "peak 4.00 MiB in ProfilerStep#4" in section
     assert section.count('<rect class="m-') == 4 and "activation 600 B (60%)" in section
@@ -52,5 +74,7 @@ def test_a_trace_without_memory_events_says_how_in_one_line(tmp_path):
     tb.profile_memory = None
     report = analyze(tb, tmp_path)[0]
     lines = [x for x in render_terminal(report).splitlines() if x.startswith("memory")]
-    assert lines == ["memory: not recorded — record with profile_memory=True (or use perfsleuth run)"]
+    assert lines == [
+        "memory: not recorded — record with profile_memory=True (or use perfsleuth run)"
+    ]
     assert "Not recorded: record with profile_memory=True" in render_html(report)

@@ -1,8 +1,8 @@
-"""Memory in a diff (diff@1 `memory`, docs/ci.md): per device both sides' peak allocated bytes and growth per
-step, the peak's change as a fraction of the base's; the lines the terminal and Markdown show; and the
-`--fail-on-memory-regression PCT` gate. Peaks are deterministic for a given program and batch (no noise
-model: the allocator's levels do not jitter like step times); a device on one side only is said.
-"""
+"""Memory in a diff (diff@1 `memory`, docs/ci.md): per device both sides' peak allocated bytes and
+growth per step, the peak's change as a fraction of the base's; the lines the terminal and
+Markdown show; and the `--fail-on-memory-regression PCT` gate. Peaks are deterministic for a
+given program and batch (no noise model: the allocator's levels do not jitter like step times); a
+device on one side only is said."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from .memory_text import fmt_ibytes
 
 def _devices(report: dict) -> dict:
     mem = report.get("memory")
-    return {d["device"]: d for d in (mem or {}).get("devices") or []} if isinstance(mem, dict) else {}
+    return (
+        {d["device"]: d for d in (mem or {}).get("devices") or []} if isinstance(mem, dict) else {}
+    )
 
 
 def memory_change(base: dict, head: dict) -> Optional[dict]:
@@ -47,31 +49,46 @@ def memory_lines(mem: Optional[dict], esc: Callable[[str], str]) -> list:
         return []
     if not (mem["base_recorded"] and mem["head_recorded"]):
         side = "base" if not mem["base_recorded"] else "head"
-        return [f"memory: the {side} has no memory events (record with profile_memory=True): not compared"]
+        return [
+            f"memory: the {side} has no memory events (record with profile_memory=True): not"
+            " compared"
+        ]
     out = []
     for r in mem["devices"]:
-        peak = (f"peak {fmt_ibytes(r['base_peak_allocated_bytes'])} → {fmt_ibytes(r['head_peak_allocated_bytes'])}"
-                f" ({_pct(r['peak_change'])})")
-        growth = (f"growth {fmt_ibytes(r['base_growth_bytes_per_step'])} → "
-                  f"{fmt_ibytes(r['head_growth_bytes_per_step'])} per step")
+        peak = (
+            f"peak {fmt_ibytes(r['base_peak_allocated_bytes'])} →"
+            f" {fmt_ibytes(r['head_peak_allocated_bytes'])} ({_pct(r['peak_change'])})"
+        )
+        growth = (
+            f"growth {fmt_ibytes(r['base_growth_bytes_per_step'])} → "
+            f"{fmt_ibytes(r['head_growth_bytes_per_step'])} per step"
+        )
         out.append(f"memory {esc(r['device'])}: {peak}, {growth}")
     return out
 
 
 def memory_failures(mem: Optional[dict], threshold: Optional[float]) -> list:
-    """`--fail-on-memory-regression`: a device whose peak allocated grew by more than `threshold`; a side
-    without memory events fails too (the gate cannot check what was not recorded)."""
+    """`--fail-on-memory-regression`: a device whose peak allocated grew by more than `threshold`; a
+    side without memory events fails too (the gate cannot check what was not recorded)."""
     if threshold is None:
         return []
     if not mem or not (mem["base_recorded"] and mem["head_recorded"]):
-        missing = ("neither side has" if not mem or not (mem["base_recorded"] or mem["head_recorded"])
-                   else "the base has no" if not mem["base_recorded"] else "the head has no")
-        return [f"--fail-on-memory-regression: {missing} memory events (record with profile_memory=True)"]
+        missing = (
+            "neither side has"
+            if not mem or not (mem["base_recorded"] or mem["head_recorded"])
+            else "the base has no" if not mem["base_recorded"] else "the head has no"
+        )
+        return [
+            f"--fail-on-memory-regression: {missing} memory events (record with"
+            " profile_memory=True)"
+        ]
     out = []
     for r in mem["devices"]:
         change = r["peak_change"]
         if change is not None and change > threshold:
-            out.append(f"peak memory on {r['device']} {fmt_ibytes(r['base_peak_allocated_bytes'])} → "
-                       f"{fmt_ibytes(r['head_peak_allocated_bytes'])} ({change:+.1%}) exceeds "
-                       f"--fail-on-memory-regression {threshold * 100:g}%")
+            out.append(
+                f"peak memory on {r['device']} {fmt_ibytes(r['base_peak_allocated_bytes'])} → "
+                f"{fmt_ibytes(r['head_peak_allocated_bytes'])} ({change:+.1%}) exceeds "
+                f"--fail-on-memory-regression {threshold * 100:g}%"
+            )
     return out

@@ -1,8 +1,8 @@
-"""The HTML memory section's view (templates/_memory.html.j2): per device the text lines (memory_text), an
-inline SVG of the allocated level over the window (each slice's highest and lowest level, so no peak is
-lost) with the step boundaries and the peak marked, and the categories at the peak as one stacked bar.
-Plain numbers and strings only: the template autoescapes every name from a trace.
-"""
+"""The HTML memory section's view (templates/_memory.html.j2): per device the text lines
+(memory_text), an inline SVG of the allocated level over the window (each slice's highest and
+lowest level, so no peak is lost) with the step boundaries and the peak marked, and the
+categories at the peak as one stacked bar. Plain numbers and strings only: the template
+autoescapes every name from a trace."""
 
 from __future__ import annotations
 
@@ -28,21 +28,45 @@ def plot(d: dict) -> Optional[dict]:
     t, hi_b, lo_b = s["t_us"], s["max_bytes"], s["min_bytes"]
     steps = [st for st in d.get("steps") or [] if st.get("start_us") is not None]
     t0 = min([t[0]] + [st["start_us"] for st in steps])
-    t1 = max([s.get("end_us") or t[-1]] + [st["end_us"] for st in steps if st.get("end_us") is not None])
+    t1 = max(
+        [s.get("end_us") or t[-1]] + [st["end_us"] for st in steps if st.get("end_us") is not None]
+    )
     top = max(max(hi_b), 1) * 1.1
     x, y = _scale(t0, t1, LEFT, RIGHT), _scale(0, top, BOTTOM, TOP)
     upper = " ".join(f"{x(a)},{y(b)}" for a, b in zip(t, hi_b))
     lower = " ".join(f"{x(a)},{y(b)}" for a, b in reversed(list(zip(t, lo_b))))
     every = max(1, -(-len(steps) // MAX_STEP_LINES))
-    marks = [{"x": x(st["start_us"]), "name": st["step"], "label": st["step"].rsplit("#", 1)[-1]
-              if "#" in st["step"] else ""} for st in steps[::every]]
+    marks = [
+        {
+            "x": x(st["start_us"]),
+            "name": st["step"],
+            "label": st["step"].rsplit("#", 1)[-1] if "#" in st["step"] else "",
+        }
+        for st in steps[::every]
+    ]
     ticks = [{"y": y(top * k / 4), "label": fmt_ibytes(int(top * k / 4))} for k in range(5)]
-    peak = {"x": x(d["peak_at_us"]), "y": y(d["peak_allocated_bytes"]),
-            "label": f"peak {fmt_ibytes(d['peak_allocated_bytes'])}"
-                     + (f" in {d['peak_step']}" if d.get("peak_step") else "")}
-    return {"width": W, "height": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM,
-            "upper": upper, "band": f"{upper} {lower}", "steps": marks, "yticks": ticks, "peak": peak,
-            "relative": d.get("levels") == "relative"}
+    peak = {
+        "x": x(d["peak_at_us"]),
+        "y": y(d["peak_allocated_bytes"]),
+        "label": (
+            f"peak {fmt_ibytes(d['peak_allocated_bytes'])}"
+            + (f" in {d['peak_step']}" if d.get("peak_step") else "")
+        ),
+    }
+    return {
+        "width": W,
+        "height": H,
+        "left": LEFT,
+        "right": RIGHT,
+        "top": TOP,
+        "bottom": BOTTOM,
+        "upper": upper,
+        "band": f"{upper} {lower}",
+        "steps": marks,
+        "yticks": ticks,
+        "peak": peak,
+        "relative": d.get("levels") == "relative",
+    }
 
 
 def category_bar(cats: Optional[dict]) -> Optional[dict]:
@@ -57,8 +81,14 @@ def category_bar(cats: Optional[dict]) -> Optional[dict]:
         if v <= 0:
             continue
         w = v / total * BAR_W
-        segs.append({"cat": k, "x": round(x, 1), "w": round(w, 1), "title": f"{k.replace('_', ' ')}: "
-                     f"{fmt_ibytes(v)} ({v / total:.0%})"})
+        segs.append(
+            {
+                "cat": k,
+                "x": round(x, 1),
+                "w": round(w, 1),
+                "title": f"{k.replace('_', ' ')}: {fmt_ibytes(v)} ({v / total:.0%})",
+            }
+        )
         x += w
     return {"width": BAR_W, "segments": segs, "text": categories_text(cats)}
 
@@ -73,6 +103,17 @@ def memory_view(report: dict) -> dict:
         if not isinstance(d, dict) or d.get("peak_allocated_bytes") is None:
             continue
         head, *lines = device_lines(d, str)
-        devices.append({"head": head, "lines": lines, "plot": plot(d),
-                        "categories": category_bar(d.get("categories_at_peak"))})
-    return {"show": True, "unavailable": "", "source": str(mem.get("source") or "trace"), "devices": devices}
+        devices.append(
+            {
+                "head": head,
+                "lines": lines,
+                "plot": plot(d),
+                "categories": category_bar(d.get("categories_at_peak")),
+            }
+        )
+    return {
+        "show": True,
+        "unavailable": "",
+        "source": str(mem.get("source") or "trace"),
+        "devices": devices,
+    }

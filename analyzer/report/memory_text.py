@@ -1,14 +1,22 @@
-"""The memory section as text lines, for the terminal and Markdown (docs/schema.md#memory): per device the
-peak (allocated, reserved), headroom to capacity, the end-of-step level and its growth, what holds the peak
-and what is kept step after step, out-of-memory events and the categories at the peak. Bytes in binary
-units named as such (KiB, MiB, GiB). Every name from a trace goes through the caller's escape function.
-"""
+"""The memory section as text lines, for the terminal and Markdown (docs/schema.md#memory): per
+device the peak (allocated, reserved), headroom to capacity, the end-of-step level and its
+growth, what holds the peak and what is kept step after step, out-of-memory events and the
+categories at the peak. Bytes in binary units named as such (KiB, MiB, GiB). Every name from a
+trace goes through the caller's escape function."""
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-CATEGORY_ORDER = ("activation", "parameter", "gradient", "optimizer_state", "input", "temporary", "other")
+CATEGORY_ORDER = (
+    "activation",
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "input",
+    "temporary",
+    "other",
+)
 TOP_SHOWN = 3
 SHOWN_RESERVED_RATIO = 1.1  # reserved / allocated at their peaks shown from this ratio
 
@@ -46,9 +54,12 @@ def categories_text(cats: Optional[dict]) -> str:
     if not cats:
         return ""
     total = sum(int(v or 0) for v in cats.values())
-    parts = [f"{k.replace('_', ' ')} {fmt_ibytes(cats.get(k) or 0)}"
-             + (f" ({(cats.get(k) or 0) / total:.0%})" if total else "")
-             for k in CATEGORY_ORDER if cats.get(k)]
+    parts = [
+        f"{k.replace('_', ' ')} {fmt_ibytes(cats.get(k) or 0)}"
+        + (f" ({(cats.get(k) or 0) / total:.0%})" if total else "")
+        for k in CATEGORY_ORDER
+        if cats.get(k)
+    ]
     return ", ".join(parts)
 
 
@@ -61,7 +72,10 @@ def device_lines(d: dict, esc: Callable[[str], str]) -> list:
     if d.get("peak_reserved_bytes") is not None:
         head += f", reserved {fmt_ibytes(d['peak_reserved_bytes'])}"
     if d.get("capacity_bytes") is not None and d.get("headroom_bytes") is not None:
-        head += f"; capacity {fmt_ibytes(d['capacity_bytes'])}, headroom {fmt_ibytes(d['headroom_bytes'])}"
+        head += (
+            f"; capacity {fmt_ibytes(d['capacity_bytes'])}, headroom"
+            f" {fmt_ibytes(d['headroom_bytes'])}"
+        )
     head += " (measured" + (", relative: allocated since profiling began)" if rel else ")")
     steps = [s for s in d.get("steps") or [] if s.get("phase") == "steady"]
     ends = [s["end_allocated_bytes"] for s in steps if s.get("end_allocated_bytes") is not None]
@@ -71,15 +85,22 @@ def device_lines(d: dict, esc: Callable[[str], str]) -> list:
     if d.get("top_ops_at_peak"):
         lines.append("at the peak: " + _ops(d["top_ops_at_peak"], esc))
     if d.get("kept_across_steps"):
-        lines.append(f"kept across steps, never freed: {fmt_ibytes(d.get('kept_across_steps_bytes'))} ("
-                     + _ops(d["kept_across_steps"], esc) + ")")
+        lines.append(
+            f"kept across steps, never freed: {fmt_ibytes(d.get('kept_across_steps_bytes'))} ("
+            + _ops(d["kept_across_steps"], esc)
+            + ")"
+        )
     frag = d.get("fragmentation")
     if frag and (frag.get("peak_reserved_over_allocated") or 0) >= SHOWN_RESERVED_RATIO:
-        lines.append(f"reserved {frag['peak_reserved_over_allocated']:.2f}x allocated at their peaks "
-                     f"({fmt_ibytes(frag['reserved_over_allocated_bytes'])} cached, not in use)")
+        lines.append(
+            f"reserved {frag['peak_reserved_over_allocated']:.2f}x allocated at their peaks "
+            f"({fmt_ibytes(frag['reserved_over_allocated_bytes'])} cached, not in use)"
+        )
     for o in (d.get("out_of_memory") or [])[:TOP_SHOWN]:
-        lines.append(f"OUT OF MEMORY asking {fmt_ibytes(o['bytes'])} in {esc(o['op'] or 'no op')}"
-                     + (f" ({esc(o['step'])})" if o.get("step") else ""))
+        lines.append(
+            f"OUT OF MEMORY asking {fmt_ibytes(o['bytes'])} in {esc(o['op'] or 'no op')}"
+            + (f" ({esc(o['step'])})" if o.get("step") else "")
+        )
     cats = categories_text(d.get("categories_at_peak"))
     if cats:
         lines.append("at the peak, by category (run): " + cats)

@@ -1,12 +1,12 @@
-"""The allocator's events of a trace recorded with `profile_memory=True`: `[memory]` (one per allocation,
-`Bytes` > 0, or free, `Bytes` < 0) and `[OutOfMemory]` instant events, as numpy columns beside the
-event table (`Trace.memory`). kineto.py decodes them (`mem_*` columns of each piece); this module puts the
-pieces together on the event table's clock.
+"""The allocator's events of a trace recorded with `profile_memory=True`: `[memory]` (one per
+allocation, `Bytes` > 0, or free, `Bytes` < 0) and `[OutOfMemory]` instant events, as numpy
+columns beside the event table (`Trace.memory`). kineto.py decodes them (`mem_*` columns of each
+piece); this module puts the pieces together on the event table's clock.
 
-Fields absent from a trace are -1 (`addr`, `allocated`, `reserved`, `device_type`, `device_id`): torch
-1.9's traces carry `Bytes` only. `ts` is int64 ns from the event table's origin (`Trace.t0_us`), rows in
-time order (the file's order among equal times: an allocator's events on one thread are written in order).
-"""
+Fields absent from a trace are -1 (`addr`, `allocated`, `reserved`, `device_type`, `device_id`):
+torch 1.9's traces carry `Bytes` only. `ts` is int64 ns from the event table's origin
+(`Trace.t0_us`), rows in time order (the file's order among equal times: an allocator's events on
+one thread are written in order)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,18 @@ from typing import Optional
 
 import numpy as np
 
-COLUMNS = ("ts", "pid", "tid", "bytes", "addr", "allocated", "reserved", "device_type", "device_id", "oom")
+COLUMNS = (
+    "ts",
+    "pid",
+    "tid",
+    "bytes",
+    "addr",
+    "allocated",
+    "reserved",
+    "device_type",
+    "device_id",
+    "oom",
+)
 
 
 @dataclass
@@ -39,8 +50,8 @@ class MemoryEvents:
 
 
 def assemble(chunks: list, t0_us: float) -> Optional[MemoryEvents]:
-    """The decoded pieces' `mem_*` columns (columns.MEMORY_KEYS) as one MemoryEvents on the event table's
-    clock; None when the trace has no allocator events."""
+    """The decoded pieces' `mem_*` columns (columns.MEMORY_KEYS) as one MemoryEvents on the event
+    table's clock; None when the trace has no allocator events."""
     chunks = [c for c in chunks if c is not None and len(c["mem_ts"])]
     if not chunks:
         return None

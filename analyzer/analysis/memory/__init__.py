@@ -1,10 +1,11 @@
-"""Memory: what the allocator's events of a trace recorded with `profile_memory=True` say (docs/memory.md).
+"""Memory: what the allocator's events of a trace recorded with `profile_memory=True` say
+(docs/memory.md).
 
 `analyze_memory(trace, steps)` gives the report's `memory` section (summary.py) from the trace's own
 `[memory]` / `[OutOfMemory]` events, else from the memory companion a run names beside it
 (`perfsleuth.memory_trace`), with the categories at the peak the run measured (`perfsleuth.memory`);
-`events` splits them per device, `levels` measures peaks, steps and growth, `attribution` names the ops.
-"""
+`events` splits them per device, `levels` measures peaks, steps and growth, `attribution` names the
+ops."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Memory:
-    """The report's `memory` (None without allocator events) and `memory_unavailable` (why, then); the trace
-    the events were read from (the analysed one or the run's memory companion) and its steps; per device
-    the rows behind the tables (summary.Detail)."""
+    """The report's `memory` (None without allocator events) and `memory_unavailable` (why, then);
+    the trace the events were read from (the analysed one or the run's memory companion) and its
+    steps; per device the rows behind the tables (summary.Detail)."""
 
     section: Optional[dict] = None
     unavailable: Optional[str] = None
@@ -59,7 +60,9 @@ def analyze_memory(trace: Trace, steps: Steps) -> Memory:
     if section is None:
         why = run.get("unavailable") if isinstance(run.get("unavailable"), str) else None
         if trace.memory_profiled:
-            why = why or ("the trace was recorded with profile_memory=True but holds no allocator events")
+            why = why or (
+                "the trace was recorded with profile_memory=True but holds no allocator events"
+            )
         return Memory(None, why or MEMORY_UNAVAILABLE)
     if source_trace is not trace:
         section["trace"] = Path(source_trace.path).name
@@ -68,8 +71,8 @@ def analyze_memory(trace: Trace, steps: Steps) -> Memory:
 
 
 def _join_run(section: dict, run: dict) -> None:
-    """The run's categories at the peak onto the device it measured (`source` "run" then), and what it knew
-    of parameters, gradients and optimizer state and what recording memory cost."""
+    """The run's categories at the peak onto the device it measured (`source` "run" then), and what
+    it knew of parameters, gradients and optimizer state and what recording memory cost."""
     cats = run.get("categories_at_peak")
     device = run.get("device")
     if isinstance(cats, dict):
@@ -84,12 +87,18 @@ def _join_run(section: dict, run: dict) -> None:
 
 
 def out_of_memory_text(section: Optional[dict]) -> Optional[str]:
-    """What the verdict says first when the trace holds [OutOfMemory] events (None when it holds none)."""
-    hits = [(d["device"], o) for d in (section or {}).get("devices") or [] for o in d.get("out_of_memory") or []]
+    """What the verdict says first when the trace holds [OutOfMemory] events (None without)."""
+    hits = [
+        (d["device"], o)
+        for d in (section or {}).get("devices") or []
+        for o in d.get("out_of_memory") or []
+    ]
     if not hits:
         return None
     device, first = hits[0]
     op = f"in {first['op']} " if first.get("op") else ""
     n = len(hits)
-    return (f"OUT OF MEMORY on {device}: an allocation of {first['bytes']:,} bytes {op}failed"
-            f"{f' ({n} such events)' if n > 1 else ''}; the step times are those of a failing run.")
+    return (
+        f"OUT OF MEMORY on {device}: an allocation of {first['bytes']:,} bytes {op}failed"
+        f"{f' ({n} such events)' if n > 1 else ''}; the step times are those of a failing run."
+    )

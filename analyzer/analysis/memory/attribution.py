@@ -1,10 +1,11 @@
-"""Which op allocated what: each allocator event placed inside the innermost `cpu_op` on the same thread
-that encloses it in time (the trace records no op on the event; the TensorBoard plugin's memory view did
-the same), and allocations paired with their frees by `Addr` (the next event at the same address).
+"""Which op allocated what: each allocator event placed inside the innermost `cpu_op` on the same
+thread that encloses it in time (the trace records no op on the event; the TensorBoard plugin's
+memory view did the same), and allocations paired with their frees by `Addr` (the next event at
+the same address).
 
-Vectorised: ops sorted by (thread, start), each event's latest-starting op found by one searchsorted, and
-a bounded walk back over earlier-starting ops when that one ended before the event (its parent encloses it).
-"""
+Vectorised: ops sorted by (thread, start), each event's latest-starting op found by one
+searchsorted, and a bounded walk back over earlier-starting ops when that one ended before the event
+(its parent encloses it)."""
 
 from __future__ import annotations
 
@@ -25,22 +26,33 @@ def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 
 
 def _op_index(trace: Trace) -> tuple:
-    """The cpu ops sorted by (thread, start) as one composite key, once per analysis: (sorted thread keys,
-    each op's thread code, composite keys sorted, order, ends, name codes, names)."""
+    """The cpu ops sorted by (thread, start) as one composite key, once per analysis: (sorted thread
+    keys, each op's thread code, composite keys sorted, order, ends, name codes, names)."""
+
     def make() -> tuple:
         ops = of_kind(trace.events, CPU_OP)
-        codes, keys = pd.factorize(_thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()), sort=True)
+        codes, keys = pd.factorize(
+            _thread_key(ops["pid"].to_numpy(), ops["tid"].to_numpy()), sort=True
+        )
         codes = codes.astype(np.int64)
         comp = codes * _SHIFT + ops["ts"].to_numpy(np.int64)
         order = np.argsort(comp, kind="stable")
-        return (np.asarray(keys, dtype=np.int64), codes, comp[order], order, ops["end"].to_numpy(np.int64),
-                ops["name"].cat.codes.to_numpy(), np.asarray(ops["name"].cat.categories, dtype=object))
+        return (
+            np.asarray(keys, dtype=np.int64),
+            codes,
+            comp[order],
+            order,
+            ops["end"].to_numpy(np.int64),
+            ops["name"].cat.codes.to_numpy(),
+            np.asarray(ops["name"].cat.categories, dtype=object),
+        )
 
     return derived(trace.events, ("memory op index",), make)
 
 
 def enclosing_ops(trace: Trace, ev: MemoryEvents) -> np.ndarray:
-    """For each event: the name of the innermost cpu_op on its thread that encloses it (OUTSIDE when none)."""
+    """For each event: the name of the innermost cpu_op on its thread that encloses it (OUTSIDE
+    when none)."""
     out = np.full(len(ev), OUTSIDE, dtype=object)
     if not len(ev) or not (of_kind(trace.events, CPU_OP)["kind"] == CPU_OP).any():
         return out
@@ -67,8 +79,9 @@ def enclosing_ops(trace: Trace, ev: MemoryEvents) -> np.ndarray:
 
 
 def frees_of(ev: MemoryEvents) -> np.ndarray:
-    """For each allocation (Bytes > 0): the row of the free that ends it (the next event at its address,
-    when that is a free), -1 when it is not freed in the window; -1 for frees. Needs `Addr`."""
+    """For each allocation (Bytes > 0): the row of the free that ends it (the next event at its
+    address, when that is a free), -1 when it is not freed in the window; -1 for frees. Needs
+    `Addr`."""
     n = len(ev)
     out = np.full(n, -1, dtype=np.int64)
     if n < 2:
@@ -90,5 +103,9 @@ def by_op(names: np.ndarray, nbytes: np.ndarray, top: int, steps: np.ndarray = N
         df["steps"] = steps
         agg["steps"] = ("steps", "nunique")
     g = df.groupby("op", sort=False).agg(**agg)
-    g = g[g["bytes"] > 0].sort_values(["bytes", "allocations"], ascending=False, kind="stable").head(top)
+    g = (
+        g[g["bytes"] > 0]
+        .sort_values(["bytes", "allocations"], ascending=False, kind="stable")
+        .head(top)
+    )
     return [{"op": str(op), **{k: int(v) for k, v in row.items()}} for op, row in g.iterrows()]

@@ -1,10 +1,11 @@
-"""The allocator's events of one device, with the level they leave behind: what every memory measure reads.
+"""The allocator's events of one device, with the level they leave behind: what every memory measure
+reads.
 
-`Trace.memory` (trace/memory.py) holds the `[memory]` / `[OutOfMemory]` events of every device; `per_device`
-splits them by (`Device Type`, `Device Id`). The level after each event is the trace's `Total Allocated`
-when the trace records it; an older trace (torch 1.9: `Bytes` only) gets it rebuilt as the running sum of
-`Bytes`, relative to the window's start, and says so (`DeviceEvents.missing`).
-"""
+`Trace.memory` (trace/memory.py) holds the `[memory]` / `[OutOfMemory]` events of every device;
+`per_device` splits them by (`Device Type`, `Device Id`). The level after each event is the trace's
+`Total Allocated` when the trace records it; an older trace (torch 1.9: `Bytes` only) gets it
+rebuilt as the running sum of `Bytes`, relative to the window's start, and says so
+(`DeviceEvents.missing`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,22 @@ import numpy as np
 
 from ...trace.memory import MemoryEvents
 
-# c10::DeviceType codes as torch names them in a device string (cuda:0); ROCm reports itself as CUDA.
-DEVICE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia", 20: "privateuseone"}
+# c10::DeviceType codes as torch names them in a device string (cuda:0); ROCm reports as CUDA.
+DEVICE_NAMES = {
+    0: "cpu",
+    1: "cuda",
+    6: "hip",
+    12: "xpu",
+    13: "mps",
+    19: "mtia",
+    20: "privateuseone",
+}
 CPU = 0
 
 
 def device_label(device_type: int, device_id: int) -> str:
-    """`cpu`, `cuda:0`, ... as torch spells a device (`device<type>:<id>` for a type it has no name for here)."""
+    """`cpu`, `cuda:0`, ... as torch spells a device (`device<type>:<id>` for a type not named
+    here)."""
     if device_type == CPU:
         return "cpu"
     name = DEVICE_NAMES.get(int(device_type), f"device{int(device_type)}")
@@ -48,7 +58,7 @@ class DeviceEvents:
 
     @property
     def relative(self) -> bool:
-        """The levels count only what was allocated during the window (CPU, or rebuilt from Bytes)."""
+        """The levels count only what was allocated in the window (CPU, or rebuilt from Bytes)."""
         return self.is_cpu or not self.has_totals
 
 
@@ -74,15 +84,21 @@ def _device(ev: MemoryEvents, dtype: int, did: int) -> DeviceEvents:
         level = ev.allocated.astype(np.int64)
     else:
         level = np.cumsum(ev.bytes.astype(np.int64))
-        missing.append("Total Allocated (older torch): levels are the running sum of Bytes from the window's "
-                       "start, relative")
+        missing.append(
+            "Total Allocated (older torch): levels are the running sum of Bytes from the window's "
+            "start, relative"
+        )
     has_addr = bool((ev.addr >= 0).all())
     if not has_addr:
-        missing.append("Addr (older torch): allocations and frees cannot be paired, so nothing is said of what is "
-                       "never freed and the ops at the peak are net bytes since the peak step's start")
+        missing.append(
+            "Addr (older torch): allocations and frees cannot be paired, so nothing is said of what"
+            " is never freed and the ops at the peak are net bytes since the peak step's start"
+        )
     has_reserved = dtype != CPU and bool((ev.reserved > 0).any())
     if dtype != CPU and not (ev.reserved >= 0).all():
         missing.append("Total Reserved: fragmentation cannot be measured")
     if dtype == -1:
         missing.append("Device Type: the device is unknown")
-    return DeviceEvents(device_label(dtype, did), dtype, did, ev, level, has_totals, has_reserved, has_addr, missing)
+    return DeviceEvents(
+        device_label(dtype, did), dtype, did, ev, level, has_totals, has_reserved, has_addr, missing
+    )

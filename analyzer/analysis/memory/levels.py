@@ -1,10 +1,11 @@
-"""Levels of one device's memory: the peak, per step (peak, end-of-step level, allocations and bytes), and
-the growth from step to step over the steady steps (a least-squares slope of the end-of-step levels).
+"""Levels of one device's memory: the peak, per step (peak, end-of-step level, allocations and
+bytes), and the growth from step to step over the steady steps (a least-squares slope of the
+end-of-step levels).
 
-Each event belongs to the step whose window [start, end) holds it (analysis/steps.py: disjoint windows).
-A step's peak also counts the level it starts with (what the previous steps left allocated); its end level
-is the level after the last event before its end, wherever that event lies.
-"""
+Each event belongs to the step whose window [start, end) holds it (analysis/steps.py: disjoint
+windows). A step's peak also counts the level it starts with (what the previous steps left
+allocated); its end level is the level after the last event before its end, wherever that event
+lies."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ class Levels:
     peak_allocated: int
     peak_reserved: Optional[int]  # None without a caching allocator (CPU: Total Reserved is 0)
     reserved_at_peak: Optional[int]  # Total Reserved at the moment of the allocated peak
-    steps: pd.DataFrame  # per step: step, phase, peak_allocated, end_allocated, peak_reserved, allocations,
-    #                      allocated_bytes, freed_bytes (nullable ints: a step without a level is <NA>)
+    steps: (
+        pd.DataFrame
+    )  # per step: step, phase, peak_allocated, end_allocated, peak_reserved, allocations,
+    #   allocated_bytes, freed_bytes (nullable ints: a step without a level is <NA>)
     growth: Optional[int]  # bytes per step over the steady steps (None with fewer than 2 of them)
     growth_steps: int  # steady steps the growth was fitted over
     monotone: bool  # the steady steps' end levels never fall, and rise overall
@@ -33,7 +36,7 @@ class Levels:
 
 
 def step_of(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The step window (row) holding each time, -1 outside every window (windows sorted, disjoint)."""
+    """The step window (row) holding each time, -1 outside every window (sorted, disjoint)."""
     si = np.searchsorted(starts, ts, side="right") - 1
     inside = (si >= 0) & (ts < ends[np.clip(si, 0, None)])
     return np.where(inside, si, -1)
@@ -48,46 +51,65 @@ def levels(d: DeviceEvents, frame: pd.DataFrame) -> Levels:
     si = step_of(ts, starts, ends) if len(frame) else np.full(ts.size, -1)
     steps = _per_step(d, frame, starts, ends, si)
     growth, n, monotone = _growth(steps)
-    return Levels(peak_index=peak, peak_allocated=int(level[peak]),
-                  peak_reserved=int(reserved.max()) if d.has_reserved else None,
-                  reserved_at_peak=int(reserved[peak]) if d.has_reserved else None,
-                  steps=steps, growth=growth, growth_steps=n, monotone=monotone, step_of_event=si)
+    return Levels(
+        peak_index=peak,
+        peak_allocated=int(level[peak]),
+        peak_reserved=int(reserved.max()) if d.has_reserved else None,
+        reserved_at_peak=int(reserved[peak]) if d.has_reserved else None,
+        steps=steps,
+        growth=growth,
+        growth_steps=n,
+        monotone=monotone,
+        step_of_event=si,
+    )
 
 
 def _level_before(ts: np.ndarray, level: np.ndarray, t: np.ndarray, relative: bool) -> np.ndarray:
-    """The level just before each time in `t` (float, NaN where unknown: no event yet on an absolute device;
-    a relative level starts at 0)."""
+    """The level just before each time in `t` (float, NaN where unknown: no event yet on an absolute
+    device; a relative level starts at 0)."""
     idx = np.searchsorted(ts, t, side="left") - 1
-    before = np.where(idx >= 0, level[np.clip(idx, 0, None)].astype(np.float64), 0.0 if relative else np.nan)
+    before = np.where(
+        idx >= 0, level[np.clip(idx, 0, None)].astype(np.float64), 0.0 if relative else np.nan
+    )
     return before
 
 
 def _per_step(d: DeviceEvents, frame: pd.DataFrame, starts, ends, si: np.ndarray) -> pd.DataFrame:
     ev = d.events
     n = len(frame)
-    cols = {"step": frame["name"].astype(str).to_numpy() if n else np.zeros(0, object),
-            "phase": frame["phase"].astype(str).to_numpy() if n and "phase" in frame else np.full(n, STEADY)}
+    cols = {
+        "step": frame["name"].astype(str).to_numpy() if n else np.zeros(0, object),
+        "phase": (
+            frame["phase"].astype(str).to_numpy() if n and "phase" in frame else np.full(n, STEADY)
+        ),
+    }
     if not n:
         return pd.DataFrame(cols)
     g = _segments(si, n, d.level, ev.reserved, ev.bytes)
     start_level = _level_before(ev.ts, d.level, starts, d.relative)
     peak = np.fmax(g["level"], start_level)
     end = _level_before(ev.ts, d.level, ends, d.relative)
-    cols.update({
-        "peak_allocated": _nullable(peak),
-        "end_allocated": _nullable(end),
-        "peak_reserved": _nullable(np.fmax(g["reserved"],
-                                           _level_before(ev.ts, ev.reserved, starts, False)))
-        if d.has_reserved else pd.array([pd.NA] * n, dtype="Int64"),
-        "allocations": g["alloc"], "allocated_bytes": g["alloc_bytes"], "freed_bytes": g["freed"],
-    })
+    cols.update(
+        {
+            "peak_allocated": _nullable(peak),
+            "end_allocated": _nullable(end),
+            "peak_reserved": (
+                _nullable(np.fmax(g["reserved"], _level_before(ev.ts, ev.reserved, starts, False)))
+                if d.has_reserved
+                else pd.array([pd.NA] * n, dtype="Int64")
+            ),
+            "allocations": g["alloc"],
+            "allocated_bytes": g["alloc_bytes"],
+            "freed_bytes": g["freed"],
+        }
+    )
     return pd.DataFrame(cols)
 
 
 def _segments(si: np.ndarray, n: int, level, reserved, nbytes) -> dict:
-    """Per step (row of the frame): the highest level and reserved level (NaN without events), allocations,
-    bytes allocated and freed. Events are in time order and steps disjoint, so each step's events are one
-    contiguous run: reduceat over the runs' starts, no sort."""
+    """Per step (row of the frame): the highest level and reserved level (NaN without events),
+    allocations, bytes allocated and freed. Events are in time order and steps disjoint, so each
+    step's events are one contiguous run: reduceat over the runs' starts, no sort."""
     rows = np.flatnonzero(si >= 0)
     out = {"level": np.full(n, np.nan), "reserved": np.full(n, np.nan)}
     out.update({k: np.zeros(n, np.int64) for k in ("alloc", "alloc_bytes", "freed")})

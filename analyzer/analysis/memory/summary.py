@@ -1,11 +1,11 @@
-"""The memory section of a report (docs/schema.md#memory): per device, the peak allocated and reserved,
-overall and per step, the end-of-step level and its growth over the steady steps, what the allocator did
-in each step, the ops holding the peak, what is kept from step to step and never freed, fragmentation,
-headroom to the device's capacity and out-of-memory events. JSON-ready dicts, bytes as integers.
+"""The memory section of a report (docs/schema.md#memory): per device, the peak allocated and
+reserved, overall and per step, the end-of-step level and its growth over the steady steps, what
+the allocator did in each step, the ops holding the peak, what is kept from step to step and
+never freed, fragmentation, headroom to the device's capacity and out-of-memory events.
+JSON-ready dicts, bytes as integers.
 
-`summarize` also returns, per device, the rows of the allocations behind its tables (`Detail`): the fact
-provider (facts/memory.py) names their source lines where the trace has Python stacks.
-"""
+`summarize` also returns, per device, the rows of the allocations behind its tables (`Detail`): the
+fact provider (facts/memory.py) names their source lines where the trace has Python stacks."""
 
 from __future__ import annotations
 
@@ -21,10 +21,20 @@ from .attribution import OUTSIDE, by_op, enclosing_ops, frees_of
 from .events import DeviceEvents, per_device
 from .levels import Levels, levels
 
-CPU_NOTE = ("CPU levels are relative: they count what was allocated after profiling began (tensors made "
-            "before, such as parameters, are not seen)")
+CPU_NOTE = (
+    "CPU levels are relative: they count what was allocated after profiling began (tensors made "
+    "before, such as parameters, are not seen)"
+)
 SERIES_POINTS = 300  # slices of the window in the level series (the HTML plot)
-CATEGORY_KEYS = ("parameter", "gradient", "optimizer_state", "activation", "input", "temporary", "other")
+CATEGORY_KEYS = (
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "input",
+    "temporary",
+    "other",
+)
 
 
 @dataclass
@@ -50,39 +60,63 @@ def _capacity(trace: Trace, d: DeviceEvents) -> Optional[int]:
 
 
 def series(d: DeviceEvents, buckets: int = SERIES_POINTS) -> dict:
-    """The allocated level over the window for a plot: the highest and lowest level in each of `buckets` equal
-    slices of time (so no peak is lost), at the slices' starts (µs from the trace's origin)."""
+    """The allocated level over the window for a plot: the highest and lowest level in each of
+    `buckets` equal slices of time (so no peak is lost), at the slices' starts (µs from the
+    trace's origin)."""
     ts, level = d.events.ts, d.level
     lo, hi = int(ts[0]), int(ts[-1])
     width = max((hi - lo) / buckets, 1.0)
     b = np.minimum(((ts - lo) / width).astype(np.int64), buckets - 1)
     edges = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-    return {"t_us": [_us(int(lo + k * width)) for k in b[edges].tolist()],
-            "max_bytes": np.maximum.reduceat(level, edges).tolist(),
-            "min_bytes": np.minimum.reduceat(level, edges).tolist(),
-            "end_us": _us(hi)}
+    return {
+        "t_us": [_us(int(lo + k * width)) for k in b[edges].tolist()],
+        "max_bytes": np.maximum.reduceat(level, edges).tolist(),
+        "min_bytes": np.minimum.reduceat(level, edges).tolist(),
+        "end_us": _us(hi),
+    }
 
 
 def _steps(lv: Levels, frame) -> list:
     st = lv.steps
 
     def ints(col):
-        return [None if v is None else int(v) for v in st[col].astype(object).where(st[col].notna(), None)]
+        return [
+            None if v is None else int(v)
+            for v in st[col].astype(object).where(st[col].notna(), None)
+        ]
 
     cols = {k: ints(k) for k in ("peak_allocated", "end_allocated", "peak_reserved")}
-    rows = zip(st["step"].tolist(), st["phase"].tolist(), cols["peak_allocated"], cols["end_allocated"],
-               cols["peak_reserved"], st["allocations"].tolist(), st["allocated_bytes"].tolist(),
-               st["freed_bytes"].tolist())
+    rows = zip(
+        st["step"].tolist(),
+        st["phase"].tolist(),
+        cols["peak_allocated"],
+        cols["end_allocated"],
+        cols["peak_reserved"],
+        st["allocations"].tolist(),
+        st["allocated_bytes"].tolist(),
+        st["freed_bytes"].tolist(),
+    )
     starts = (frame["start"].to_numpy(np.int64) / 1000.0).tolist() if len(frame) else []
     ends = (frame["end"].to_numpy(np.int64) / 1000.0).tolist() if len(frame) else []
-    return [{"step": s, "phase": p, "peak_allocated_bytes": pa, "end_allocated_bytes": ea,
-             "peak_reserved_bytes": pr, "allocations": int(a), "allocated_bytes": int(ab), "freed_bytes": int(fb),
-             "start_us": t0, "end_us": t1}
-            for (s, p, pa, ea, pr, a, ab, fb), t0, t1 in zip(rows, starts, ends)]
+    return [
+        {
+            "step": s,
+            "phase": p,
+            "peak_allocated_bytes": pa,
+            "end_allocated_bytes": ea,
+            "peak_reserved_bytes": pr,
+            "allocations": int(a),
+            "allocated_bytes": int(ab),
+            "freed_bytes": int(fb),
+            "start_us": t0,
+            "end_us": t1,
+        }
+        for (s, p, pa, ea, pr, a, ab, fb), t0, t1 in zip(rows, starts, ends)
+    ]
 
 
 def _at_peak(trace: Trace, d: DeviceEvents, lv: Levels, frees: np.ndarray) -> tuple:
-    """(ops table, basis, rows, bytes of the peak allocated before the window) of what holds the peak."""
+    """(ops table, basis, rows, bytes allocated before the window) of what holds the peak."""
     ev, p = d.events, lv.peak_index
     upto = np.arange(p + 1)
     if d.has_addr:
@@ -90,13 +124,22 @@ def _at_peak(trace: Trace, d: DeviceEvents, lv: Levels, frees: np.ndarray) -> tu
         names = enclosing_ops(trace, ev.take(alive))
         seen = int(ev.bytes[alive].sum())
         before = max(lv.peak_allocated - seen, 0) if not d.relative else 0
-        return by_op(names, ev.bytes[alive], MEMORY_TOP_OPS), "alive at the peak (paired by Addr)", alive, before
+        return (
+            by_op(names, ev.bytes[alive], MEMORY_TOP_OPS),
+            "alive at the peak (paired by Addr)",
+            alive,
+            before,
+        )
     step = lv.step_of_event[p]
     first = int(np.flatnonzero(lv.step_of_event == step)[0]) if step >= 0 else 0
     rows = np.arange(first, p + 1)
     names = enclosing_ops(trace, ev.take(rows))
-    return (by_op(names, ev.bytes[rows], MEMORY_TOP_OPS), "net bytes from the peak step's start to the peak "
-            "(no Addr)", rows[ev.bytes[rows] > 0], None)
+    return (
+        by_op(names, ev.bytes[rows], MEMORY_TOP_OPS),
+        "net bytes from the peak step's start to the peak (no Addr)",
+        rows[ev.bytes[rows] > 0],
+        None,
+    )
 
 
 def _kept(trace: Trace, d: DeviceEvents, lv: Levels, frees: np.ndarray) -> tuple:
@@ -111,7 +154,11 @@ def _kept(trace: Trace, d: DeviceEvents, lv: Levels, frees: np.ndarray) -> tuple
     last = si[stepped[-1]]
     rows = stepped[(d.events.bytes[stepped] > 0) & (frees[stepped] < 0) & (si[stepped] < last)]
     names = enclosing_ops(trace, d.events.take(rows))
-    return by_op(names, d.events.bytes[rows], MEMORY_TOP_OPS, si[rows]), rows, int(d.events.bytes[rows].sum())
+    return (
+        by_op(names, d.events.bytes[rows], MEMORY_TOP_OPS, si[rows]),
+        rows,
+        int(d.events.bytes[rows].sum()),
+    )
 
 
 def _oom(trace: Trace, d: DeviceEvents, lv: Levels, frame) -> list:
@@ -121,11 +168,17 @@ def _oom(trace: Trace, d: DeviceEvents, lv: Levels, frame) -> list:
     names = enclosing_ops(trace, d.events.take(rows))
     ev = d.events
     step_names = frame["name"].astype(str).tolist() if len(frame) else []
-    return [{"at_us": _us(int(ev.ts[r])), "step": step_names[lv.step_of_event[r]] if lv.step_of_event[r] >= 0
-             else None, "op": None if n == OUTSIDE else str(n), "bytes": int(ev.bytes[r]),
-             "allocated_bytes": int(ev.allocated[r]) if ev.allocated[r] >= 0 else None,
-             "reserved_bytes": int(ev.reserved[r]) if ev.reserved[r] >= 0 else None}
-            for r, n in zip(rows.tolist(), names)]
+    return [
+        {
+            "at_us": _us(int(ev.ts[r])),
+            "step": step_names[lv.step_of_event[r]] if lv.step_of_event[r] >= 0 else None,
+            "op": None if n == OUTSIDE else str(n),
+            "bytes": int(ev.bytes[r]),
+            "allocated_bytes": int(ev.allocated[r]) if ev.allocated[r] >= 0 else None,
+            "reserved_bytes": int(ev.reserved[r]) if ev.reserved[r] >= 0 else None,
+        }
+        for r, n in zip(rows.tolist(), names)
+    ]
 
 
 def device_summary(trace: Trace, steps: Steps, d: DeviceEvents) -> tuple:
@@ -138,14 +191,21 @@ def device_summary(trace: Trace, steps: Steps, d: DeviceEvents) -> tuple:
     high = max(lv.peak_allocated, lv.peak_reserved or 0)
     headroom = capacity - high if capacity is not None and not d.relative else None
     growth = lv.growth
-    until_full = (headroom // growth if headroom is not None and growth and growth > 0 and lv.monotone else None)
+    until_full = (
+        headroom // growth
+        if headroom is not None and growth and growth > 0 and lv.monotone
+        else None
+    )
     peak_step = lv.step_of_event[lv.peak_index]
     frag = None
     if lv.peak_reserved is not None:
-        frag = {"peak_reserved_over_allocated": round(lv.peak_reserved / lv.peak_allocated, 4)
-                if lv.peak_allocated else None,
-                "reserved_unused_at_peak_bytes": int(lv.reserved_at_peak - lv.peak_allocated),
-                "reserved_over_allocated_bytes": int(lv.peak_reserved - lv.peak_allocated)}
+        frag = {
+            "peak_reserved_over_allocated": (
+                round(lv.peak_reserved / lv.peak_allocated, 4) if lv.peak_allocated else None
+            ),
+            "reserved_unused_at_peak_bytes": int(lv.reserved_at_peak - lv.peak_allocated),
+            "reserved_over_allocated_bytes": int(lv.peak_reserved - lv.peak_allocated),
+        }
     out = {
         "device": d.label,
         "levels": "relative" if d.relative else "absolute",
@@ -178,7 +238,7 @@ def device_summary(trace: Trace, steps: Steps, d: DeviceEvents) -> tuple:
 
 
 def summarize(trace: Trace, steps: Steps) -> tuple:
-    """(memory dict or None, memory_unavailable or None, [Detail]) of one trace's own allocator events."""
+    """(memory dict or None, memory_unavailable or None, [Detail]) of a trace's own events."""
     devices = per_device(trace.memory)
     if not devices:
         return None, None, []
