@@ -217,3 +217,16 @@ def test_v100_peak_per_step_capacity_and_no_leak(jobs):
     )
     assert round(gpu["peak_allocated_bytes"] / GiB, 2) == 6.17
     assert cpu["device"] == "cpu" and cpu["levels"] == "relative" and cpu["events"] == 1240
+
+
+def test_memory_events_read_on_the_lenient_decoding_path(tmp_path):
+    """A piece the strict decoder refuses (an Addr written as a hex string) is decoded leniently: the
+    events are still read, the address as the integer it spells."""
+    tb = leaky(steps=3, leak=1000, temp=100, base=0)
+    tb.events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1000, "tid": 1000,
+                      "ts": 290, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 8, "Addr": "0x10",
+                                          "Total Allocated": 3008, "Total Reserved": 3008}})
+    trace = load_trace(tb.write(tmp_path / "t.json.gz"))
+    assert len(trace.memory) == 10
+    assert trace.memory.addr[trace.memory.bytes == 8].tolist() == [16]  # "0x10", read as the int it says
+    assert trace.memory.allocated.max() == 3100
