@@ -93,12 +93,15 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     from .facts.core import compute_facts
     from .facts.efficiency import efficiency_section
     from .facts.forecasting import make_forecaster
+    from .facts.memory import memory_of
     from .facts.stacks import Companion
 
     rules = load_catalog(config.rule_paths, config.thresholds)
     facts = compute_facts(report.trace, report.steps, report.breakdown, _user_peak(config))
     # the compute-efficiency section (docs/efficiency.md)
     report.extra.update(efficiency_section(facts, config.efficiency_top_n))
+    memory = memory_of(facts.context)  # the report's memory section (analysis/memory/)
+    report.memory, report.memory_unavailable = memory.section, memory.unavailable
     companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
@@ -148,6 +151,11 @@ def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> No
     checked = reconsider(verdict, reason, share, report.findings, config, gpu)
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
+    from .analysis.memory import out_of_memory_text
+
+    oom = out_of_memory_text(report.memory)  # an out-of-memory trace says so first (rules/memory.toml)
+    if oom:
+        report.verdict_text = f"{oom} {report.verdict_text}".strip()
 
 
 def recheck(report: Report, config: Optional[Config] = None) -> Report:

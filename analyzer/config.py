@@ -11,6 +11,12 @@ CATEGORIES = ("dataloader", "kernel", "sync", "transfer", "host", "communication
 STALL_CATEGORIES = ("dataloader", "sync", "transfer", "host", "communication")
 
 
+# Memory (analysis/memory/): rows of the ops tables (at the peak, never freed), and the note said when a trace
+# holds no allocator events.
+MEMORY_TOP_OPS = 5
+MEMORY_UNAVAILABLE = "record with profile_memory=True (or use perfsleuth run)"
+
+
 def _default_material() -> dict:
     # A stall is "material" from this share of step time on. Host overhead gets a higher bar: some
     # CPU time with the device idle is normal in eager PyTorch (launches, Python), and a run whose

@@ -27,6 +27,7 @@ from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
 from ..report import numbers
 from ..render.efficiency_text import efficiency_change
+from ..render.memory_diff import memory_change
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
 from ..trace.files import open_regular
@@ -143,6 +144,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "findings": _findings(base, head),
         "kernels": kernels,
         "ops": ops,
+        "memory": memory_change(base, head),  # peaks and growth per device (render/memory_diff.py)
         "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
         # FLOPs/step and HFU, each side (render/efficiency_text.py)
         "efficiency": efficiency_change(base, head),

@@ -107,18 +107,18 @@ def _path(rep: dict) -> str:
     return str(t.get("path") or "?")
 
 
-def parse_threshold(text: str) -> float:
+def parse_threshold(text: str, option: str = "--fail-on-regression") -> float:
     """`10%` or `0.1` -> 0.1. A bare number must be a fraction below 1 (write `10%` for ten per cent)."""
     m = _PCT.match(str(text))
     if not m:
-        raise UsageError(f"--fail-on-regression: {text!r} is not a percentage (write 10% or 0.1)")
+        raise UsageError(f"{option}: {text!r} is not a percentage (write 10% or 0.1)")
     value = float(m.group(1))
     if m.group(2):
         value /= 100.0
     elif value >= 1.0:
-        raise UsageError(f"--fail-on-regression: {text!r} is ambiguous; write {value:g}% or {value / 100:g}")
+        raise UsageError(f"{option}: {text!r} is ambiguous; write {value:g}% or {value / 100:g}")
     if not math.isfinite(value) or value >= 10.0:
-        raise UsageError(f"--fail-on-regression: {text!r} is out of range (0% to 1000%)")
+        raise UsageError(f"{option}: {text!r} is out of range (0% to 1000%)")
     return value
 
 

@@ -269,8 +269,11 @@ def docs_command(topic) -> None:
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 @click.option("--fail-on-regression", "regression", metavar="PCT",
               help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise.")
+@click.option("--fail-on-memory-regression", "memory_regression", metavar="PCT",
+              help="Exit 1 if a device's peak allocated memory grew by more than PCT (10% or 0.1), or a side has no "
+                   "memory events.")
 @user_errors
-def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression) -> None:
+def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression, memory_regression=None) -> None:
     """Compare two runs: BASE and HEAD are traces or report.json files.
 
     \b
@@ -288,6 +291,8 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     from .gates import check_regression, parse_threshold
 
     threshold = None if regression is None else parse_threshold(regression)
+    mem_threshold = None if memory_regression is None else parse_threshold(memory_regression,
+                                                                             "--fail-on-memory-regression")
     protect_inputs(base, head)
     check_diff_outputs(json_path, markdown_path, force)
     analysis = Config(**rule_settings())  # traces get the rules and thresholds `analyze` would use
@@ -295,7 +300,9 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     say(render_diff_terminal(result))
     for p in write_diff_outputs(result, json_path=json_path, markdown_path=markdown_path, force=force):
         say(f"wrote {p}")
-    exit_on_gate_failures(check_regression(result, threshold))
+    from ..render.memory_diff import memory_failures
+
+    exit_on_gate_failures(check_regression(result, threshold) + memory_failures(result.get("memory"), mem_threshold))
 
 
 if __name__ == "__main__":  # pragma: no cover

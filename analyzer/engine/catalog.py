@@ -36,7 +36,8 @@ DOC_TITLES = {"what": "What it does", "why": "Why is this bad?", "example": "Exa
 # Evidence tables rules may name (templates, `locations`); the *_sites ones are source locations.
 TABLES = ("sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers", "host_sites",
           "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites", "zero_grad_sites",
-          "pageable_copy_sites", "blocking_copy_sites", "recompile_reasons", "graph_break_reasons")
+          "pageable_copy_sites", "blocking_copy_sites", "recompile_reasons", "graph_break_reasons",
+          "memory_kept_sites", "memory_peak_sites")
 _SLUG = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condition": str,
@@ -58,12 +59,13 @@ def environment():
     bounded in time, memory and output (sandbox.py)."""
     from jinja2 import StrictUndefined
 
+    from ..report.present import fmt_ibytes
     from ..report.present import fmt_bytes, fmt_pct, fmt_us
     from .sandbox import BoundedEnvironment
 
     env = BoundedEnvironment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=False)
-    env.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, num=_num)
+    env.add_filters(us=fmt_us, pct=fmt_pct, bytes=fmt_bytes, ibytes=fmt_ibytes, num=_num)
     return env
 
 

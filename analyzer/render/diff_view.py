@@ -15,6 +15,7 @@ from ..report.escape import md_cell, md_code, md_text, one_line, shorten, termin
 from ..report import figures
 from . import safe_write
 from .efficiency_text import diff_lines as efficiency_diff_lines
+from .memory_diff import memory_lines
 from .outputs import to_json
 from ..report.present import CATEGORY_LABELS, DASH, fmt_pct, fmt_us, number
 from .terminal import shown_path
@@ -121,6 +122,8 @@ def render_diff_terminal(d: dict) -> str:
     if changed:
         lines += ["", "findings in both whose number changed:"] + [
             f"  {_plain(x['rule'], 60)}: {_plain(before, 60)} → {_plain(after, 60)}" for x, before, after in changed]
+    memory = memory_lines(d.get("memory"), _plain)
+    lines += [""] + memory if memory else []
     for what, key in (("kernels", "kernels"), ("ops", "ops")):
         lines += _terminal_changes(what, d[key])
     lines += [_plain(x, 400) for x in efficiency_diff_lines(d)]
@@ -154,7 +157,9 @@ _NONE = "none in either run"  # a CPU-only diff has no device kernels to compare
 
 def render_diff_markdown(d: dict) -> str:
     """The diff as a pull-request comment: fewer than MAX_CHARS characters, whatever the names."""
-    sections = [_md_headline(d), _md_step_table(d), _md_warnings(d), _md_categories(d), _md_findings(d),
+    memory = memory_lines(d.get("memory"), lambda s: md_text(s, MAX_NAME))
+    sections = [_md_headline(d), _md_step_table(d), _md_warnings(d), _md_categories(d),
+                "\n".join(f"- {x}" for x in memory), _md_findings(d),
                 _md_changes("Kernels", "Kernel", d["kernels"]), _md_changes("Ops", "Op", d["ops"]),
                 "\n".join(md_text(x) for x in efficiency_diff_lines(d) if x)]
     footer = _md_footer(d)

@@ -19,6 +19,7 @@ from ..report import figures, present
 from ..report.escape import html_id, shorten, visible
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_html import efficiency_html
+from .memory_html import memory_view
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
 SEGMENT_TITLES_UP_TO = 60  # above this many bars: one path per category + one tooltip box per bar
@@ -134,6 +135,7 @@ def view(report: dict, pid: str = "") -> dict:
         "meta": _meta(report, trace),
         # escaped there (render/efficiency_html.py)
         "efficiency_html": Markup(efficiency_html(report)),
+        "memory": memory_view(report),
     }
 
 

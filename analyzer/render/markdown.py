@@ -14,6 +14,7 @@ from ..report import figures, present
 from ..report.escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_text import markdown_section
+from .memory_text import memory_markdown
 from .ranks_text import render_ranks_markdown
 
 MAX_CHARS = 60_000
@@ -45,7 +46,8 @@ def _render_one(report: dict, max_chars: int, root: str = "") -> str:
     """One report@1 in at most `max_chars` (for max_chars >= SET_SECTION_CHARS; parts are capped); `root`: the
     folder of the set it belongs to, which its trace's path is shown relative to."""
     head = "\n\n".join(p for p in (_headline(report), _warnings(report), _not_checked(report), _categories(report),
-                                   _apart(report), _efficiency(report)) if p)
+                                   _apart(report), memory_markdown(report, lambda s: md_text(s, 200)),
+                                   _efficiency(report)) if p)
     tail = "\n\n".join((_table_kernels(report), _table_ops(report), _trace_line(report, root)))
     budget = max_chars - len(head) - len(tail) - 200
     return f"{head}\n\n{_findings(report, budget)}\n\n{tail}\n"

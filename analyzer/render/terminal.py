@@ -8,6 +8,7 @@ from ..report.escape import shorten, terminal
 from ..report.present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
 from .efficiency_text import terminal_lines as efficiency_lines
+from .memory_text import memory_lines
 
 BAR_WIDTH = 30
 MAX_APART = 10
@@ -98,6 +99,8 @@ def render_terminal(report: dict) -> str:
             lines.append(f"  ({figures.MEASURED_NOTE})")
     else:
         lines += ["", f"findings: {NO_FINDINGS} ({NO_FINDINGS_WHY})"]
+    memory = memory_lines(report, _clean)
+    lines += [""] + memory if memory else []
     lines += efficiency_lines(report, _clean)
     for n in report.get("not_checked") or []:
         lines.append(f"not checked: {_clean(n.get('rule', '?'))} — {_clean(n.get('reason', ''))}")

@@ -19,7 +19,7 @@ from ..analysis.ranks.summary import RankSummary
 from ..analysis.steps import Steps
 from ..analysis.tables import time_share
 from ..analysis.tables import us as _us
-from ..config import CATEGORIES
+from ..config import CATEGORIES, MEMORY_UNAVAILABLE
 from ..trace.companion import companion_of
 from ..trace.model import Trace
 from ..version import __version__
@@ -49,6 +49,9 @@ class Report:
     generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
     # What the cross-rank analysis needs from this rank (analysis/ranks/summary.py); survives slim().
     rank_summary: Optional[RankSummary] = None
+    # The allocator's events (analysis/memory/, docs/schema.md#memory): None with `memory_unavailable` saying why.
+    memory: Optional[dict] = None
+    memory_unavailable: Optional[str] = None
 
     def slim(self) -> "Report":
         """Drop the event table and interval signals (everything to_dict needs stays): cheap to send
@@ -113,6 +116,9 @@ class Report:
             "summary": {"step_time_us": self.step_time_us(), "time_share": self.time_share,
                         "device_busy": self.device_busy, "steps": self.steps.counts()},
             "measurement": self.measurement,
+            "memory": self.memory,
+            "memory_unavailable": None if self.memory is not None else (self.memory_unavailable
+                                                                        or MEMORY_UNAVAILABLE),
             "verdict": self.verdict,
             "degree": self.degree,
             "verdict_text": self.verdict_text,

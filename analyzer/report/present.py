@@ -341,3 +341,15 @@ def member_path(path: str, root: str) -> str:
     except ValueError:  # another drive (Windows)
         return path
     return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def fmt_ibytes(n) -> str:
+    """1,536 -> '1.50 KiB'; binary units, named as such (never GB for GiB)."""
+    if n is None:
+        return "-"
+    v, sign = abs(float(n)), "-" if n < 0 else ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{sign}{v:.0f} {unit}" if unit == "B" else f"{sign}{v:.2f} {unit}"
+        v /= 1024
+    return f"{sign}{v:.2f} TiB"  # pragma: no cover

@@ -147,6 +147,46 @@ class ReportDoc(msgspec.Struct):
     warnings: list[str] = []
     measurement: Optional[MeasurementDoc] = None
     efficiency: Optional[EfficiencyDoc] = None
+    memory: Optional[MemoryDoc] = None  # absent in reports written before issue 35
+    memory_unavailable: Optional[str] = None
+
+
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
+SignedBytes = Annotated[int, msgspec.Meta(ge=-(1 << 62), le=1 << 62)]
+
+
+class MemoryStepDoc(msgspec.Struct):
+    step: Optional[str] = None
+    peak_allocated_bytes: Optional[Bytes] = None
+    end_allocated_bytes: Optional[Bytes] = None
+
+
+class MemoryCategoriesDoc(msgspec.Struct):
+    parameter: Bytes = 0
+    gradient: Bytes = 0
+    optimizer_state: Bytes = 0
+    activation: Bytes = 0
+    input: Bytes = 0
+    temporary: Bytes = 0
+    other: Bytes = 0
+
+
+class MemoryDeviceDoc(msgspec.Struct):
+    """One device of `memory` (docs/schema.md#memory); levels "relative" on the CPU."""
+
+    device: str
+    peak_allocated_bytes: Bytes
+    peak_reserved_bytes: Optional[Bytes] = None
+    capacity_bytes: Optional[Bytes] = None
+    growth_bytes_per_step: Optional[SignedBytes] = None
+    levels: Optional[str] = None  # absolute | relative
+    steps: list[MemoryStepDoc] = []
+    categories_at_peak: Optional[MemoryCategoriesDoc] = None
+
+
+class MemoryDoc(msgspec.Struct):
+    source: str = "trace"  # trace | run (the categories at the peak come from the run)
+    devices: list[MemoryDeviceDoc] = []
 
 
 class _Kind(msgspec.Struct):

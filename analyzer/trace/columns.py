@@ -35,6 +35,7 @@ KIND_OF_CAT = {
     "cuda_sync": DEVICE_SYNC,
     "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
 }
+MEMORY_KEYS = ("mem_ts", "mem_oom") + kineto.MEMORY_INT_COLUMNS
 FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
 
 
@@ -84,6 +85,7 @@ def chunk_columns(c: dict) -> tuple:
     cols["in_type"] = coded(in_type if every else list(compress(in_type, kept)))
     cols["in_shape"] = coded(in_shape if every else list(compress(in_shape, kept)))
     cols["pg"] = _pg_codes(c["pg"], kept, every)
+    cols["memory"] = {k: c[k] for k in MEMORY_KEYS}  # the allocator's instant events (memory.py)
     return cols, c["meta"], c.get("skipped", 0), seen
 
 

@@ -22,6 +22,7 @@ from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from . import devices, files, kineto, reading, sources, times, validate
+from .memory import MemoryEvents, assemble as assemble_memory
 # the normalised event kinds, defined with the decoding workers' transform (no pandas there)
 from .columns import (ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, GPU_ANNOTATION, KERNEL,  # noqa: F401
                       KIND_NAMES, MEMCPY, MEMSET, OTHER, PYTHON, RUNTIME, FLOAT_COLUMNS)
@@ -41,6 +42,7 @@ class Device:
     compute_minor: Optional[int] = None
     memory_bytes: Optional[int] = None
     num_sms: Optional[int] = None
+    id: Optional[int] = None  # deviceProperties' `id` (the allocator events' `Device Id`)
 
     @property
     def compute_capability(self) -> Optional[float]:
@@ -87,6 +89,10 @@ class Trace:
     # top-level `perfsleuth` object, see record/trace_metadata.py, with the keys of `perfsleuth_final` that `run`
     # wrote when it finished the file after the window); {} for other traces.
     run_metadata: dict = field(default_factory=dict)
+    # The allocator's events ([memory], [OutOfMemory]; trace/memory.py), None when the trace has none;
+    # memory_profiled: the trace's own `profile_memory` option (None when it does not say).
+    memory: Optional[MemoryEvents] = None
+    memory_profiled: Optional[bool] = None
 
     @property
     def device_name(self) -> Optional[str]:
@@ -135,9 +141,11 @@ def build_trace(path, header: kineto.Header, outs: list, entries: int, warnings:
     # absolute: a report read later, from another folder, still names the right file
     trace = Trace(path=sources.absolute(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
+    memory = [out[0].pop("memory", None) for out in outs]
     frames = [_take_chunk(out, trace) for out in outs]
     outs.clear()  # the caller's list too: the decoded pieces go before the columns are assembled
     trace.events = _assemble(frames, trace)
+    trace.memory = assemble_memory(memory, trace.t0_us)
     if entries >= TRIM_AFTER_ENTRIES:
         release_free_memory()  # the decode's freed chunks, before the analysis builds on top of them
     if trace.events.empty:
@@ -175,10 +183,13 @@ def _read_header(trace: Trace, header: kineto.Header) -> None:
         trace.devices.append(Device(
             name=str(name) if name is not None else "unknown device",
             compute_major=_int_or_none(p.get("computeMajor")), compute_minor=_int_or_none(p.get("computeMinor")),
-            memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms"))))
+            memory_bytes=_int_or_none(p.get("totalGlobalMem")), num_sms=_int_or_none(p.get("numSms")),
+            id=_int_or_none(p.get("id"))))
     meta, final = header.perfsleuth, header.perfsleuth_final  # the values measured after the window win
     merged = {**meta, **final} if isinstance(meta, dict) and isinstance(final, dict) else meta
     trace.run_metadata = validate.run_metadata(merged, trace.warnings)
+    if header.profile_memory is not None:
+        trace.memory_profiled = bool(header.profile_memory)
     dist = header.distributedInfo
     if isinstance(dist, dict):
         trace.rank = _int_or_none(dist.get("rank"))

@@ -44,6 +44,34 @@ class CompileSection(msgspec.Struct):
     config: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class MemoryCategories(msgspec.Struct):
+    parameter: Optional[int] = None
+    gradient: Optional[int] = None
+    optimizer_state: Optional[int] = None
+    activation: Optional[int] = None
+    input: Optional[int] = None
+    temporary: Optional[int] = None
+    other: Optional[int] = None
+
+
+class MemoryKnown(msgspec.Struct):
+    parameter_bytes: Optional[int] = None
+    gradient_bytes: Optional[int] = None
+    optimizer_state_bytes: Optional[int] = None
+
+
+class MemoryRun(msgspec.Struct):
+    """`perfsleuth.memory`: what `perfsleuth run` / `profile()` measured of memory (analysis/memory/)."""
+
+    device: Optional[str] = None  # cpu | cuda:0 | ...
+    source: Optional[str] = None  # how the categories were measured (export_memory_timeline, ...)
+    peak_bytes: Optional[int] = None
+    categories_at_peak: Optional[MemoryCategories] = None
+    known: Optional[MemoryKnown] = None  # from the live model and optimizer
+    cost: Optional[dict] = None
+    unavailable: Optional[str] = None
+
+
 class RunMetadata(msgspec.Struct):
     """The trace's top-level `perfsleuth` object. Keys not listed here are kept as recorded (a newer
     perfsleuth may add some); the listed ones must have these types."""
@@ -51,12 +79,19 @@ class RunMetadata(msgspec.Struct):
     version: int = 1
     host: HostFacts = msgspec.field(default_factory=HostFacts)
     loaders: list[LoaderFacts] = msgspec.field(default_factory=list)
+    memory_trace: Optional[str] = None  # the memory companion beside the trace (a file name)
 
 
 def run_metadata(value, warnings: list) -> dict:
     """The `perfsleuth` object when it matches RunMetadata, else {} (and a warning when it was there)."""
     if value is None:
         return {}
+    if isinstance(value, dict) and value.get("memory") is not None:
+        try:
+            msgspec.convert(value["memory"], MemoryRun)
+        except (msgspec.ValidationError, RecursionError) as exc:  # only the memory section goes
+            warnings.append(f"the trace's perfsleuth memory metadata was ignored: {str(exc)[:200]}")
+            value = {k: v for k, v in value.items() if k != "memory"}
     try:
         msgspec.convert(value, RunMetadata)
     except (msgspec.ValidationError, RecursionError) as exc:

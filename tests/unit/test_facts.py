@@ -33,7 +33,8 @@ def test_compute_facts_gives_exactly_the_registry(tmp_path):
     assert set(facts.tables) == {"sync_sites", "explicit_sync_sites", "gemm_dtypes", "kernel_families", "host_consumers",
                                  "host_sites", "alloc_sites", "small_op_sites", "optimizer_sites", "dataloader_sites",
                                  "zero_grad_sites", "pageable_copy_sites", "blocking_copy_sites", "recompile_reasons",
-                                 "graph_break_reasons", "compile_step_times"}
+                                 "graph_break_reasons", "compile_step_times",
+                                     "memory_kept_sites", "memory_peak_sites"}
 
 
 def test_core_facts_exact(tmp_path):
