@@ -22,25 +22,23 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, forks, rival, run_facts, run_outputs
+from . import code_sites, forks, memory_window, rival, run_facts, run_outputs
 from .run_config import RunConfig
 from .run_outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
 from .run_paths import rank_info, trace_name
 from .signals import Finishing, as_interrupts, exit_code, signal_name
 from .compile_facts import CompileWatch
-from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
+from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock,
+                         phase_words)
 from .step_hooks import StepHooks
 from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 
-
 class _WindowComplete(BaseException):
     """Raised from a step hook when the active window is recorded (see the module docstring)."""
-
-
 
 
 # --- the profiling session: the machinery under `perfsleuth run` and `perfsleuth.profile()` -------
@@ -78,6 +76,7 @@ class ProfileSession:
             role="stacks", main_trace=self.trace_path.name), budget=lambda steps: StacksBudget.of(
             steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
         self.hooks.on_closure = self._closure_returned
+        self._memory = memory_window.schedule(self)  # the memory window, before the stacks one
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -102,7 +101,7 @@ class ProfileSession:
     @property
     def recording(self) -> bool:
         """One of this session's profilers records now (forks.py: a child forked meanwhile stops recording)."""
-        return self._light is not None or self._prof is not None or self._stacks.window is not None
+        return any(x is not None for x in (self._light, self._prof, self._stacks.window, self._memory.window))
 
     @property
     def profiled_steps(self) -> int:
@@ -138,6 +137,7 @@ class ProfileSession:
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
+        self._memory.watch()
         self._unwatch_rival = rival.watch(self._rival)
         return self
 
@@ -172,7 +172,7 @@ class ProfileSession:
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "after": c.after,
                              "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
-                             "stack_shapes": c.stack_shapes},
+                             "stack_shapes": c.stack_shapes, "memory_steps": c.memory_steps},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
@@ -202,12 +202,7 @@ class ProfileSession:
 
     def _say_phase(self, phase: str) -> None:
         """The phase the run is in, in words, to `on_phase` (a line on the terminal when it changes)."""
-        c = self.config
-        said = {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
-                WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
-                ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
-                AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),
-                STACKS: ("profiling", f"{c.stacks_window} steps with Python stacks (source lines)")}.get(phase)
+        said = phase_words(self.config, phase)
         if said is not None and self.on_phase is not None and not self.done and said != self._said:
             self._said = said
             # perfsleuth's own time where a window may record it; never in the light recording, where
@@ -222,7 +217,7 @@ class ProfileSession:
             return WAIT if self.steps < c.wait else WARMUP if self.steps < c.wait + c.warmup else ACTIVE
         if self._after_left:
             return AFTER
-        return STACKS if self._stacks.window is not None else REST
+        return MEMORY if self._memory.window is not None else STACKS if self._stacks.window is not None else REST
 
     def _advance(self) -> None:
         if self.done or self._finished:  # after the windows, or stopped early (Ctrl-C, the end of a `with`)
@@ -234,6 +229,8 @@ class ProfileSession:
             self._after_left -= 1
             if not self._after_left:
                 self._main_over()
+        elif self._memory.pending:  # the memory window, then the trace is finished with its facts
+            self._memory.step() and self._main_over(memory_over=True)
         elif self._stacks.pending:  # the short stacks window after the analysed one
             if self._stacks.step():
                 self._complete()
@@ -263,14 +260,18 @@ class ProfileSession:
             if not self._after_left:
                 self._main_over()
 
-    def _main_over(self) -> None:
-        """The recorded window and the unprofiled steps after it are over: the trace is finished with their
-        times; then the stacks window, if there is one (from this boundary on when steps passed since the
-        window: step_clock.OpenAnnotations)."""
+    def _main_over(self, memory_over: bool = False) -> None:
+        """The recorded window and the `after` steps are over: the memory window (memory_window.py); then the trace is
+        finished with their times and its facts; then the stacks window (from this boundary on when steps passed
+        since the last profiler session: step_clock.OpenAnnotations)."""
+        if not memory_over and self._memory.main_done():
+            if self.config.after:
+                self._memory.step()
+            return
         self._finish_trace()
         if self._stacks.main_done():
             self._complete()
-        elif self.config.after:
+        elif self.config.after and not memory_over:
             self._stacks.step()
 
     def _complete(self) -> None:
@@ -301,7 +302,8 @@ class ProfileSession:
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
         written, self.export_error = run_outputs.finish_trace(raw, {"clock": self.step_clock.metadata(),
-                                                                    **({"compile": compiled} if compiled else {})})
+                                                                    **({"compile": compiled} if compiled else {}),
+                                                                    **self._memory.final()})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
@@ -331,11 +333,12 @@ class ProfileSession:
         if prof is not None:
             prof.__exit__(None, None, None)
         self._after_left = 0
+        self._memory.finish()  # what the memory window recorded, its facts into the main trace
         self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
         if not keep_hooks or self.rival_at:
             self.hooks.remove()
-            self._stacks.unwatch()
+            self._stacks.unwatch(), self._memory.unwatch()
             self._unwatch_rival()
 
     def shutdown_workers(self) -> None:
