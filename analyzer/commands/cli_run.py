@@ -72,6 +72,9 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
                    "carry no source lines.")
 @click.option("--no-shapes", is_flag=True,
               help="No input shapes and dtypes in the stacks window either (the analysed window never records them).")
+@click.option("--no-memory", is_flag=True,
+              help=f"No memory window: the {RunConfig.memory_steps} steps recorded with profile_memory (and stacks "
+                   "and shapes) after the window, for the peak and what fills it, are skipped.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
 @click.option("--no-fallback-window", "no_fallback", is_flag=True,
               help="Record nothing before the first step (faster when the script runs many torch ops before "
@@ -81,7 +84,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
+def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, no_memory, full,
+                no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
                 verify_budget=None, verify_compile=False) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
@@ -102,7 +106,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     repeat); each finding gets "measured 1.41x (1.35-1.52x, 3 pairs)".
     Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
     """
-    from ..trace.companion import companion_name
+    from ..trace.companion import companion_name, memory_name
     from . import run as runner
     from . import run_outputs, run_paths
     from .progress import PhaseLine
@@ -111,6 +115,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
+                       memory_steps=0 if no_memory else RunConfig.memory_steps,
                        stop_after_window=not full, fallback_window=not no_fallback)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
@@ -142,6 +147,9 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
                 say(f"wrote {p}")
             if stacks.is_file():
                 say(f"wrote {stacks} (Python stacks, for source lines)")
+            memory = outcome.trace_path.with_name(memory_name(outcome.trace_path.name))
+            if memory.is_file():
+                say(f"wrote {memory} (memory: allocations over {config.memory_steps} steps)")
             if note:
                 say(f"perfsleuth: {note}", err=True)
         if outcome.message:
