@@ -47,7 +47,8 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     [folder] = (tmp_path / "perfsleuth-out").iterdir()
     assert folder.name.startswith("dataloader_starved-")
     assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json", "summary.md",
-                                                          "trace.pt.trace.json.gz", "trace.stacks.pt.trace.json.gz"]
+                                                          "trace.memory.pt.trace.json.gz", "trace.pt.trace.json.gz",
+                                                          "trace.stacks.pt.trace.json.gz"]
     rep = report_in(folder)
     assert rep["verdict"] == "dataloader-bound"
     assert rep["summary"]["time_share"]["dataloader"] > 0.5  # 8 samples x 4 ms against a 64-wide MLP
@@ -64,10 +65,11 @@ def test_dataloader_starved_script_through_the_real_cli(tmp_path):
     assert "verdict: DATALOADER-BOUND" in proc.stdout
     assert f"wrote perfsleuth-out/{folder.name}/trace.pt.trace.json.gz" in proc.stdout
     assert "done" not in proc.stdout.splitlines()  # stopped after the window, not run for 30 batches
-    # 5 steps make the window, 4 run unprofiled after it, then the stacks window's 2
+    # 5 steps make the window, 4 run unprofiled after it, then the memory window's 3, one step in which no
+    # profiler starts, and the stacks window's 2
     toy = (SCRIPTS / "toy.py").read_text().splitlines()
     at = f"toy.py:{next(i for i, line in enumerate(toy, 1) if line.strip() == 'opt.step()')} in train"
-    assert f"perfsleuth: stopped the script after step 11 (profiled 3) at {at}; --full runs it to the end" in proc.stderr
+    assert f"perfsleuth: stopped the script after step 15 (profiled 3) at {at}; --full runs it to the end" in proc.stderr
     with gzip.open(folder / "trace.pt.trace.json.gz", "rt") as f:
         assert json.load(f)["traceEvents"]
 

@@ -131,3 +131,49 @@ def test_the_memory_companion_is_named_after_its_main_trace_and_left_out_of_list
     assert main_of(tmp_path / "rank3.memory.pt.trace.json.gz") == tmp_path / "rank3.pt.trace.json.gz"
     files = [tmp_path / "trace.pt.trace.json.gz", tmp_path / "trace.memory.pt.trace.json.gz"]
     assert without_companions(files) == files[:1]
+
+
+def test_profile_api_records_the_memory_window_too(tmp_path):
+    """`perfsleuth.profile()` runs the same memory window: the companion beside the trace, the facts in it;
+    SGD over Linear(64, 64) + Linear(64, 10): the parameters' bytes exactly."""
+    import perfsleuth
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.zeros(16, dtype=torch.long)
+    with perfsleuth.profile(tmp_path, wait=1, warmup=1, active=2, after=1, stack_steps=0) as prof:
+        for _ in range(12):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert prof.steps == 8  # 1 + 1 + 2 + 1, then the 3 memory steps
+    memory = final(tmp_path)["memory"]
+    params = 4 * (64 * 64 + 64 + 64 * 10 + 10)
+    assert memory["known"] == {"parameter_bytes": params, "gradient_bytes": params, "optimizer_state_bytes": 0}
+    assert memory["categories_at_peak"]["parameter"] == params
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.memory.pt.trace.json.gz", "trace.pt.trace.json.gz"]
+
+
+def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categories(tmp_path):
+    """torch's memory profile costs about a minute per MiB of the window's trace: over
+    `memory_categories_bytes` the categories are not computed, and `unavailable` says why; the trace and the
+    exact optimizer bytes stay."""
+    import perfsleuth
+    import torch
+
+    model = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with perfsleuth.profile(tmp_path, wait=1, warmup=1, active=1, after=1, stack_steps=0,
+                            memory_categories_bytes=1):
+        for _ in range(10):
+            opt.zero_grad()
+            model(torch.randn(4, 32)).sum().backward()
+            opt.step()
+    facts = final(tmp_path)
+    memory = facts["memory"]
+    assert memory["categories_at_peak"] is None and memory["peak_bytes"] is None
+    assert memory["unavailable"].startswith("categories not computed: the memory window's trace is ")
+    assert memory["known"]["parameter_bytes"] == 4 * (32 * 32 + 32) and memory["cost"]["categories_s"] == 0.0
+    assert facts["memory_trace"] == "trace.memory.pt.trace.json.gz"

@@ -43,8 +43,9 @@ class MemoryWindow:
     its facts (`facts`) are computed."""
 
     def __init__(self, path: Path, steps: int, cuda: bool, meta: Callable[[], dict],
-                 optimizers: Callable[[], list], clock: StepClock):
+                 optimizers: Callable[[], list], clock: StepClock, max_bytes: Optional[int] = None):
         self.path, self.steps, self.cuda, self.meta = Path(path), steps, cuda, meta
+        self.max_bytes = max_bytes  # categories only for a window whose trace is at most this large
         self.optimizers, self.clock = optimizers, clock
         self.seen = 0
         self.written = False
@@ -125,6 +126,13 @@ class MemoryWindow:
             out["unavailable"] = "the run ended before a step of the memory window completed"
             return out
         t0 = time.perf_counter()
+        size = self._size()
+        if self.max_bytes is not None and size is not None and size > self.max_bytes:
+            out["unavailable"] = (f"categories not computed: the memory window's trace is {size / 2**20:.1f} MiB, over "
+                                  f"{self.max_bytes / 2**20:.1f} MiB (torch's memory profile takes about a minute "
+                                  "per MiB); the memory trace holds the allocations")
+            out["cost"] = self._cost(0.0, write_s)
+            return out
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -142,15 +150,18 @@ class MemoryWindow:
         steps = self.clock.values(MEMORY)
         plain = self.clock.values(WAIT)[1:] + self.clock.values(AFTER)  # the first wait step warms up
         median = statistics.median(plain) if plain else None
-        size = None
-        try:
-            size = self.path.stat().st_size if self.written else None
-        except OSError:
-            pass
+        size = self._size()
         return {"steps": len(steps), "window_s": round(sum(steps) / 1e6, 6),
                 "unprofiled_window_s": round(median * len(steps) / 1e6, 6) if median is not None else None,
                 "write_s": round(write_s, 6) if write_s is not None else None,
                 "categories_s": round(timeline_s, 6), "trace_bytes": size}
+
+
+    def _size(self) -> Optional[int]:
+        try:
+            return self.path.stat().st_size if self.written else None
+        except OSError:
+            return None
 
 
 def blank(device: str, unavailable: Optional[str]) -> dict:
@@ -184,11 +195,14 @@ class MemorySchedule:
     def unwatch(self) -> None:
         self._unwatch()
 
-    def main_done(self) -> bool:
-        """The main window and its `after` steps are over; True when a memory window is due."""
+    def main_done(self, start_now: bool) -> bool:
+        """The main window and its `after` steps are over; True when a memory window is due (then started at
+        this boundary when `start_now` and no block begun under the main session is open)."""
         self.annotations.watching = False
         self.due = self.path is not None and self.done is None
-        return self.due
+        if self.due and start_now:
+            self.step()
+        return self.pending
 
     @property
     def pending(self) -> bool:
@@ -239,5 +253,6 @@ def schedule(session: Any) -> MemorySchedule:
         main.with_name(memory_name(main.name)) if c.memory_steps else None, c.memory_steps,
         session._stacks.annotations, installed=session.stacks_path is not None,
         window=lambda path, steps: MemoryWindow(path, steps, session.cuda, lambda: session._meta(
-            role="memory", main_trace=session.trace_path.name), session.hooks.live_optimizers, session.step_clock),
+            role="memory", main_trace=session.trace_path.name), session.hooks.live_optimizers, session.step_clock,
+            c.memory_categories_bytes),
         cuda=lambda: session.cuda)

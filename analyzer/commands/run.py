@@ -264,9 +264,7 @@ class ProfileSession:
         """The recorded window and the `after` steps are over: the memory window (memory_window.py); then the trace is
         finished with their times and its facts; then the stacks window (from this boundary on when steps passed
         since the last profiler session: step_clock.OpenAnnotations)."""
-        if not memory_over and self._memory.main_done():
-            if self.config.after:
-                self._memory.step()
+        if not memory_over and self._memory.main_done(start_now=bool(self.config.after)):
             return
         self._finish_trace()
         if self._stacks.main_done():
