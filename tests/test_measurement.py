@@ -261,8 +261,9 @@ def test_default_run_times_steps_without_the_profiler_and_records_stacks_apart(t
     assert meta["stacks_trace"] == "trace.stacks.pt.trace.json.gz"
     assert meta["clock"]["after_us"] == []  # recorded at the window's end; the steps after it came later ...
     clock = doc["perfsleuth_final"]["clock"]  # ... and went in when the file was finished
-    # the rest is what the window recorded
-    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": []} == meta["clock"]
+    # the rest is what the window recorded (the memory window came after the `after` steps too)
+    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": [], "memory_us": []} == meta["clock"]
+    assert len(clock["memory_us"]) == 3
     assert len(clock["unprofiled_us"]) == 4 and len(clock["warmup_us"]) == 2  # the first step is the start-up
     assert len(clock["after_us"]) == len(clock["after_cpu_us"]) == len(clock["after_queued_us"]) == 4  # Linux
     assert len(clock["unprofiled_cpu_us"]) == 4 and len(clock["profiled_cpu_us"]) == 5
