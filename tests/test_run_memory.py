@@ -157,8 +157,8 @@ def test_profile_api_records_the_memory_window_too(tmp_path):
 
 
 def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categories(tmp_path):
-    """torch's memory profile costs about a minute per MiB of the window's trace: over
-    `memory_categories_bytes` the categories are not computed, and `unavailable` says why; the trace and the
+    """torch's memory profile costs 1-2.5 ms per op and memory event of the window: over
+    `memory_categories_events` the categories are not computed, and `unavailable` says why; the trace and the
     exact optimizer bytes stay."""
     import perfsleuth
     import torch
@@ -166,7 +166,7 @@ def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categ
     model = torch.nn.Linear(32, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with perfsleuth.profile(tmp_path, wait=1, warmup=1, active=1, after=1, stack_steps=0,
-                            memory_categories_bytes=1):
+                            memory_categories_events=1):
         for _ in range(10):
             opt.zero_grad()
             model(torch.randn(4, 32)).sum().backward()
@@ -174,6 +174,6 @@ def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categ
     facts = final(tmp_path)
     memory = facts["memory"]
     assert memory["categories_at_peak"] is None and memory["peak_bytes"] is None
-    assert memory["unavailable"].startswith("categories not computed: the memory window's trace is ")
+    assert memory["unavailable"].startswith("categories not computed: the memory window recorded ")
     assert memory["known"]["parameter_bytes"] == 4 * (32 * 32 + 32) and memory["cost"]["categories_s"] == 0.0
     assert facts["memory_trace"] == "trace.memory.pt.trace.json.gz"

@@ -43,9 +43,9 @@ class MemoryWindow:
     its facts (`facts`) are computed."""
 
     def __init__(self, path: Path, steps: int, cuda: bool, meta: Callable[[], dict],
-                 optimizers: Callable[[], list], clock: StepClock, max_bytes: Optional[int] = None):
+                 optimizers: Callable[[], list], clock: StepClock, max_events: Optional[int] = None):
         self.path, self.steps, self.cuda, self.meta = Path(path), steps, cuda, meta
-        self.max_bytes = max_bytes  # categories only for a window whose trace is at most this large
+        self.max_events = max_events  # categories only for a window of at most this many op and memory events
         self.optimizers, self.clock = optimizers, clock
         self.seen = 0
         self.written = False
@@ -126,11 +126,11 @@ class MemoryWindow:
             out["unavailable"] = "the run ended before a step of the memory window completed"
             return out
         t0 = time.perf_counter()
-        size = self._size()
-        if self.max_bytes is not None and size is not None and size > self.max_bytes:
-            out["unavailable"] = (f"categories not computed: the memory window's trace is {size / 2**20:.1f} MiB, over "
-                                  f"{self.max_bytes / 2**20:.1f} MiB (torch's memory profile takes about a minute "
-                                  "per MiB); the memory trace holds the allocations")
+        events = _events(prof)
+        if self.max_events is not None and events is not None and events > self.max_events:
+            out["unavailable"] = (f"categories not computed: the memory window recorded {events:,} op and memory "
+                                  f"events, over {self.max_events:,} (torch's memory profile takes 1-2.5 ms each); "
+                                  "the memory trace holds the allocations")
             out["cost"] = self._cost(0.0, write_s)
             return out
         try:
@@ -162,6 +162,14 @@ class MemoryWindow:
             return self.path.stat().st_size if self.written else None
         except OSError:
             return None
+
+
+def _events(prof: Any) -> Optional[int]:
+    """Op and memory events the profiler recorded (what torch's memory profile costs in proportion to)."""
+    try:
+        return len(prof.profiler.kineto_results.events())
+    except Exception:
+        return None
 
 
 def blank(device: str, unavailable: Optional[str]) -> dict:
@@ -254,5 +262,5 @@ def schedule(session: Any) -> MemorySchedule:
         session._stacks.annotations, installed=session.stacks_path is not None,
         window=lambda path, steps: MemoryWindow(path, steps, session.cuda, lambda: session._meta(
             role="memory", main_trace=session.trace_path.name), session.hooks.live_optimizers, session.step_clock,
-            c.memory_categories_bytes),
+            c.memory_categories_events),
         cuda=lambda: session.cuda)

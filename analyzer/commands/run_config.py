@@ -28,10 +28,11 @@ class RunConfig:
     # window of their own after the `after` steps: the peak, what fills it, growth per step (memory_window.py).
     # 3: a growing level needs three step ends to be seen. 0 (`--no-memory`): no memory window.
     memory_steps: int = 3
-    # torch's memory profile (the categories at the peak) costs time in proportion to the window's events: about
-    # 65 s per MB of the window's gzipped trace on a loaded 2-core machine (LBFGS, 20 closure calls a step: 2.2 MB,
-    # 145 s). Over this size the categories are not computed, and `memory.unavailable` says so.
-    memory_categories_bytes: int = 1 << 20
+    # torch's memory profile (the categories at the peak) costs about 1-2.5 ms per recorded op and allocation event
+    # on a loaded 2-core machine (many_params: 44,000 events, 34 s; LBFGS with 20 closure calls a step: 82,000,
+    # 145 s; a 3-step window of a small MLP: 1,400, 1-2 s). Over this many events the categories are not computed,
+    # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay).
+    memory_categories_events: int = 30_000
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.
     stop_after_window: bool = False
