@@ -397,8 +397,8 @@ print(rep.to_dict()["measurement"]["unprofiled_step_us"]["n"] + rep.to_dict()["m
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved, timed = proc.stdout.strip().splitlines()[-2:]
-    assert eval(saved) == ["report.html", "report.json", "summary.md", "trace.pt.trace.json.gz",
-                           "trace.stacks.pt.trace.json.gz"]
+    assert eval(saved) == ["report.html", "report.json", "summary.md", "trace.memory.pt.trace.json.gz",
+                           "trace.pt.trace.json.gz", "trace.stacks.pt.trace.json.gz"]
     assert timed == "6"  # wait 3: the start-up step, then 2 timed without the profiler; 4 after the window
     again = analyze_path(tmp_path / "saved").to_dict()
     assert again["trace"]["stacks_trace"] == str(tmp_path / "saved" / "trace.stacks.pt.trace.json.gz")
