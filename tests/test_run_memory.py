@@ -177,3 +177,17 @@ def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categ
     assert memory["unavailable"].startswith("categories not computed: the memory window recorded ")
     assert memory["known"]["parameter_bytes"] == 4 * (32 * 32 + 32) and memory["cost"]["categories_s"] == 0.0
     assert facts["memory_trace"] == "trace.memory.pt.trace.json.gz"
+
+
+def test_a_script_that_ends_inside_the_memory_window_keeps_what_it_recorded(tmp_path):
+    """7 iterations: the window ends at boundary 4, the after step, the memory window starts at boundary 5 and
+    has seen 2 of its 3 steps when the script ends: written, measured, named by the main trace."""
+    run(tmp_path / "o", "--no-stack", "--wait", "2", "--warmup", "1", "--active", "1", "--after", "1", SCRIPT,
+        "--case", "adam_wide", "--steps", "7", "--features", "64", "--hidden", "64")
+    facts = final(tmp_path / "o")
+    memory = facts["memory"]
+    assert facts["memory_trace"] == "trace.memory.pt.trace.json.gz" and memory["unavailable"] is None
+    assert memory["cost"]["steps"] == 2 and memory["categories_at_peak"]["parameter"] == memory["known"][
+        "parameter_bytes"] == 4 * ((64 * 64 + 64) * 2 + 64 * 10 + 10)
+    names = [name for name, _ in step_ends(tmp_path / "o" / facts["memory_trace"])]
+    assert names[:2] == ["ProfilerStep#0", "ProfilerStep#1"]
