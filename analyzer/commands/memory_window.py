@@ -75,6 +75,7 @@ class MemoryWindow:
         if self._prof is None:
             return True
         self.seen += 1
+        self._read_optimizers()  # at each boundary: a script that ends inside the window takes them with it
         if self.seen >= self.steps:  # this boundary stops the recording: what goes into it goes in first
             self._stop_facts()
         self._prof.step()
@@ -88,16 +89,20 @@ class MemoryWindow:
         if self._stopping:
             return
         self._stopping = True
-        try:
-            self._known = memory_categories.known_bytes(self.optimizers())
-        except Exception as exc:
-            log.warning("memory: could not read the optimizers' tensors: %s", exc)
+        self._read_optimizers()
         try:
             import json
 
             self._prof.add_metadata_json("perfsleuth", json.dumps(self.meta()))
         except Exception:  # never the user's run's problem
             pass
+
+    def _read_optimizers(self) -> None:
+        """The live optimizers' exact bytes (kept from the last boundary that saw one)."""
+        try:
+            self._known = memory_categories.known_bytes(self.optimizers()) or self._known
+        except Exception as exc:
+            log.warning("memory: could not read the optimizers' tensors: %s", exc)
 
     def finish(self) -> None:
         """Stop, write what was recorded and compute the facts (also when the run ends inside the window);
