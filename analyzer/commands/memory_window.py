@@ -1,24 +1,26 @@
-"""The memory window of `perfsleuth run` and `perfsleuth.profile()`: what fills memory, and whether it grows.
+"""The memory window of `perfsleuth run` and `perfsleuth.profile()`: what fills memory, and whether
+it grows.
 
-After the analysed window and its unprofiled `after` steps, and before the stacks window, `steps` steps
-(`RunConfig.memory_steps`, 3: a level that grows step after step needs three step ends to be seen) are
-recorded by a profiler session of their own with `profile_memory`, `record_shapes` and `with_stack` (all three
-are needed by torch's memory profile, which labels each tensor: memory_categories.py). Its trace is written
-beside the main one as `trace.memory.pt.trace.json.gz` (trace/companion.py); its `[memory]` events, one per
-allocation and free with the allocator's totals, and its `ProfilerStep#N` ranges give the level at each step's
-end. Then the run's facts (`memory`: the peak, the categories at it, the exact bytes of the optimizers'
-parameters, gradients and state, what the window cost) go into the main trace's metadata, which is why the
-main trace is finished (gzipped, `perfsleuth_final`) after this window and not before (run.py).
+After the analysed window and its unprofiled `after` steps, and before the stacks window, `steps`
+steps (`RunConfig.memory_steps`, 3: a level that grows step after step needs three step ends to be
+seen) are recorded by a profiler session of their own with `profile_memory`, `record_shapes` and
+`with_stack` (all three are needed by torch's memory profile, which labels each tensor:
+memory_categories.py). Its trace is written beside the main one as `trace.memory.pt.trace.json.gz`
+(trace/companion.py); its `[memory]` events, one per allocation and free with the allocator's
+totals, and its `ProfilerStep#N` ranges give the level at each step's end. Then the run's facts
+(`memory`: the peak, the categories at it, the exact bytes of the optimizers' parameters, gradients
+and state, what the window cost) go into the main trace's metadata, which is why the main trace is
+finished (gzipped, `perfsleuth_final`) after this window and not before (run.py).
 
-Why a window of its own and not the stacks window: the stacks window is sized (step_clock.StacksBudget) to 1-2
-steps, so that its companion stays small enough to be loaded for source lines; memory needs three steps with
-an optimizer step in them, and memory events of its own. Recording memory in the analysed window would slow
-every allocation of the steps the shares and the verdict come from.
+Why a window of its own and not the stacks window: the stacks window is sized
+(step_clock.StacksBudget) to 1-2 steps, so that its companion stays small enough to be loaded for
+source lines; memory needs three steps with an optimizer step in them, and memory events of its own.
+Recording memory in the analysed window would slow every allocation of the steps the shares and the
+verdict come from.
 
-It starts like the stacks window (step_clock.OpenAnnotations): at the first boundary after the `after` steps
-where no `record_function` block begun under the main session is open, and blocks begun under it are watched
-in turn, so the stacks window after it never starts inside one.
-"""
+It starts like the stacks window (step_clock.OpenAnnotations): at the first boundary after the
+`after` steps where no `record_function` block begun under the main session is open, and blocks
+begun under it are watched in turn, so the stacks window after it never starts inside one."""
 
 from __future__ import annotations
 
@@ -35,17 +37,20 @@ from .run_outputs import write_trace
 from .step_clock import AFTER, MEMORY, WAIT, OpenAnnotations, StepClock
 
 log = logging.getLogger(__name__)
-SOURCE = "export_memory_timeline"  # torch's memory profile (the data of profile.export_memory_timeline)
+# torch's memory profile (the data of profile.export_memory_timeline)
+SOURCE = "export_memory_timeline"
 
 
 class MemoryWindow:
-    """A profiler session with memory, shapes and stacks, `steps` steps long, written to `path` when done; then
-    its facts (`facts`) are computed."""
+    """A profiler session with memory, shapes and stacks, `steps` steps long, written to `path` when
+    done; then its facts (`facts`) are computed."""
 
     def __init__(self, path: Path, steps: int, cuda: bool, meta: Callable[[], dict],
-                 optimizers: Callable[[], list], clock: StepClock, max_events: Optional[int] = None):
+                 optimizers: Callable[[], list], clock: StepClock,
+                 max_events: Optional[int] = None):
         self.path, self.steps, self.cuda, self.meta = Path(path), steps, cuda, meta
-        self.max_events = max_events  # categories only for a window of at most this many op and memory events
+        # categories only for a window of at most this many op and memory events
+        self.max_events = max_events
         self.optimizers, self.clock = optimizers, clock
         self.seen = 0
         self.written = False
@@ -62,11 +67,13 @@ class MemoryWindow:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        with warnings.catch_warnings():  # "won't be using warmup": the window is recorded whole, on purpose
+        # "won't be using warmup": the window is recorded whole, on purpose
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # a schedule, so that each step is a `ProfilerStep#N` range (0 to steps - 1) in the trace
-            self._prof = ours(profile(activities=activities, record_shapes=True, profile_memory=True,
-                                      with_stack=True, schedule=schedule(wait=0, warmup=0, active=self.steps, repeat=1)))
+            # a schedule, so that each step is a `ProfilerStep#N` range (0 to steps - 1)
+            steps = schedule(wait=0, warmup=0, active=self.steps, repeat=1)
+            self._prof = ours(profile(activities=activities, record_shapes=True,
+                                      profile_memory=True, with_stack=True, schedule=steps))
         self._prof.start()
         return self
 
@@ -75,8 +82,10 @@ class MemoryWindow:
         if self._prof is None:
             return True
         self.seen += 1
-        self._read_optimizers()  # at each boundary: a script that ends inside the window takes them with it
-        if self.seen >= self.steps:  # this boundary stops the recording: what goes into it goes in first
+        # at each boundary: a script that ends inside the window takes them with it
+        self._read_optimizers()
+        # this boundary stops the recording: what goes into it goes in first
+        if self.seen >= self.steps:
             self._stop_facts()
         self._prof.step()
         if self.seen >= self.steps:
@@ -84,8 +93,9 @@ class MemoryWindow:
         return self._prof is None
 
     def _stop_facts(self) -> None:
-        """While the profiler still records (torch keeps metadata added then): the run's metadata; and the
-        optimizers' tensors, at a step boundary: an optimizer step has just ended, its gradients exist."""
+        """While the profiler still records (torch keeps metadata added then): the run's metadata;
+        and the optimizers' tensors, at a step boundary: an optimizer step has just ended, its
+        gradients exist."""
         if self._stopping:
             return
         self._stopping = True
@@ -105,8 +115,8 @@ class MemoryWindow:
             log.warning("memory: could not read the optimizers' tensors: %s", exc)
 
     def finish(self) -> None:
-        """Stop, write what was recorded and compute the facts (also when the run ends inside the window);
-        idempotent; never raises into the script."""
+        """Stop, write what was recorded and compute the facts (also when the run ends inside the
+        window); idempotent; never raises into the script."""
         if self._prof is None:
             return
         self._stop_facts()
@@ -121,7 +131,8 @@ class MemoryWindow:
                 self.written = True
                 write_s = time.perf_counter() - t0
             except OSError as exc:
-                log.warning("memory: the memory window could not be written to %s: %s", self.path, exc)
+                log.warning("memory: the memory window could not be written to %s: %s",
+                            self.path, exc)
         self.facts = self._facts(prof, known, write_s)
 
     def _facts(self, prof: Any, known: Optional[dict], write_s: Optional[float]) -> dict:
@@ -133,8 +144,9 @@ class MemoryWindow:
         t0 = time.perf_counter()
         events = _events(prof)
         if self.max_events is not None and events is not None and events > self.max_events:
-            out["unavailable"] = (f"categories not computed: the memory window recorded {events:,} op and memory "
-                                  f"events, over {self.max_events:,} (torch's memory profile takes 1-2.5 ms each); "
+            out["unavailable"] = (f"categories not computed: the memory window recorded {events:,} "
+                                  f"op and memory events, over {self.max_events:,} (torch's memory "
+                                  "profile takes 1-2.5 ms each); "
                                   "the memory trace holds the allocations")
             out["cost"] = self._cost(0.0, write_s)
             return out
@@ -150,14 +162,16 @@ class MemoryWindow:
         return out
 
     def _cost(self, timeline_s: float, write_s: Optional[float]) -> dict:
-        """What recording memory cost: the window's steps against as many unprofiled steps (their median), and
-        the work at its end (writing its trace, torch's memory profile)."""
+        """What recording memory cost: the window's steps against as many unprofiled steps (their
+        median), and the work at its end (writing its trace, torch's memory profile)."""
         steps = self.clock.values(MEMORY)
-        plain = self.clock.values(WAIT)[1:] + self.clock.values(AFTER)  # the first wait step warms up
+        # the first wait step warms up
+        plain = self.clock.values(WAIT)[1:] + self.clock.values(AFTER)
         median = statistics.median(plain) if plain else None
         size = self._size()
         return {"steps": len(steps), "window_s": round(sum(steps) / 1e6, 6),
-                "unprofiled_window_s": round(median * len(steps) / 1e6, 6) if median is not None else None,
+                "unprofiled_window_s": (round(median * len(steps) / 1e6, 6)
+                                        if median is not None else None),
                 "write_s": round(write_s, 6) if write_s is not None else None,
                 "categories_s": round(timeline_s, 6), "trace_bytes": size}
 
@@ -170,7 +184,9 @@ class MemoryWindow:
 
 
 def _events(prof: Any) -> Optional[int]:
-    """Op and memory events the profiler recorded (what torch's memory profile costs in proportion to)."""
+    """Op and memory events the profiler recorded (what torch's memory profile costs in proportion
+    to).
+    """
     try:
         return len(prof.profiler.kineto_results.events())
     except Exception:
@@ -179,17 +195,19 @@ def _events(prof: Any) -> Optional[int]:
 
 def blank(device: str, unavailable: Optional[str]) -> dict:
     """The `memory` metadata with nothing measured (yet): every key, `unavailable` saying why."""
-    return {"device": device, "source": SOURCE, "peak_bytes": None, "categories_at_peak": None, "known": None,
+    return {"device": device, "source": SOURCE, "peak_bytes": None, "categories_at_peak": None,
+            "known": None,
             "cost": None, "unavailable": unavailable}
 
 
 class MemorySchedule:
-    """When the memory window runs: due once the main window and its `after` steps are over (`main_done`),
-    started at the first boundary after that where no `record_function` block begun under the main session is
-    open, done after its steps. Without a `path` there is no memory window (`--no-memory`, or
-    `memory_steps=0`), and `final()` says so."""
+    """When the memory window runs: due once the main window and its `after` steps are over
+    (`main_done`), started at the first boundary after that where no `record_function` block begun
+    under the main session is open, done after its steps. Without a `path` there is no memory window
+    (`--no-memory`, or `memory_steps=0`), and `final()` says so."""
 
-    def __init__(self, path: Optional[Path], steps: int, annotations: OpenAnnotations, installed: bool,
+    def __init__(self, path: Optional[Path], steps: int, annotations: OpenAnnotations,
+                 installed: bool,
                  window: Callable[[Path, int], MemoryWindow], cuda: Callable[[], bool]):
         self.path, self.steps, self.annotations = path, steps, annotations
         self.installed = installed  # the stacks window watches the annotations already
@@ -200,7 +218,8 @@ class MemorySchedule:
         self._unwatch: Callable[[], None] = lambda: None
 
     def watch(self) -> None:
-        """From the start of the main window (the stacks window's watch does it, when there is one)."""
+        """From the start of the main window (the stacks window's watch does it, when there is one).
+        """
         if self.path is not None and not self.installed:
             self.annotations.watching = True
             self._unwatch = self.annotations.install()
@@ -209,8 +228,9 @@ class MemorySchedule:
         self._unwatch()
 
     def main_done(self, start_now: bool) -> bool:
-        """The main window and its `after` steps are over; True when a memory window is due (then started at
-        this boundary when `start_now` and no block begun under the main session is open)."""
+        """The main window and its `after` steps are over; True when a memory window is due (then
+        started at this boundary when `start_now` and no block begun under the main session is
+        open)."""
         self.annotations.watching = False
         self.due = self.path is not None and self.done is None
         if self.due and start_now:
@@ -227,7 +247,8 @@ class MemorySchedule:
             if self.annotations.clear:
                 self.due = False
                 self.window = self.make(self.path, self.steps).start()
-                self.annotations.watching = True  # the stacks window must not start inside its blocks
+                # the stacks window must not start inside its blocks
+                self.annotations.watching = True
             return False
         if self.window.step():
             self._over()
@@ -249,10 +270,12 @@ class MemorySchedule:
         """`memory_trace` and `memory` for the main trace's metadata."""
         device = memory_categories.device_of(self.cuda())
         if self.path is None:
-            return {"memory_trace": None, "memory": blank(device, "not recorded (--no-memory, memory_steps=0)")}
+            return {"memory_trace": None,
+                    "memory": blank(device, "not recorded (--no-memory, memory_steps=0)")}
         if self.done is None:
-            return {"memory_trace": None, "memory": blank(device, "the run ended before the memory window "
-                                                          "(it follows the recorded window and its after steps)")}
+            return {"memory_trace": None, "memory": blank(
+                device, "the run ended before the memory window (it follows the recorded window "
+                "and its after steps)")}
         facts = self.done.facts or blank(device, "the memory window recorded nothing")
         return {"memory_trace": self.path.name if self.done.written else None, "memory": facts}
 
@@ -266,6 +289,7 @@ def schedule(session: Any) -> MemorySchedule:
         main.with_name(memory_name(main.name)) if c.memory_steps else None, c.memory_steps,
         session._stacks.annotations, installed=session.stacks_path is not None,
         window=lambda path, steps: MemoryWindow(path, steps, session.cuda, lambda: session._meta(
-            role="memory", main_trace=session.trace_path.name), session.hooks.live_optimizers, session.step_clock,
+            role="memory", main_trace=session.trace_path.name), session.hooks.live_optimizers,
+            session.step_clock,
             c.memory_categories_events),
         cuda=lambda: session.cuda)
