@@ -37,7 +37,7 @@ def final(out: Path) -> dict:
 
 
 def step_ends(memory_trace: Path) -> list:
-    """Total Allocated after the last [memory] event of each ProfilerStep, parsed here from the trace."""
+    """Total Allocated after the last [memory] event of each ProfilerStep, parsed here."""
     with gzip.open(memory_trace) as f:
         events = json.load(f)["traceEvents"]
     steps = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
@@ -47,12 +47,14 @@ def step_ends(memory_trace: Path) -> list:
 
 
 def test_adam_on_wide_layers_parameters_gradients_and_state_are_their_sizes(tmp_path):
-    """Linear(1024, 1024) x 2 + Linear(1024, 10), Adam: every byte of the three known categories by construction.
-    The default schedule's order: the memory window, then the stacks window (both companions written)."""
+    """Linear(1024, 1024) x 2 + Linear(1024, 10), Adam: every byte of the three known categories by
+    construction. The default schedule's order: the memory window, then the stacks window (both
+    companions written)."""
     run(tmp_path / "o", *SMALL, SCRIPT, "--case", "adam_wide")
     numel = (1024 * 1024 + 1024) * 2 + 1024 * 10 + 10
     params = 4 * numel
-    state = 2 * params + 4 * 6  # exp_avg and exp_avg_sq per parameter, plus a float32 `step` for each of 6
+    # exp_avg and exp_avg_sq per parameter, plus a float32 `step` for each of 6
+    state = 2 * params + 4 * 6
     facts = final(tmp_path / "o")
     memory = facts["memory"]
     assert facts["memory_trace"] == "trace.memory.pt.trace.json.gz"
@@ -80,8 +82,8 @@ def test_adam_on_wide_layers_parameters_gradients_and_state_are_their_sizes(tmp_
 
 
 def test_a_large_batch_through_modest_layers_activations_fill_the_peak(tmp_path):
-    """A batch of 4096 through 6 x Linear(256, 256) + ReLU: the saved activations (about 24 MiB) outweigh
-    the parameters (1.5 MiB), the input (4 MiB) and backward's temporaries at the peak."""
+    """A batch of 4096 through 6 x Linear(256, 256) + ReLU: the saved activations (about 24 MiB)
+    outweigh the parameters (1.5 MiB), the input (4 MiB) and backward's temporaries at the peak."""
     run(tmp_path / "o", "--no-stack", *SMALL, SCRIPT, "--case", "big_batch", "--batch-size", "4096",
         "--features", "256", "--hidden", "256", "--layers", "6")
     memory = final(tmp_path / "o")["memory"]
@@ -96,12 +98,14 @@ def test_a_large_batch_through_modest_layers_activations_fill_the_peak(tmp_path)
 
 @pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="RSS from /proc (Linux)")
 def test_a_loop_that_keeps_each_loss_with_its_graph_grows_by_a_step_of_activations(tmp_path):
-    """`kept.append(loss)` after `backward(retain_graph=True)`: each step keeps its 3 ReLU outputs (512 x 512
-    floats, 1 MiB each) and the log-softmax it saved (512 x 10): 3,166,216 bytes a step in the memory trace.
-    The process's RSS, read by the script itself over the unprofiled steps before the window, grows by the same
-    (glibc told to give each block of 64 KiB or more its own mapping, so that RSS follows live blocks)."""
+    """`kept.append(loss)` after `backward(retain_graph=True)`: each step keeps its 3 ReLU outputs (512
+    x 512 floats, 1 MiB each) and the log-softmax it saved (512 x 10): 3,166,216 bytes a step in the
+    memory trace. The process's RSS, read by the script itself over the unprofiled steps before the
+    window, grows by the same (glibc told to give each block of 64 KiB or more its own mapping, so
+    that RSS follows live blocks)."""
     rss = tmp_path / "rss.jsonl"
-    proc = subprocess.run(  # a process of its own: glibc reads MALLOC_MMAP_THRESHOLD_ when it starts
+    # a process of its own: glibc reads MALLOC_MMAP_THRESHOLD_ when it starts
+    proc = subprocess.run(
         [sys.executable, "-m", "perfsleuth", "run", "-o", str(tmp_path / "o"), "--no-stack", "--wait", "6",
          "--warmup", "1", "--active", "2", "--after", "1", SCRIPT, "--case", "keep_graph", "--batch-size", "512",
          "--features", "512", "--hidden", "512", "--layers", "3", "--rss-log", str(rss)],
@@ -112,7 +116,8 @@ def test_a_loop_that_keeps_each_loss_with_its_graph_grows_by_a_step_of_activatio
     per_step = 3 * 512 * 512 * 4 + 512 * 10 * 4 + 8
     assert [b - a for a, b in zip(ends, ends[1:])] == [per_step, per_step]
     levels = [json.loads(line)["rss"] for line in rss.read_text().splitlines()]
-    rss_slope = statistics.median(b - a for a, b in zip(levels[1:6], levels[2:6]))  # steps 1-5: unprofiled
+    # steps 1-5: unprofiled
+    rss_slope = statistics.median(b - a for a, b in zip(levels[1:6], levels[2:6]))
     assert abs(rss_slope - per_step) / per_step < 0.15, (rss_slope, per_step)
 
 
@@ -134,8 +139,8 @@ def test_the_memory_companion_is_named_after_its_main_trace_and_left_out_of_list
 
 
 def test_profile_api_records_the_memory_window_too(tmp_path):
-    """`perfsleuth.profile()` runs the same memory window: the companion beside the trace, the facts in it;
-    SGD over Linear(64, 64) + Linear(64, 10): the parameters' bytes exactly."""
+    """`perfsleuth.profile()` runs the same memory window: the companion beside the trace, the facts in
+    it; SGD over Linear(64, 64) + Linear(64, 10): the parameters' bytes exactly."""
     import perfsleuth
     import torch
 
@@ -158,8 +163,8 @@ def test_profile_api_records_the_memory_window_too(tmp_path):
 
 def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categories(tmp_path):
     """torch's memory profile costs 1-2.5 ms per op and memory event of the window: over
-    `memory_categories_events` the categories are not computed, and `unavailable` says why; the trace and the
-    exact optimizer bytes stay."""
+    `memory_categories_events` the categories are not computed, and `unavailable` says why; the
+    trace and the exact optimizer bytes stay."""
     import perfsleuth
     import torch
 
@@ -180,8 +185,9 @@ def test_a_memory_window_over_the_size_limit_keeps_its_trace_and_skips_the_categ
 
 
 def test_a_script_that_ends_inside_the_memory_window_keeps_what_it_recorded(tmp_path):
-    """7 iterations: the window ends at boundary 4, the after step, the memory window starts at boundary 5 and
-    has seen 2 of its 3 steps when the script ends: written, measured, named by the main trace."""
+    """7 iterations: the window ends at boundary 4, the after step, the memory window starts at
+    boundary 5 and has seen 2 of its 3 steps when the script ends: written, measured, named by the
+    main trace."""
     run(tmp_path / "o", "--no-stack", "--wait", "2", "--warmup", "1", "--active", "1", "--after", "1", SCRIPT,
         "--case", "adam_wide", "--steps", "7", "--features", "64", "--hidden", "64")
     facts = final(tmp_path / "o")
