@@ -77,6 +77,9 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
               help="Input shapes and dtypes in the analysed window too: the report's compute "
                    "efficiency (FLOPs, roofline; `perfsleuth docs efficiency`). Costs up to +50 % on "
                    "tiny ops.")
+@click.option("--no-memory", is_flag=True,
+              help=f"No memory window: the {RunConfig.memory_steps} steps recorded with profile_memory (and stacks "
+                   "and shapes) after the window, for the peak and what fills it, are skipped.")
 @click.option("--full", is_flag=True, help="Run the script to its end (unprofiled after the window).")
 @click.option("--no-fallback-window", "no_fallback", is_flag=True,
               help="Record nothing before the first step (faster when the script runs many torch ops before "
@@ -86,7 +89,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 @click.argument("target")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @user_errors
-def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, full, no_fallback,
+def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, no_memory, full,
+                no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
                 verify_budget=None, verify_compile=False, record_shapes=False) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
@@ -107,8 +111,8 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     repeat); each finding gets "measured 1.41x (1.35-1.52x, 3 pairs)".
     Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
     """
-    from ..trace.companion import companion_name
-    from ..record import session as runner
+    from ..trace.companion import companion_name, memory_name
+    from ..record import runner
     from ..record import outputs as run_outputs, paths as run_paths
     from .progress import PhaseLine
     from ..record.target import resolve_target
@@ -116,6 +120,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
+                       memory_steps=0 if no_memory else RunConfig.memory_steps,
                        stop_after_window=not full, fallback_window=not no_fallback,
                        record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
@@ -148,6 +153,9 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
                 say(f"wrote {p}")
             if stacks.is_file():
                 say(f"wrote {stacks} (Python stacks, for source lines)")
+            memory = outcome.trace_path.with_name(memory_name(outcome.trace_path.name))
+            if memory.is_file():
+                say(f"wrote {memory} (memory: allocations over {config.memory_steps} steps)")
             if note:
                 say(f"perfsleuth: {note}", err=True)
         if outcome.message:

@@ -24,6 +24,15 @@ class RunConfig:
     record_shapes: bool = False  # input shapes and dtypes in the analysed window (up to +50 % on tiny ops)
     stack_steps: int = 2  # then this many steps with stacks (and shapes), for source lines and dtypes (0: none)
     stack_shapes: bool = True  # input shapes in that stacks window
+    # Steps recorded with profile_memory (and shapes and stacks, which torch's memory categories need) in a
+    # window of their own after the `after` steps: the peak, what fills it, growth per step (memory_window.py).
+    # 3: a growing level needs three step ends to be seen. 0 (`--no-memory`): no memory window.
+    memory_steps: int = 3
+    # torch's memory profile (the categories at the peak) costs about 1-2.5 ms per recorded op and allocation event
+    # on a loaded 2-core machine (many_params: 44,000 events, 34 s; LBFGS with 20 closure calls a step: 82,000,
+    # 145 s; a 3-step window of a small MLP: 1,400, 1-2 s). Over this many events the categories are not computed,
+    # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay).
+    memory_categories_events: int = 30_000
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.
     stop_after_window: bool = False
@@ -51,7 +60,8 @@ class RunConfig:
         return max(wait - 1, 0) + after
 
     def __post_init__(self):
-        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("after", 0), ("stack_steps", 0)):
+        for name, least in (("wait", 0), ("warmup", 0), ("active", 1), ("after", 0), ("stack_steps", 0),
+                            ("memory_steps", 0)):
             if getattr(self, name) < least:
                 raise UsageError(f"--{name} must be at least {least}")
 

@@ -39,6 +39,7 @@ from typing import Optional
 
 from ..errors import UsageError
 from ..report.model import Report
+from ..trace.companion import memory_name
 from .session import WHOLE_RUN_WARNING, ProfileSession, RunConfig, _WindowComplete, analyze
 from .paths import rank_info, trace_name
 
@@ -106,7 +107,7 @@ class ProfiledReport(Report):
                 f'style="width:100%;height:640px;border:0"></iframe>')
 
     def save(self, out_dir, force: bool = False) -> list:
-        """Write report.html, summary.md, report.json and the trace (with its stacks companion) into `out_dir`
+        """Write report.html, summary.md, report.json and the trace (with its companions) into `out_dir`
         (which may already hold the trace); an existing file is replaced only with `force`. Returns the
         paths written."""
         from ..render.outputs import write_outputs
@@ -127,6 +128,9 @@ class ProfiledReport(Report):
             written.append(Path(shutil.copy2(self.trace_file, trace)))
             if stacks is not None:  # the stacks companion goes with it (source lines: trace/companion.py)
                 written.append(Path(shutil.copy2(self.stacks_trace, stacks)))
+            memory = self.trace_file.with_name(memory_name(self.trace_file.name))
+            if memory.is_file():  # and the memory window's (the main trace names it: memory_window.py)
+                written.append(Path(shutil.copy2(memory, out / memory.name)))
         return written
 
 

@@ -15,32 +15,28 @@ script that swallows it (bare `except:`) gets it again at its next step.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
-from . import code_sites, cpu_peak, forks, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
+from . import code_sites, cpu_peak, forks, memory_window, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
 from .config import RunConfig
 from .outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
-from .paths import rank_info, trace_name
-from .signals import Finishing, as_interrupts, exit_code, signal_name
+from .paths import rank_info
 from .compile_facts import CompileWatch
-from .step_clock import ACTIVE, AFTER, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock
+from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock,
+                         phase_words)
 from .step_hooks import StepHooks
-from .target import Target, _execute, _script_environment, format_user_traceback, require_torch  # noqa: F401
+from .target import Target, execute, script_environment, format_user_traceback, require_torch  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 
-
 class _WindowComplete(BaseException):
     """Raised from a step hook when the active window is recorded (see the module docstring)."""
-
-
 
 
 # --- the profiling session: the machinery under `perfsleuth run` and `perfsleuth.profile()` -------
@@ -78,6 +74,7 @@ class ProfileSession:
             role="stacks", main_trace=self.trace_path.name), budget=lambda steps: StacksBudget.of(
             steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
         self.hooks.on_closure = self._closure_returned
+        self._memory = memory_window.schedule(self)  # the memory window, before the stacks one
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -102,7 +99,7 @@ class ProfileSession:
     @property
     def recording(self) -> bool:
         """One of this session's profilers records now (forks.py: a child forked meanwhile stops recording)."""
-        return self._light is not None or self._prof is not None or self._stacks.window is not None
+        return any(x is not None for x in (self._light, self._prof, self._stacks.window, self._memory.window))
 
     @property
     def profiled_steps(self) -> int:
@@ -138,6 +135,7 @@ class ProfileSession:
         self._record_metadata()
         self.hooks.install(modules=True)
         self._stacks.watch()
+        self._memory.watch()
         self._unwatch_rival = rival.watch(self._rival)
         return self
 
@@ -172,7 +170,7 @@ class ProfileSession:
                 "schedule": {"wait": c.wait, "warmup": c.warmup, "active": c.active, "after": c.after,
                              "with_stack": c.with_stack,
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
-                             "stack_shapes": c.stack_shapes},
+                             "stack_shapes": c.stack_shapes, "memory_steps": c.memory_steps},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
@@ -202,12 +200,7 @@ class ProfileSession:
 
     def _say_phase(self, phase: str) -> None:
         """The phase the run is in, in words, to `on_phase` (a line on the terminal when it changes)."""
-        c = self.config
-        said = {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
-                WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
-                ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
-                AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),
-                STACKS: ("profiling", f"{c.stacks_window} steps with Python stacks (source lines)")}.get(phase)
+        said = phase_words(self.config, phase)
         if said is not None and self.on_phase is not None and not self.done and said != self._said:
             self._said = said
             # perfsleuth's own time where a window may record it; never in the light recording, where
@@ -222,7 +215,7 @@ class ProfileSession:
             return WAIT if self.steps < c.wait else WARMUP if self.steps < c.wait + c.warmup else ACTIVE
         if self._after_left:
             return AFTER
-        return STACKS if self._stacks.window is not None else REST
+        return MEMORY if self._memory.window is not None else STACKS if self._stacks.window is not None else REST
 
     def _advance(self) -> None:
         if self.done or self._finished:  # after the windows, or stopped early (Ctrl-C, the end of a `with`)
@@ -234,6 +227,8 @@ class ProfileSession:
             self._after_left -= 1
             if not self._after_left:
                 self._main_over()
+        elif self._memory.pending:  # the memory window, then the trace is finished with its facts
+            self._memory.step() and self._main_over(memory_over=True)
         elif self._stacks.pending:  # the short stacks window after the analysed one
             if self._stacks.step():
                 self._complete()
@@ -263,14 +258,16 @@ class ProfileSession:
             if not self._after_left:
                 self._main_over()
 
-    def _main_over(self) -> None:
-        """The recorded window and the unprofiled steps after it are over: the trace is finished with their
-        times; then the stacks window, if there is one (from this boundary on when steps passed since the
-        window: step_clock.OpenAnnotations)."""
+    def _main_over(self, memory_over: bool = False) -> None:
+        """The recorded window and the `after` steps are over: the memory window (memory_window.py); then the trace is
+        finished with their times and its facts; then the stacks window (from this boundary on when steps passed
+        since the last profiler session: step_clock.OpenAnnotations)."""
+        if not memory_over and self._memory.main_done(start_now=bool(self.config.after)):
+            return
         self._finish_trace()
         if self._stacks.main_done():
             self._complete()
-        elif self.config.after:
+        elif self.config.after and not memory_over:
             self._stacks.step()
 
     def _complete(self) -> None:
@@ -303,7 +300,8 @@ class ProfileSession:
         # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
         peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
         final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
-        written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {})})
+        written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {}),
+                                                                    **self._memory.final()})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
         log.info("trace written: %s (%d profiled steps)", self.trace_path, self.profiled_steps)
@@ -333,67 +331,14 @@ class ProfileSession:
         if prof is not None:
             prof.__exit__(None, None, None)
         self._after_left = 0
+        self._memory.finish()  # what the memory window recorded, its facts into the main trace
         self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()
         if not keep_hooks or self.rival_at:
             self.hooks.remove()
-            self._stacks.unwatch()
+            self._stacks.unwatch(), self._memory.unwatch()
             self._unwatch_rival()
 
     def shutdown_workers(self) -> None:
         """End the worker processes of the multi-process DataLoader iterators the script used."""
         self.hooks.shutdown_workers()
-
-
-# --- running a script --------------------------------------------------------------------------
-def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optional[Callable[[str, str], None]] = None,
-               finishing: Optional[Finishing] = None) -> RunOutcome:
-    """Run `target` in this process as `__main__` under the profiler; analyze what was recorded.
-    `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing. A signal once the
-    script is over waits for the trace to be written, and for its analysis unless repeated (`finishing`)."""
-    finishing = finishing or Finishing(lambda name: None)
-    rank, _ = rank_info()
-    outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
-    session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
-    session.on_phase = on_phase if rank in (None, 0) else None  # rank 0 speaks for the job
-    ended = "finished"
-    exits = forks.watching_os_exit(forks.Owner(), lambda code, here: forks.os_exit_notice(session, code, here))
-    with _script_environment(target), as_interrupts(), exits:
-        session.start()  # outside the try: a failure here is perfsleuth's, not the script's
-        try:
-            forks.execute(lambda: _execute(target), session.hooks.owner, format_user_traceback)
-        except forks.ChildExit:  # a child the script forked ends here, as it would without perfsleuth
-            raise
-        except _WindowComplete as exc:
-            ended = "stopped"
-            with finishing.holding(allows_stop=False):  # the script is over: a signal waits, as below
-                outcome.stopped_at = code_sites.stopped_at(exc.__traceback__)
-                forks.stop_children()  # while the script's objects (its queues) are still alive
-        except KeyboardInterrupt as exc:  # Ctrl-C, and SIGTERM / SIGHUP (signals.py): partial data is kept
-            ended, outcome.signal, outcome.exit_code = "interrupted", signal_name(exc), exit_code(exc)
-            forks.stop_children()
-        except SystemExit as exc:
-            ended, outcome.exit_code = "exited", exc.code
-        except BaseException as exc:  # the script's own error: reported, not ours to crash on
-            with run_outputs.quiet_child_signals():
-                ended, exc = "raised", run_outputs.dead_worker_error(exc)
-                outcome.user_traceback, exc = run_outputs.user_traceback(exc, format_user_traceback)
-                outcome.message = f"the script raised {type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
-        finally:
-            finishing.trace = session.trace_path
-            # the script is over: a dying worker is not ours to raise, a signal waits for the trace to be written
-            with finishing.holding(allows_stop=False), run_outputs.quiet_child_signals():
-                # a script that ran to its end without a single step boundary is analysed whole
-                session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
-                session.shutdown_workers()
-                gc.collect()
-    outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
-    outcome.rival_at = session.rival_at
-    if session.export_error:
-        outcome.export_error, outcome.trace_path = session.export_error, session.trace_path
-    if session.on_phase is not None and session.trace_written:
-        session.on_phase("analysing", outcome.trace_path.name)
-    finishing.trace = outcome.trace_path if outcome.trace_path.is_file() else None
-    with finishing.holding():  # the analysis: a first signal is said and waits, a second one stops it
-        conclude(outcome, ended, session.window_done, config)
-    return outcome

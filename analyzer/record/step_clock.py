@@ -9,7 +9,7 @@ step that waited for a core (the machine busy) can be told from one that did mor
 data. Each step is labelled with the phase it ran in:
 
     wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) |
-    after (not profiled, after the recorded window) | stacks | rest (not timed)
+    after (not profiled, after the recorded window) | memory | stacks | rest (not timed)
 
 The unprofiled baseline is the `wait` steps before the recorded window and the `after` steps right after
 it (`RunConfig.after`). Torch keeps only metadata added while it records, so the clock's values as they
@@ -40,6 +40,17 @@ from .outputs import write_trace
 
 log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, AFTER, STACKS, REST = "wait", "warmup", "active", "after", "stacks", "rest"
+MEMORY = "memory"  # the memory window (memory_window.py), between the after steps and the stacks window
+
+
+def phase_words(c: Any, phase: str) -> Optional[tuple]:
+    """(what, detail) of a phase for the line on the terminal (progress.PhaseLine); `c` a RunConfig."""
+    return {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
+            WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+            ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
+            AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),
+            MEMORY: ("profiling", f"{c.memory_steps} steps with memory (what fills it)"),
+            STACKS: ("profiling", f"{c.stacks_window} steps with Python stacks (source lines)")}.get(phase)
 
 
 class QueuedClock:
@@ -117,7 +128,7 @@ class StepClock:
             if None not in queued:
                 out[f"{key}_queued_us"] = queued
         out["profiled_steps"] = [f"ProfilerStep#{x[0]}" for x in self.intervals if x[1] == ACTIVE]
-        out.update(warmup_us=self.values(WARMUP), stacks_us=self.values(STACKS))
+        out.update(warmup_us=self.values(WARMUP), stacks_us=self.values(STACKS), memory_us=self.values(MEMORY))
         return out
 
 

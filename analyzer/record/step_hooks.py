@@ -269,6 +269,12 @@ class StepHooks:
         while self._undo:
             self._undo.pop()()
 
+    def live_optimizers(self) -> list:
+        """The optimizers constructed while the hooks were installed, and the one that steps, still alive."""
+        tracked = self._optimizer() if self._optimizer is not None else None
+        found = list(self._sites.keys())
+        return found + ([tracked] if tracked is not None and all(o is not tracked for o in found) else [])
+
     def iterators(self) -> list:
         """The multi-process DataLoader iterators seen so far (alive)."""
         return list(self._iterators)

@@ -55,7 +55,7 @@ def resolve_target(name: str, args: Sequence[str], module: bool) -> Target:
     return Target(name, tuple(args), False, path)
 
 
-def _execute(target: Target) -> None:
+def execute(target: Target) -> None:
     if target.module:
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
     else:
@@ -63,7 +63,7 @@ def _execute(target: Target) -> None:
 
 
 @contextlib.contextmanager
-def _script_environment(target: Target):
+def script_environment(target: Target):
     """sys.argv as the script expects it; its folder (the working directory for -m) first on sys.path;
     sys.argv, sys.path and the working directory restored afterwards."""
     saved_argv, saved_cwd = sys.argv, os.getcwd()

@@ -13,10 +13,10 @@ the same file later knows them too: a trace alone says nothing about free cores 
                                       "loader_calls", "workers", "worker_cpu_s",
                                       "tree_cpu_s", "others_cpu_s", "counted_cpus", "machine_cpus", "tick_s"}},
                    "clock": {"unit": "us", "unprofiled_us", "unprofiled_cpu_us", "after_us", "after_cpu_us",
-                             "profiled_us", "profiled_cpu_us", "profiled_steps", "warmup_us", "stacks_us"},
-                                                                               # step_clock.py: steps timed
+                             "profiled_us", "profiled_cpu_us", "profiled_steps", "warmup_us", "stacks_us",
+                             "memory_us"},                                     # step_clock.py: steps timed
                    "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
-                                "stack_shapes"},
+                                "stack_shapes", "memory_steps"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
                    "optimizers": [{"class", "file", "line", "function", "foreach", "fused", "count",
                                    "zero_grad": [{"file", "line", "function"}]}],  # code_sites.py: where the
@@ -25,7 +25,28 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "stacks_window": {"steps", "cut", "scale", "limit_bytes", "estimated_step_bytes"},
                                                                                # only in the companion (budget)
                    "partial_step": "ProfilerStep#N",                           # only when the run ended inside it
-                   "role": "stacks", "main_trace": "..."}                      # only in the stacks companion
+                   "role": "stacks" | "memory", "main_trace": "..."}           # only in a companion
+
+    "perfsleuth_final": {"clock": {...}, "compile": {...},                     # see below
+                         "memory_trace": "trace.memory.pt.trace.json.gz" | null,  # memory_window.py: the window
+                         "memory": {"device": "cpu" | "cuda:0", "source": "export_memory_timeline",
+                                    "peak_bytes": int | null,                  # torch's memory profile, window
+                                    "categories_at_peak": {"parameter", "gradient", "optimizer_state",
+                                                           "activation", "input", "temporary", "other"} | null,
+                                    "known": {"parameter_bytes", "gradient_bytes",  # the live optimizers'
+                                              "optimizer_state_bytes"} | null,     # tensors, exact
+                                    "cost": {"steps", "window_s", "unprofiled_window_s", "write_s",
+                                             "categories_s", "trace_bytes"} | null,
+                                    "unavailable": null | "why there are no numbers"}}
+
+`memory` (memory_window.py, memory_categories.py): the memory window records `RunConfig.memory_steps` (3) steps
+with profile_memory, shapes and stacks after the `after` steps into `memory_trace` (its `ProfilerStep#0..2` and
+`[memory]` events: the level at each step's end); `peak_bytes` and `categories_at_peak` come from torch's memory
+profile of that window (pre-existing tensors that an op of the window uses count, on the CPU too), `known` from
+the optimizers themselves at the window's last step boundary (after an optimizer step: gradients alive), `cost`
+is what the window cost: its steps' wall time against as many unprofiled steps (median), the seconds spent
+writing its trace and computing the categories, its trace's size. Bytes are integers. With `--no-memory`, or when
+the run ended before the window, `memory_trace` is null and `memory` has only nulls and `unavailable`.
 
 `cpu` is what the forecasts of worker and thread counts need and a trace cannot show: how many
 cores this process could get when the run started (`probe`: k = 1, 2, 4, 8 busy processes for a tenth of a second,

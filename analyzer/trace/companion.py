@@ -2,7 +2,8 @@
 
 `perfsleuth run` and `profile()` record the window that feeds shares and verdict without Python stacks
 (they cost most of the profiler's overhead) and then a few steps with stacks, for source lines only
-(docs/run.md). The companion of `trace.pt.trace.json.gz` is `trace.stacks.pt.trace.json.gz` in the same
+(docs/run.md). Before that, a memory window (`trace.memory.pt.trace.json.gz`, named by `perfsleuth.memory_trace`)
+records allocations; a listing leaves it out like the stacks companion. The companion of `trace.pt.trace.json.gz` is `trace.stacks.pt.trace.json.gz` in the same
 folder; the main trace names it in its metadata (`perfsleuth.stacks_trace`). A directory listing leaves a
 companion out when its main trace is there, and perfsleuth's own report.json, so `analyze DIR` of a run's
 output folder gives that run's report (and `diff DIR_A DIR_B` compares two runs).
@@ -17,20 +18,30 @@ from ..errors import TraceError
 from . import files
 
 MAIN_MARK, STACKS_MARK = ".pt.trace.json", ".stacks.pt.trace.json"
+MEMORY_MARK = ".memory.pt.trace.json"  # the memory window's trace (commands/memory_window.py)
 
 
-def companion_name(main: str) -> str:
-    """`rank0.pt.trace.json.gz` -> `rank0.stacks.pt.trace.json.gz` (any other name: `X.stacks.pt.trace.json.gz`)."""
-    if MAIN_MARK in main and STACKS_MARK not in main:
-        return main.replace(MAIN_MARK, STACKS_MARK, 1)
+def companion_name(main: str, mark: str = STACKS_MARK) -> str:
+    """`rank0.pt.trace.json.gz` -> `rank0.stacks.pt.trace.json.gz` (any other name: `X.stacks.pt.trace.json.gz`);
+    with `mark=MEMORY_MARK`, `rank0.memory.pt.trace.json.gz`."""
+    if MAIN_MARK in main and STACKS_MARK not in main and MEMORY_MARK not in main:
+        return main.replace(MAIN_MARK, mark, 1)
     stem = main[: -len(".json.gz")] if main.endswith(".json.gz") else main.removesuffix(".json")
-    return f"{stem}{STACKS_MARK}.gz"
+    return f"{stem}{mark}.gz"
+
+
+def memory_name(main: str) -> str:
+    """`rank0.pt.trace.json.gz` -> `rank0.memory.pt.trace.json.gz`: the memory companion."""
+    return companion_name(main, MEMORY_MARK)
 
 
 def main_of(companion: Path) -> Optional[Path]:
-    """The main trace a companion belongs to (None when `companion` is not named like one)."""
+    """The main trace a companion (stacks or memory) belongs to (None when `companion` is not named like one)."""
     name = companion.name
-    return companion.with_name(name.replace(STACKS_MARK, MAIN_MARK, 1)) if STACKS_MARK in name else None
+    for mark in (STACKS_MARK, MEMORY_MARK):
+        if mark in name:
+            return companion.with_name(name.replace(mark, MAIN_MARK, 1))
+    return None
 
 
 def without_companions(files: list) -> list:

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from ..record.step_clock import StepClock
 from ..record.step_hooks import StepHooks
-from ..record.target import Target, _execute, _script_environment, format_user_traceback
+from ..record.target import Target, execute, script_environment, format_user_traceback
 
 
 class _WindowsDone(BaseException):
@@ -154,10 +154,10 @@ def run_job(job: dict) -> int:
         ended, message = "finished", None
         if job.get("toggle") or job["windows"] == ["B"]:
             patch.install()
-        with _script_environment(target):
+        with script_environment(target):
             windows.hooks.install(modules=True)
             try:
-                _execute(target)
+                execute(target)
             except _WindowsDone:
                 ended = "done"
             except SystemExit as exc:

@@ -59,7 +59,7 @@ def test_step_clock_times_between_hooks_and_labels_phases():
                                 "after_queued_us": [390000.0], "profiled_us": [490000.0],
                                 "profiled_cpu_us": [400000.0], "profiled_queued_us": [10000.0],
                                 "profiled_steps": ["ProfilerStep#3"], "warmup_us": [380000.0],
-                                "stacks_us": [190000.0]}
+                                "stacks_us": [190000.0], "memory_us": []}
     # where the run queue cannot be read (not Linux), its keys are left out
     off = StepClock(FakeClock([1.0, 1.5]), FakeClock([0.0, 0.4]), lambda: None)
     off.leave(1, WAIT)
@@ -233,19 +233,22 @@ def test_default_run_times_steps_without_the_profiler_and_records_stacks_apart(t
     proc = subprocess.run([sys.executable, "-m", "perfsleuth", "run", "-o", str(out), str(SCRIPTS / "python_dataset.py"),
                            "--steps", "30"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "perfsleuth: stopped the script after step 18 (profiled 5)" in proc.stderr
+    # 5 + 2 + 5 + 4, the memory window's 3, a step in which no profiler starts, the stacks window's 2
+    assert "perfsleuth: stopped the script after step 22 (profiled 5)" in proc.stderr
     assert f"wrote {out / 'trace.stacks.pt.trace.json.gz'} (Python stacks, for source lines)" in proc.stdout
+    assert f"wrote {out / 'trace.memory.pt.trace.json.gz'} (memory: allocations over 3 steps)" in proc.stdout
     assert not (out / "trace.pt.trace.json").exists()  # the JSON exported at the window's end, gzipped since
     with gzip.open(out / "trace.pt.trace.json.gz", "rt") as f:
         doc = json.load(f)
     meta = doc["perfsleuth"]
     assert meta["schedule"] == {"wait": 5, "warmup": 2, "active": 5, "after": 4, "with_stack": False,
-                                "record_shapes": False, "stack_steps": 2, "stack_shapes": True}
+                                "record_shapes": False, "stack_steps": 2, "stack_shapes": True, "memory_steps": 3}
     assert meta["stacks_trace"] == "trace.stacks.pt.trace.json.gz"
     assert meta["clock"]["after_us"] == []  # recorded at the window's end; the steps after it came later ...
     clock = doc["perfsleuth_final"]["clock"]  # ... and went in when the file was finished
-    # the rest is what the window recorded
-    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": []} == meta["clock"]
+    # the rest is what the window recorded (the memory window came after the `after` steps too)
+    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": [], "memory_us": []} == meta["clock"]
+    assert len(clock["memory_us"]) == 3
     assert len(clock["unprofiled_us"]) == 4 and len(clock["warmup_us"]) == 2  # the first step is the start-up
     assert len(clock["after_us"]) == len(clock["after_cpu_us"]) == len(clock["after_queued_us"]) == 4  # Linux
     assert len(clock["unprofiled_cpu_us"]) == 4 and len(clock["profiled_cpu_us"]) == 5
@@ -284,7 +287,8 @@ torch.manual_seed(0)
 model = toy.mlp(16, 16, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(8, 16), torch.randint(0, 10, (8,))
-prof = perfsleuth.profile({out!r}, wait=1, warmup=1, active=2, after={after}, stop_after_window=False)
+prof = perfsleuth.profile({out!r}, wait=1, warmup=1, active=2, after={after}, memory_steps={memory},
+                          stop_after_window=False)
 with prof:
     for epoch in range(24 // {per_epoch}):
         with torch.profiler.record_function("epoch"):  # {per_epoch} steps: spans the end of the main window
@@ -295,22 +299,45 @@ print([(j, phase) for j, phase, *_ in prof._session.step_clock.intervals])
 """
 
 
-@pytest.mark.parametrize("per_epoch, after, stacks_from", [(6, 0, 7), (1, 0, 5), (4, 0, 5), (12, 4, 13), (1, 4, 8)])
-def test_stacks_window_waits_for_annotations_begun_under_the_main_window(tmp_path, per_epoch, after, stacks_from):
+def first_clear(boundary: int, per_epoch: int, begun: range) -> int:
+    """The first boundary from `boundary` on where no "epoch" block begun in the iterations `begun` is open: at
+    boundary b (inside iteration b - 1's optimizer step) the open block is the epoch of iteration b - 1."""
+    while (boundary - 1) // per_epoch * per_epoch in begun:
+        boundary += 1
+    return boundary
+
+
+@pytest.mark.parametrize("per_epoch, after, memory, stacks_from", [
+    (6, 0, 0, 7), (1, 0, 0, 5), (4, 0, 0, 5), (12, 4, 0, 13), (1, 4, 0, 8),
+    (6, 0, 3, 11), (1, 0, 3, 9), (3, 0, 3, 13), (12, 4, 3, 17), (1, 4, 3, 12)])
+def test_stacks_window_waits_for_annotations_begun_under_the_main_window(tmp_path, per_epoch, after, memory,
+                                                                         stacks_from):
     """A torch profiler session must not start while a record_function block begun under the previous one
-    is open (its end would land in the new session and crash the process): the stacks window waits, also
-    after the unprofiled steps that follow the main window (it starts right after them when none is open)."""
-    code = ANNOTATED.format(scripts=str(SCRIPTS), out=str(tmp_path / "o"), per_epoch=per_epoch, after=after)
+    is open (its end would land in the new session and crash the process): the memory window and the stacks
+    window wait, also after the unprofiled steps that follow the main window (they start right after them when
+    none is open); the stacks window waits for the blocks begun under the memory window (per_epoch 3: two steps)."""
+    code = ANNOTATED.format(scripts=str(SCRIPTS), out=str(tmp_path / "o"), per_epoch=per_epoch, after=after,
+                            memory=memory)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     phases = dict(eval(proc.stdout.strip().splitlines()[-1]))
     # step 0 (before the first boundary, the start-up) waits; then warm-up, 2 active, the window ends at
-    # boundary 4; `after` steps timed without the profiler; no profiler from there until the stacks window's
-    # 2 steps (at least one step after the main window); the steps between and after those are not timed
+    # boundary 4; `after` steps timed without the profiler; no profiler from there until the memory window's 3
+    # steps and the stacks window's 2 (each at least one step after the window before it); the steps between and
+    # after those are not timed
     assert [phases[j] for j in (1, 2, 3)] == ["warmup", "active", "active"]
     assert [j for j, p in sorted(phases.items()) if p == "after"] == list(range(4, 4 + after))
+    windows = []
+    if memory:
+        start = first_clear(4 + after + (after == 0), per_epoch, range(0, 4))
+        windows = [start, start + 1, start + 2]
+        assert first_clear(start + 4, per_epoch, range(start, start + 3)) == stacks_from  # the expectation, derived
+        assert [j for j, p in sorted(phases.items()) if p == "memory"] == windows
+        assert (tmp_path / "o" / "trace.memory.pt.trace.json.gz").is_file()
+    else:
+        assert first_clear(5 + after - (after > 0), per_epoch, range(0, 4)) == stacks_from
     assert [j for j, p in sorted(phases.items()) if p == "stacks"] == [stacks_from, stacks_from + 1]
-    assert sorted(phases) == [*range(1, 4 + after), stacks_from, stacks_from + 1]
+    assert sorted(phases) == [*range(1, 4 + after), *windows, stacks_from, stacks_from + 1]
     assert (tmp_path / "o" / "trace.stacks.pt.trace.json.gz").is_file()
 
 
@@ -355,8 +382,8 @@ print(rep.to_dict()["measurement"]["unprofiled_step_us"]["n"] + rep.to_dict()["m
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved, timed = proc.stdout.strip().splitlines()[-2:]
-    assert eval(saved) == ["report.html", "report.json", "summary.md", "trace.pt.trace.json.gz",
-                           "trace.stacks.pt.trace.json.gz"]
+    assert eval(saved) == ["report.html", "report.json", "summary.md", "trace.memory.pt.trace.json.gz",
+                           "trace.pt.trace.json.gz", "trace.stacks.pt.trace.json.gz"]
     assert timed == "6"  # wait 3: the start-up step, then 2 timed without the profiler; 4 after the window
     again = analyze_path(tmp_path / "saved").to_dict()
     assert again["trace"]["stacks_trace"] == str(tmp_path / "saved" / "trace.stacks.pt.trace.json.gz")

@@ -15,8 +15,9 @@ from perfsleuth.trace.model import load_trace
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "scripts" / "cpu"))
 import toy  # noqa: E402
 
-# boundary counting: no stacks window (see below), no unprofiled steps after the window (but in the first test)
-SMALL = dict(wait=1, warmup=1, active=3, after=0, stack_steps=0)
+# boundary counting: no memory or stacks window (see below), no unprofiled steps after the window (but in the
+# first test); the memory window's own test: tests/test_run_memory.py
+SMALL = dict(wait=1, warmup=1, active=3, after=0, stack_steps=0, memory_steps=0)
 
 
 def model_and_opt(features=32, lr=0.01):
@@ -113,7 +114,7 @@ def test_stop_after_window_ends_the_block_and_says_so_on_stderr(tmp_path, capsys
 
 def test_manual_steps_turn_the_automatic_boundaries_off():
     model, opt = model_and_opt()
-    with perfsleuth.profile(wait=0, warmup=1, active=2, stack_steps=0, manual_steps=True) as prof:
+    with perfsleuth.profile(wait=0, warmup=1, active=2, stack_steps=0, memory_steps=0, manual_steps=True) as prof:
         for i, (x, y) in enumerate(batches(10)):
             train_step(model, opt, x, y)
             train_step(model, opt, x, y)  # two optimizer steps per iteration: prof.step() decides
@@ -123,7 +124,7 @@ def test_manual_steps_turn_the_automatic_boundaries_off():
 
 def test_first_manual_step_switches_from_automatic_boundaries():
     model, opt = model_and_opt()
-    with perfsleuth.profile(wait=1, warmup=1, active=2, stack_steps=0) as prof:
+    with perfsleuth.profile(wait=1, warmup=1, active=2, stack_steps=0, memory_steps=0) as prof:
         for i, (x, y) in enumerate(batches(10)):
             train_step(model, opt, x, y)
             prof.step()
@@ -215,7 +216,7 @@ def test_module_boundaries_give_way_to_the_optimizer():
 
     model, opt = model_and_opt()
     before = len(nn_module._global_forward_pre_hooks)
-    with perfsleuth.profile(wait=0, warmup=1, active=2, stack_steps=0) as prof:
+    with perfsleuth.profile(wait=0, warmup=1, active=2, stack_steps=0, memory_steps=0) as prof:
         assert len(nn_module._global_forward_pre_hooks) == before + 1
         for _ in range(6):
             train_step(model, opt, torch.randn(8, 32), torch.zeros(8, dtype=torch.long))

@@ -26,7 +26,7 @@ from perfsleuth.trace.model import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 LBFGS = ROOT / "fixtures" / "scripts" / "cpu" / "lbfgs.py"
-SMALL = ["--wait", "1", "--warmup", "1", "--active", "3"]
+SMALL = ["--wait", "1", "--warmup", "1", "--active", "3", "--no-memory"]  # the memory window: test_run_memory.py
 
 
 def cli(*args):

@@ -53,4 +53,4 @@ def test_on_ci_a_real_run_times_20_unprofiled_steps(tmp_path):
     m = json.loads((tmp_path / "o" / "report.json").read_text())["measurement"]
     assert m["before"]["n"] + m["after"]["n"] + m["unprofiled_warmup_steps"] == 20
     assert m["after"]["n"] + m["before"]["n"] == m["unprofiled_step_us"]["n"] >= 18
-    assert "stopped the script after step 24 (profiled 2)" in result.stderr  # 11 + 1 + 2 + 10
+    assert "stopped the script after step 27 (profiled 2)" in result.stderr  # 11 + 1 + 2 + 10 + 3 memory steps

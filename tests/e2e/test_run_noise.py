@@ -26,7 +26,7 @@ def finished_clock(path) -> dict:
 def test_steps_after_the_window_are_timed_into_the_trace(tmp_path):
     code, out, err = run(*SCHEDULE, "-o", tmp_path / "o", script(tmp_path))
     assert code == 0, err
-    assert "perfsleuth: stopped the script after step 11 (profiled 3)" in err  # 7 + 4
+    assert "perfsleuth: stopped the script after step 14 (profiled 3)" in err  # 7 + 4 + the 3 memory steps
     clock = finished_clock(tmp_path / "o" / "trace.pt.trace.json.gz")
     assert len(clock["unprofiled_us"]) == 2 and len(clock["after_us"]) == len(clock["after_cpu_us"]) == 4
     assert all(us > 0 for us in clock["after_us"] + clock["after_cpu_us"])

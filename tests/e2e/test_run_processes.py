@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SMALL = ["--wait", "1", "--warmup", "1", "--active", "3", "--after", "0", "--no-stack"]
+SMALL = ["--wait", "1", "--warmup", "1", "--active", "3", "--after", "0", "--no-stack", "--no-memory"]
 TIMEOUT = 240
 
 LOOP = """

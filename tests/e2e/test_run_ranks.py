@@ -32,8 +32,9 @@ def test_torchrun_job_with_a_slow_rank(tmp_path):
          "--active", "4", "-o", str(out), str(DDP), "--slow-rank", "1", "--slow-work", "20000"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz",
-                                                       "report.html", "report.json", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == [  # each rank records its own memory window too
+        "rank0.memory.pt.trace.json.gz", "rank0.pt.trace.json.gz", "rank1.memory.pt.trace.json.gz",
+        "rank1.pt.trace.json.gz", "report.html", "report.json", "summary.md"]
     data = json.loads((out / "report.json").read_text())
     assert data["schema"] == "perfsleuth/report-set@1"
     assert [r["trace"]["rank"] for r in data["reports"]] == [0, 1]
