@@ -18,7 +18,7 @@ from ..errors import TraceError
 from . import files
 
 MAIN_MARK, STACKS_MARK = ".pt.trace.json", ".stacks.pt.trace.json"
-MEMORY_MARK = ".memory.pt.trace.json"  # the memory window's trace (commands/memory_window.py)
+MEMORY_MARK = ".memory.pt.trace.json"  # the memory window's trace (record/memory_window.py)
 
 
 def companion_name(main: str, mark: str = STACKS_MARK) -> str:
