@@ -44,7 +44,9 @@ CASES = {
 
 def child(script: str, setting: str, args: list) -> None:
     """One run in this process: the report's measurement and verdict as a JSON line."""
-    from perfsleuth.record.session import RunConfig, resolve_target, run_script
+    from perfsleuth.record.runner import run_script
+    from perfsleuth.record.session import RunConfig
+    from perfsleuth.record.target import resolve_target
 
     with tempfile.TemporaryDirectory() as tmp:
         outcome = run_script(resolve_target(str(SCRIPTS / f"{script}.py"), args, False),

@@ -17,7 +17,8 @@ from pathlib import Path
 import perfsleuth
 from click.testing import CliRunner
 from perfsleuth.cli.main import main
-from perfsleuth.record.session import RunConfig, Target, format_user_traceback, run_script
+from perfsleuth.record.runner import run_script
+from perfsleuth.record.session import RunConfig, Target, format_user_traceback
 from perfsleuth.record.paths import default_out_dir, rank_info, trace_name
 
 ROOT = Path(__file__).resolve().parents[2]
