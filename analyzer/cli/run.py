@@ -115,7 +115,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     from ..record import runner
     from ..record import outputs as run_outputs, paths as run_paths
     from .progress import PhaseLine
-    from ..record.target import resolve_target
+    from ..record.target import require_torch, resolve_target
 
     wait, after = unprofiled_steps(measure, wait, after)
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
@@ -125,7 +125,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
                        record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
-    runner.require_torch()
+    require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     if job.path is not None:
         protect_inputs(job.path)  # --json train.py --force never replaces the script
