@@ -102,6 +102,7 @@ def test_cpu_trace_uses_the_ops_own_time_and_a_given_peak(tmp_path):
     assert e["hfu"] == pytest.approx(ADDMM_FLOPS / 1000e-6 / 1e12)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_qwen_h100_kernel_times_match_tracelens(real_traces):
     """TraceLens's `Kernel Time (µs)_mean` per GEMM / SDPA shape is the op's kernels and memsets: ours too."""
     e = analyze_path(real_traces / "h100_qwen0.5b_inference.json.gz").to_dict()["efficiency"]

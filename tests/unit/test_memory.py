@@ -192,6 +192,7 @@ def test_a_wrong_memory_metadata_type_drops_that_section_only(tmp_path):
     assert any("memory metadata was ignored" in w for w in trace.warnings)
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_v100_peak_per_step_capacity_and_no_leak(jobs):
     trace = load_trace(REAL / "v100_df_index_resolver.json.gz", jobs=jobs)

@@ -95,6 +95,7 @@ def test_amp_gains_flops_weighted_evidence(tmp_path):
     assert amp["evidence"]["matmul_fp32_flops_share"] == 0.75
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_qwen_fires_elementwise_fusion_not_the_others(real_traces, tmp_path):
     from perfsleuth.api import analyze_path
 

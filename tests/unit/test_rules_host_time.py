@@ -285,6 +285,7 @@ def test_every_host_bound_real_trace_is_explained(real_traces):
             assert bool(ht["statement"]) is not bool(ht["findings"]), path.name
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 def test_a_huge_consumer_name_is_cut_in_the_statement_and_stored_whole_once(real_traces, tmp_path):
     """Issue 38, class 10: a 10 MB frame name made the terminal's host-time line 10 MB and report.json held it
     twice (the consumers table and the statement). The statement cuts the name; the table keeps it, once."""
