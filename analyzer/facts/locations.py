@@ -60,11 +60,17 @@ def parse_frame(name: str):
     return (m.group("file"), int(m.group("line")), m.group("func")) if m else None
 
 
+_FORMER_COMMANDS = "commands/"  # perfsleuth's run and verify lived in analyzer/commands/ until issue 34
+
+
 def _own_relative(path: str) -> bool:
     """A path the profiler shortened to the folder perfsleuth's package sits in (`analyzer/record/session.py`
     from an editable checkout: the stacks window records perfsleuth's own step hooks)."""
     own = _OWN_DIR.rstrip("/")
-    return path.startswith(os.path.basename(own) + "/") and os.path.isfile(os.path.join(os.path.dirname(own), path))
+    top = os.path.basename(own) + "/"
+    if path.startswith(top + _FORMER_COMMANDS):  # traces recorded before issue 34 moved commands/ apart
+        return True
+    return path.startswith(top) and os.path.isfile(os.path.join(os.path.dirname(own), path))
 
 
 def is_user_frame(name: str, library: frozenset = frozenset()) -> bool:
