@@ -18,7 +18,8 @@ from .step_hooks import OWN_FRAME
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the files whose frames sit between the user's code and the interpreter: runpy, the runner, the hooks
-_OURS = tuple(os.path.join(_HERE, name) for name in ("target.py", "session.py", "runner.py", "step_hooks.py", "forks.py")) + (
+_OURS = tuple(os.path.join(_HERE, name)
+              for name in ("target.py", "session.py", "runner.py", "step_hooks.py", "forks.py")) + (
     os.path.abspath(runpy.__file__),)
 
 
