@@ -110,6 +110,7 @@ def test_usable_cpus_follow_the_affinity_mask():
     assert usable_cpus() == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow  # seconds: a real trace or real processes (tests/README.md)
 @pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "cp1252"}, {"PYTHONIOENCODING": "latin-1"},
                                  {"PYTHONIOENCODING": "ascii"}])
 def test_an_output_encoding_that_cannot_show_the_text_costs_no_report(tmp_path, env):
