@@ -113,7 +113,7 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
-@main.command()
+@main.command(short_help="Analyze a recorded trace, or a directory of traces.")
 @click.argument("path", type=click.Path())
 @output_options
 @click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
@@ -211,7 +211,7 @@ def _jobs(jobs):
 # Further commands: rules, docs, diff below; run in cli/run.py (imported when used).
 
 
-@main.command("rules")
+@main.command("rules", short_help="List the rule catalog, or print one rule's docs.")
 @click.argument("slug", required=False)
 @click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (rule docs, facts, tables).")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
@@ -243,7 +243,7 @@ def exit_on_gate_failures(failures: list) -> None:
         sys.exit(EXIT_GATE)
 
 
-@main.command("docs")
+@main.command("docs", short_help="List the guides, or print one.")
 @click.argument("topic", required=False)
 @user_errors
 def docs_command(topic) -> None:
@@ -259,7 +259,7 @@ def docs_command(topic) -> None:
     click.echo(read_topic(topic) if topic else listing())
 
 
-@main.command("diff")
+@main.command("diff", short_help="Compare two runs (traces or report.json files).")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("head", type=click.Path(path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),

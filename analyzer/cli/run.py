@@ -50,7 +50,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
     return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", short_help="Profile a training script unchanged, and report.",
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--measure", type=click.IntRange(2), default=None, metavar="N",
               help="Unprofiled steps to time, half before the recorded window and half after it: the step time "
