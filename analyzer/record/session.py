@@ -90,6 +90,7 @@ class ProfileSession:
         self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
         self.on_phase: Optional[Callable[[str, str], None]] = None  # progress.PhaseLine under `perfsleuth run`
         self._said: Optional[tuple] = None  # the phase last told to on_phase
+        self.program: Optional[str] = None  # the script's file name or the module run (`perfsleuth diff` compares)
 
     @property
     def source(self) -> Optional[str]:
@@ -172,6 +173,7 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes, "memory_steps": c.memory_steps},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                **({"program": self.program} if self.program else {}),
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
