@@ -205,7 +205,7 @@ def _verify(outcome, job, folder: Path, config: VerifyConfig):
         progress(f"verify: not run: {why}")
     else:
         if config.pairs < VerifyConfig.pairs:
-            progress(f"verify: {config.pairs} pair(s) per fix, as asked: fewer than {VerifyConfig.pairs}, the spread "
-                     "says little")
+            pairs = "1 pair" if config.pairs == 1 else f"{config.pairs} pairs"
+            progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the spread says little")
         return verify_report(outcome.report, job, folder, config, progress)
     return None
