@@ -126,13 +126,15 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
                        record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
-    require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     if job.path is not None:
         protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
+    # at once, before importing torch (seconds), then the phases from the session (issue 37: 10-20 s of silence)
+    phases("starting", f"{job.program}; importing PyTorch")
+    require_torch()
     finishing = late_signals(folder)
     outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
     interrupted = None
