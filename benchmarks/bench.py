@@ -267,8 +267,8 @@ def write_section(path: Path, text: str) -> None:
 
 
 def portable(argv: list) -> str:
-    """The command as docs/perf.md prints it: the folders of this machine as placeholders, never its paths
-    (tests/unit/test_docs_paths.py)."""
+    """The command as docs/perf.md prints it: the folders of this machine as placeholders, never
+    its paths (tests/unit/test_docs_paths.py)."""
     names = {"--hta-python": "HTA/bin/python", "--workdir": "WORKDIR"}
     out = []
     for i, a in enumerate(argv):

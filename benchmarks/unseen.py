@@ -11,7 +11,7 @@ matplotlib, which the project's own environment does not have). On x86_64 with P
 torchvision come from this machine's disk (PyPI's torchvision does not import beside the torch 2.13.0
 CPU file):
 
-    VENV=venv-unseen EXAMPLES=pytorch-examples                   # any two folders outside the project
+    VENV=venv-unseen EXAMPLES=pytorch-examples        # any two folders outside the project
     python3 -m venv "$VENV"                                      # not --system-site-packages
     "$VENV"/bin/pip install --upgrade pip
     "$VENV"/bin/pip install torch==2.14.1 torchvision==0.29.1
@@ -330,8 +330,9 @@ def main() -> None:
 
 
 def portable(argv: list) -> str:
-    """The command as docs/accuracy.md prints it: the folders of this machine as placeholders (DIR, WORK, FILE,
-    PERFSLEUTH), never a path of the machine it ran on (tests/unit/test_docs_paths.py)."""
+    """The command as docs/accuracy.md prints it: the folders of this machine as placeholders
+    (DIR, WORK, FILE, PERFSLEUTH), never a path of the machine it ran on
+    (tests/unit/test_docs_paths.py)."""
     names = {"--examples": "DIR", "--keep": "WORK", "--json": "FILE", "--perfsleuth": "PERFSLEUTH"}
     out, args = [], iter(argv)
     for a in args:

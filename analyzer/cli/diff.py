@@ -147,7 +147,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "kernels": kernels,
         "ops": ops,
         "memory": memory_change(base, head),  # peaks and growth per device (render/memory_diff.py)
-        "differences": differ,  # device, program or steps compared differ: said first in every output
+        "differences": differ,  # device, program, steps compared: said first in every output
         "warnings": ([differences_sentence(differ)] if differ else [])
         + _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
         # FLOPs/step and HFU, each side (render/efficiency_text.py)
@@ -178,21 +178,24 @@ def _durations(report: dict) -> np.ndarray:
 def _side(report: dict) -> dict:
     t = report.get("trace") if isinstance(report.get("trace"), dict) else {}
     return {"path": t.get("path"), "device": t.get("device"), "program": t.get("program"),
-            "verdict": report["verdict"], "steps": len(steady(report)), "steps_source": report.get("steps_source")}
+            "verdict": report["verdict"], "steps": len(steady(report)),
+            "steps_source": report.get("steps_source")}
 
 
 def _device(report: dict) -> str:
-    """The device a report ran on, as a diff names it: the GPU's name, else its kind; "CPU only" without one."""
+    """The device a report ran on, as a diff names it: the GPU's name, else its kind; "CPU only"
+    without one."""
     t = report.get("trace") if isinstance(report.get("trace"), dict) else {}
     kind = t.get("device_type")
     return str(t.get("device") or ("CPU only" if kind in (None, "cpu") else kind))
 
 
 def differences(base: dict, head: dict, step: dict) -> list:
-    """What makes the two runs other than one program measured twice (issue 37: a CPU report against an H100
-    report of another program read "×11: REGRESSION" and nothing else): the device, the program (the script
-    `perfsleuth run` recorded; unknown for other traces, and then not compared) and the number of steps the step
-    time compares. [{"what": "device" | "program" | "steps", "base": ..., "head": ...}], in that order."""
+    """What makes the two runs other than one program measured twice (issue 37: a CPU report
+    against an H100 report of another program read "×11: REGRESSION" and nothing else): the
+    device, the program (the script `perfsleuth run` recorded; unknown for other traces, and then
+    not compared) and the number of steps the step time compares.
+    [{"what": "device" | "program" | "steps", "base": ..., "head": ...}], in that order."""
     out = []
     if _device(base) != _device(head):
         out.append({"what": "device", "base": _device(base), "head": _device(head)})

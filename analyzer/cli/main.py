@@ -268,10 +268,11 @@ def docs_command(topic) -> None:
               help="Write the diff as GitHub Markdown (a pull-request comment) to this file.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 @click.option("--fail-on-regression", "regression", multiple=True, metavar="PCT|CATEGORY:+Npp",
-              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise; "
-                   "CATEGORY:+Npp (e.g. dataloader:+10pp): if that category's share of the step grew by more than "
-                   "N percentage points and its time by more than noise. Categories are gated only when asked "
-                   "(repeatable, or comma-separated).")
+              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and "
+                   "by more than noise; CATEGORY:+Npp (e.g. dataloader:+10pp): if that "
+                   "category's share of the step grew by more than N percentage points and its "
+                   "time by more than noise. Categories are gated only when asked (repeatable, "
+                   "or comma-separated).")
 @click.option("--fail-on-memory-regression", "memory_regression", metavar="PCT",
               help="Exit 1 if a device's peak allocated memory grew by more than PCT (10% or 0.1), or a side has no "
                    "memory events.")
@@ -293,7 +294,8 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     from ..render.diff_view import check_diff_outputs, render_diff_terminal, write_diff_outputs
     from .diff import diff_paths
     from ..render.diff_view import differences_sentence
-    from .gates import check_regression, check_shares, gate_notes, parse_regressions, parse_threshold
+    from .gates import (check_regression, check_shares, gate_notes, parse_regressions,
+                        parse_threshold)
 
     gates = parse_regressions(regression)
     mem_threshold = None if memory_regression is None else parse_threshold(memory_regression,
@@ -307,7 +309,7 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
         say(f"wrote {p}")
     from ..render.memory_diff import memory_failures
 
-    for note in gate_notes(result, gates):  # a pass within noise says so; categories not gated are named
+    for note in gate_notes(result, gates):  # a pass within noise says so; ungated ones are named
         say(f"perfsleuth: {note}", err=True)
     failures = (check_regression(result, gates.step) + check_shares(result, gates.shares)
                 + memory_failures(result.get("memory"), mem_threshold))

@@ -132,7 +132,7 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
-    # at once, before importing torch (seconds), then the phases from the session (issue 37: 10-20 s of silence)
+    # at once, before importing torch (seconds); then the session's phases (issue 37)
     phases("starting", f"{job.program}; importing PyTorch")
     require_torch()
     finishing = late_signals(folder)
@@ -208,6 +208,7 @@ def _verify(outcome, job, folder: Path, config: VerifyConfig):
     else:
         if config.pairs < VerifyConfig.pairs:
             pairs = "1 pair" if config.pairs == 1 else f"{config.pairs} pairs"
-            progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the spread says little")
+            progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the "
+                     "spread says little")
         return verify_report(outcome.report, job, folder, config, progress)
     return None

@@ -41,7 +41,7 @@ from .outputs import write_trace
 log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, AFTER, STACKS, REST = "wait", "warmup", "active", "after", "stacks", "rest"
 MEMORY = "memory"  # the memory window (memory_window.py), between the after steps and the stacks window
-STARTING = "starting"  # the script's start, up to its first step boundary (its imports, its data set-up)
+STARTING = "starting"  # the script's start up to its first step (its imports, its data set-up)
 
 
 def phase_words(c: Any, phase: str) -> Optional[tuple]:

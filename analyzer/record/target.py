@@ -34,8 +34,8 @@ class Target:
 
     @property
     def program(self) -> str:
-        """What ran, as the trace records it: the module's name, or the script's file name (no folder: a
-        path of this machine is no part of a report)."""
+        """What ran, as the trace records it: the module's name, or the script's file name (no
+        folder: a path of this machine is no part of a report)."""
         return self.name if self.module else Path(self.name).name
 
     @property

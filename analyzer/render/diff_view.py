@@ -84,8 +84,8 @@ def differences_sentence(items: list) -> str:
             for x in items if x.get("what") in words]
     if not said:
         return ""
-    return (f"the runs differ ({'; '.join(said)}): a change between them need not come from the code; "
-            "compare one program on one machine, over as many steps")
+    return (f"the runs differ ({'; '.join(said)}): a change between them need not come from "
+            "the code; compare one program on one machine, over as many steps")
 
 
 def _noise_sentence(st: dict) -> str:
@@ -116,7 +116,9 @@ def render_diff_terminal(d: dict) -> str:
     lines.append(f"  {_noise_sentence(st)}")
     for label in ("base", "head"):
         s = st[label]
-        lines.append(f"  {label}: {s['n']} step{'s' if s['n'] != 1 else ''}, MAD {fmt_us(s['mad'])}, range {fmt_us(s['min'])} – {fmt_us(s['max'])}")
+        steps = f"{s['n']} step{'s' if s['n'] != 1 else ''}"
+        lines.append(f"  {label}: {steps}, MAD {fmt_us(s['mad'])}, range {fmt_us(s['min'])} – "
+                     f"{fmt_us(s['max'])}")
     verdict = (f"{_plain(v['base'], 40)} → {_plain(v['head'], 40)} (changed)" if v["changed"]
                else f"{_plain(v['head'], 40)} (unchanged)")
     lines += [f"verdict: {verdict}", "",
@@ -196,7 +198,8 @@ def _md_headline(d: dict) -> str:
     differ = differences_sentence(d.get("differences") or [])
     warning = f"\n\n> **Warning:** {md_text(differ, 400)}" if differ else ""
     return (f"### perfsleuth diff: median step{basis} **{_step_pct(st)}** "
-            f"({md_text(_call(st['call']))}) · {verdict}{warning}\n\n> {md_text(_noise_sentence(st))}")
+            f"({md_text(_call(st['call']))}) · {verdict}{warning}\n\n"
+            f"> {md_text(_noise_sentence(st))}")
 
 
 def _md_step_table(d: dict) -> str:

@@ -194,9 +194,10 @@ def _die_with_parent() -> None:
 
 
 def window_banner(job: dict) -> str:
-    """The log's line before a job's windows: each window by number and what it runs, the baseline named as
-    such (issue 37: baseline windows were labelled with the fix's name)."""
-    names = ["baseline" if w == "A" else str(job.get("variant") or "the fix") for w in job["windows"]]
+    """The log's line before a job's windows: each window by number and what it runs, the
+    baseline named as such (issue 37: baseline windows were labelled with the fix's name)."""
+    fix = str(job.get("variant") or "the fix")
+    names = ["baseline" if w == "A" else fix for w in job["windows"]]
     first = job["first"]
     where = f"window {first}" if len(names) == 1 else f"windows {first}-{first + len(names) - 1}"
     return f"--- perfsleuth verify: {where}: {', '.join(names)} ---"

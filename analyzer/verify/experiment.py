@@ -250,7 +250,8 @@ class Verifier:
                     "reason": x["reason"], "verified": None} for x in not_tried]
         fresh = sum(e["processes"] for e in experiments if e["how"] == FRESH)
         one = sum(e["processes"] for e in experiments if e["how"] == TOGGLE)
-        cost = cost_sentence(one, fresh, spent, max(self.startup_s) if self.startup_s else None, self.log_path)
+        startup_s = max(self.startup_s) if self.startup_s else None
+        cost = cost_sentence(one, fresh, spent, startup_s, self.log_path)
         return {"budget_s": round(budget, 1), "spent_s": round(spent, 1), "pairs": self.config.pairs,
                 "steps_per_window": self.steps, "folder": str(self.folder), "log": str(self.log_path),
                 "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost,
@@ -261,19 +262,25 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def cost_sentence(toggling: int, fresh: int, spent_s: float, startup_s: Optional[float], log: object) -> str:
-    """What the experiments cost, in words: how many times the script ran again and how (`toggling` processes
-    that switch a fix between windows, `fresh` processes of one window each; a kind that did not run is not
-    named), how long, and where its output went (issue 37: "ran again 1 time(s) ... 0 fresh process(es)")."""
+def cost_sentence(toggling: int, fresh: int, spent_s: float, startup_s: Optional[float],
+                  log: object) -> str:
+    """What the experiments cost, in words: how many times the script ran again and how
+    (`toggling` processes that switch a fix between windows, `fresh` processes of one window
+    each; a kind that did not run is not named), how long, and where its output went (issue 37:
+    "ran again 1 time(s) ... 0 fresh process(es)")."""
     runs = toggling + fresh
     times = "once" if runs == 1 else f"{runs} times"
-    how = [f"{_count(toggling, 'process', 'processes')} toggling a fix between windows" if toggling else "",
-           f"{_count(fresh, 'fresh process', 'fresh processes')} of one window each" if fresh else ""]
+    how = [f"{_count(toggling, 'process', 'processes')} toggling a fix between windows"
+           if toggling else "",
+           f"{_count(fresh, 'fresh process', 'fresh processes')} of one window each"
+           if fresh else ""]
     how_text = f" ({', '.join(x for x in how if x)})" if runs else ""
-    startup = f"; a process's start-up took about {startup_s:.1f} s, not timed" if startup_s else ""
+    startup = (f"; a process's start-up took about {startup_s:.1f} s, not timed" if startup_s
+               else "")
     again = "" if runs == 1 else " each time"
-    return (f"the script ran again {times} without the profiler{how_text} in {spent_s:.0f} s{startup}; its side "
-            f"effects (log lines, files it writes) happened again{again}; its output is in {log}")
+    return (f"the script ran again {times} without the profiler{how_text} in {spent_s:.0f} s"
+            f"{startup}; its side effects (log lines, files it writes) happened again{again}; "
+            f"its output is in {log}")
 
 
 def busy_warning(experiments: list) -> Optional[str]:
