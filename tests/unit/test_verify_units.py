@@ -318,13 +318,15 @@ def test_the_snippet_shows_the_count_the_forecast_advises():
 
 
 @pytest.mark.parametrize("toggling,fresh,said", [
-    (1, 0, "the script ran again once without the profiler (1 process toggling a fix between windows) in 42 s; "
-           "its side effects (log lines, files it writes) happened again; its output is in LOG"),
-    (0, 6, "the script ran again 6 times without the profiler (6 fresh processes of one window each) in 42 s; "
-           "its side effects (log lines, files it writes) happened again each time; its output is in LOG"),
-    (2, 1, "the script ran again 3 times without the profiler (2 processes toggling a fix between windows, "
-           "1 fresh process of one window each) in 42 s; its side effects (log lines, files it writes) happened "
-           "again each time; its output is in LOG"),
+    (1, 0, "the script ran again once without the profiler (1 process toggling a fix between "
+           "windows) in 42 s; its side effects (log lines, files it writes) happened again; its "
+           "output is in LOG"),
+    (0, 6, "the script ran again 6 times without the profiler (6 fresh processes of one window "
+           "each) in 42 s; its side effects (log lines, files it writes) happened again each "
+           "time; its output is in LOG"),
+    (2, 1, "the script ran again 3 times without the profiler (2 processes toggling a fix "
+           "between windows, 1 fresh process of one window each) in 42 s; its side effects (log "
+           "lines, files it writes) happened again each time; its output is in LOG"),
 ])
 def test_the_cost_is_said_in_words(toggling, fresh, said):
     from perfsleuth.verify.experiment import cost_sentence
@@ -341,5 +343,6 @@ def test_the_log_names_baseline_windows_baseline():
         "--- perfsleuth verify: window 0: baseline ---")
     assert window_banner({"first": 3, "windows": ["B"], "variant": "num_workers=2"}) == (
         "--- perfsleuth verify: window 3: num_workers=2 ---")
-    assert window_banner({"first": 0, "windows": ["A", "B", "A", "B"], "variant": "foreach=True"}) == (
+    toggled = {"first": 0, "windows": ["A", "B", "A", "B"], "variant": "foreach=True"}
+    assert window_banner(toggled) == (
         "--- perfsleuth verify: windows 0-3: baseline, foreach=True, baseline, foreach=True ---")
