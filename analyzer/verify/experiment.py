@@ -242,7 +242,9 @@ class Verifier:
     def _summary(self, done: list, not_tried: list, budget: float, spent: float) -> dict:
         experiments = []
         for e in done:
-            e["windows"] = [{"window": w["window"], "variant": w["variant"], "steps": len(w.get("step_us") or []),
+            e["windows"] = [{"window": w["window"], "variant": w["variant"],
+                             "label": "baseline" if w["variant"] == "A" else e["variant"],
+                             "steps": len(w.get("step_us") or []),
                              "mean_us": round(verify_stats.window_mean(w) or 0.0, 3), "warmup_us": w.get("warmup_us"),
                              "load": w.get("load"), "others_cores": w.get("others_cores")} for w in e["windows"]]
             experiments.append(e)

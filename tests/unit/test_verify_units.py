@@ -346,3 +346,21 @@ def test_the_log_names_baseline_windows_baseline():
     toggled = {"first": 0, "windows": ["A", "B", "A", "B"], "variant": "foreach=True"}
     assert window_banner(toggled) == (
         "--- perfsleuth verify: windows 0-3: baseline, foreach=True, baseline, foreach=True ---")
+
+
+def test_the_report_labels_each_window_and_says_the_cost(tmp_path):
+    from perfsleuth.record.target import Target
+    from perfsleuth.verify.experiment import Verifier
+
+    v = Verifier(Target("train.py"), tmp_path, VerifyConfig(), 1000.0, lambda line: None)
+    rows = [window(0, "A", 10.0, 12.0), window(1, "B", 8.0, 8.0)]
+    entry = {"fix": "num_workers", "variant": "num_workers=2", "how": FRESH, "processes": 2,
+             "windows": rows}
+    extra = v._summary([entry], [], budget=60.0, spent=42.4)
+    [e] = extra["experiments"]
+    assert [(w["window"], w["variant"], w["label"], w["mean_us"]) for w in e["windows"]] == [
+        (0, "A", "baseline", 11.0), (1, "B", "num_workers=2", 8.0)]
+    assert extra["cost"] == (
+        "the script ran again 2 times without the profiler (2 fresh processes of one window "
+        "each) in 42 s; its side effects (log lines, files it writes) happened again each time; "
+        f"its output is in {tmp_path / 'verify' / 'children.log'}")
