@@ -12,7 +12,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from ..analysis.verdict import STRAGGLER_BOUND
 from ..analysis.verdict import VERDICTS as RANK_VERDICTS
@@ -137,10 +137,11 @@ class RegressionGates:
         return self.step is not None or bool(self.shares)
 
 
-def parse_regressions(values: Iterable[str]) -> RegressionGates:
+def parse_regressions(values: Sequence[str]) -> RegressionGates:
     """Comma-separated (the option may repeat): `10%` / `0.1` gates the step time,
     `dataloader:+10pp` a category's share of the step (percentage points). The last value given
     for the step or a category wins."""
+    values = list(values)
     step, shares = None, {}
     for value in values:
         for raw in str(value).split(","):
@@ -165,7 +166,11 @@ def parse_regressions(values: Iterable[str]) -> RegressionGates:
             if not 0 <= pp < 100:
                 raise UsageError(f"--fail-on-regression: {token!r} is out of range (+0pp to +99pp)")
             shares[category] = pp / 100.0
-    return RegressionGates(step, tuple(shares.items()))
+    gates = RegressionGates(step, tuple(shares.items()))
+    if values and not gates:  # never a gate that silently cannot trip
+        raise UsageError(f"--fail-on-regression: {', '.join(map(repr, values))} names no gate "
+                         "(write 10% or dataloader:+10pp)")
+    return gates
 
 
 def check_shares(diff: dict, shares: Iterable) -> list:
