@@ -127,6 +127,8 @@ def render_diff_terminal(d: dict) -> str:
         per_step = f"{fmt_us(c['base_us_per_step'])} → {fmt_us(c['head_us_per_step'])}"
         lines.append(f"{c['category']:<14}{fmt_pct(c['base_share']):>7}{fmt_pct(c['head_share']):>7}"
                      f"{_pp(c['share_change']):>10}   {per_step:<24}  {_call(c['call'])}")
+    if _ungated_note(d):
+        lines.append(_ungated_note(d))
     f = d["findings"]
     for label, key in (("findings appeared", "appeared"), ("findings gone", "gone")):
         if f[key]:
@@ -233,7 +235,19 @@ def _md_categories(d: dict) -> str:
         label = CATEGORY_LABELS.get(c["category"], md_text(c["category"], 40))
         rows.append(f"| {label} | {fmt_pct(c['base_share'])} | {fmt_pct(c['head_share'])} | {_pp(c['share_change'])} "
                     f"| {fmt_us(c['base_us_per_step'])} → {fmt_us(c['head_us_per_step'])} | {md_text(_call(c['call']))} |")
-    return "\n".join(rows)
+    note = _ungated_note(d)
+    return "\n".join(rows) + (f"\n\n_{md_text(note)}_" if note else "")
+
+
+def _ungated_note(d: dict) -> str:
+    """Under the category table when a category's share grew with its time beyond noise: a ▲ there
+    fails no build unless a gate names it (issue 37: nothing said that categories are not gated)."""
+    grew = [c for c in d["categories"] if c.get("call") == "regression"
+            and (number(c.get("share_change")) or 0) > 0]
+    if not grew:
+        return ""
+    return (f"▲ is a change beyond noise; a category fails no gate unless named "
+            f"(--fail-on-regression {grew[0]['category']}:+10pp)")
 
 
 def _changed_numbers(f: dict) -> list:

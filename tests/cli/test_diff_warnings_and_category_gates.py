@@ -146,6 +146,16 @@ def test_a_pass_within_noise_says_so_and_names_what_is_not_gated():
     # gated: not named again
     assert gate_notes(d, parse_regressions(["10%", "dataloader:+50pp"]))[1:] == []
     assert gate_notes(d, RegressionGates()) == []  # no gate asked: nothing said
+    # every output says it under the category table, gate or not
+    note = ("▲ is a change beyond noise; a category fails no gate unless named "
+            "(--fail-on-regression dataloader:+10pp)")
+    lines = render_diff_terminal(d).splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("other "))) + 1] == note
+    assert f"| ≈ within noise |\n\n_{note}_\n\n" in render_diff_markdown(d)
+    # a step that grows evenly (no share grew) gets no such line
+    even = diff_reports(loader_report(BASE, [10] * 4),
+                        loader_report([110, 111, 109, 110], [11] * 4))
+    assert "fails no gate" not in render_diff_terminal(even) + render_diff_markdown(even)
 
 
 def test_cli_pass_within_noise_is_said_on_stderr(tmp_path):

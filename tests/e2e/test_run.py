@@ -428,7 +428,7 @@ def test_run_says_which_phase_it_is_in(tmp_path):
                     ("writing", "the trace (trace.pt.trace.json.gz)"),
                     ("profiling", "2 steps with Python stacks (source lines)"),
                     ("analysing", "trace.pt.trace.json.gz")]
-    # the trace names the program it came from (its file name, no folder): `perfsleuth diff` compares it
+    # the trace names its program (the file name, no folder): `perfsleuth diff` compares it
     assert outcome.report.to_dict()["trace"]["program"] == "compute_mlp.py"
 
 
