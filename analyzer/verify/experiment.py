@@ -28,10 +28,10 @@ from ..record.signals import exit_code, signal_name
 from .config import VerifyConfig
 from .fixes import FRESH, TOGGLE, Context
 from .server import Results, Server, ServerDied
+from .words import busy_warning, cost_sentence, plural
 
 log = logging.getLogger(__name__)
 SERVER_START_S = 3.0  # the child's own start-up (importing torch) before it is measured
-BUSY_SHARE = 0.25  # other processes busy on this share of the cores during the windows: said (verify.warning)
 
 
 class _BudgetSpent(Exception):
@@ -138,7 +138,7 @@ class Verifier:
 
     def _experiment(self, i: int, n: int, exp: dict, entry: dict) -> None:
         label = f"verify {i}/{n}: {exp['variant']}"
-        pairs = _count(self.config.pairs, "pair", "pairs")
+        pairs = plural(self.config.pairs, "pair", "pairs")
         self.say(f"{label}: baseline and {exp['variant']} alternating, {pairs} ({exp['how']}) ...")
         t0 = self.clock()
         try:
@@ -258,50 +258,6 @@ class Verifier:
                 "steps_per_window": self.steps, "folder": str(self.folder), "log": str(self.log_path),
                 "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost,
                 "warning": busy_warning(experiments)}
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def cost_sentence(toggling: int, fresh: int, spent_s: float, startup_s: Optional[float],
-                  log: object) -> str:
-    """What the experiments cost, in words: how many times the script ran again and how
-    (`toggling` processes that switch a fix between windows, `fresh` processes of one window
-    each; a kind that did not run is not named), how long, and where its output went (issue 37:
-    "ran again 1 time(s) ... 0 fresh process(es)")."""
-    runs = toggling + fresh
-    times = "once" if runs == 1 else f"{runs} times"
-    how = [f"{_count(toggling, 'process', 'processes')} toggling a fix between windows"
-           if toggling else "",
-           f"{_count(fresh, 'fresh process', 'fresh processes')} of one window each"
-           if fresh else ""]
-    how_text = f" ({', '.join(x for x in how if x)})" if runs else ""
-    startup = (f"; a process's start-up took about {startup_s:.1f} s, not timed" if startup_s
-               else "")
-    again = "" if runs == 1 else " each time"
-    return (f"the script ran again {times} without the profiler{how_text} in {spent_s:.0f} s"
-            f"{startup}; its side effects (log lines, files it writes) happened again{again}; "
-            f"its output is in {log}")
-
-
-def busy_warning(experiments: list) -> Optional[str]:
-    """A line when other processes kept a quarter of the cores or more busy, on average, during the windows
-    (the CPU time /proc/stat counts beyond the experiment's own processes): the pairs then measure them too,
-    as pyperf and hyperfine say of their own runs."""
-    windows = [w for e in experiments for w in e["windows"]]
-    others = [w["others_cores"] for w in windows if isinstance(w.get("others_cores"), (int, float))]
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if not others or sum(others) / len(others) < BUSY_SHARE * cores:
-        return None
-    loads = [x for w in windows for x in (w.get("load") or []) if isinstance(x, (int, float))]
-    load = f", load average up to {max(loads):.1f}" if loads else ""
-    return (f"the machine was busy during the experiments: other processes kept {sum(others) / len(others):.1f} of "
-            f"{cores} cores busy on average{load}; their work is in the windows and moves the pairs apart: rerun "
-            "on a quiet machine")
 
 
 def plan_for(report, config: VerifyConfig) -> tuple:

@@ -329,7 +329,7 @@ def test_the_snippet_shows_the_count_the_forecast_advises():
            "lines, files it writes) happened again each time; its output is in LOG"),
 ])
 def test_the_cost_is_said_in_words(toggling, fresh, said):
-    from perfsleuth.verify.experiment import cost_sentence
+    from perfsleuth.verify.words import cost_sentence
 
     assert cost_sentence(toggling, fresh, 42.4, None, "LOG") == said
     assert cost_sentence(toggling, fresh, 42.4, 2.04, "LOG") == said.replace(
