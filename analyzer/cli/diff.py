@@ -49,6 +49,9 @@ class DiffConfig:
     # percentage: a change against 0 µs, or a denormal, is not a ratio anyone can read (the gate says so).
     min_base_us: float = 0.001
     top_changes: int = 10  # rows in each of the slower / faster kernel and op lists
+    # One side compares this many times the other's steps or more: the runs differ (a step or two set
+    # apart as warm-up on one side is the usual jitter, not a different experiment).
+    steps_ratio: float = 1.5
     # Analysing a trace for a diff lists every kernel and op, so a name missing on one side really
     # is absent there (a report.json lists only its top Config.top_n).
     analysis_top_n: int = 1_000_000
@@ -133,7 +136,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         profiled, basis=PROFILED)
     kernels = _named_changes(base, head, "top_kernels", config, full_lists)
     ops = _named_changes(base, head, "top_ops", config, full_lists)
-    differ = differences(base, head, step)
+    differ = differences(base, head, step, config)
     return {
         "schema": DIFF_SCHEMA,
         "tool": {"name": "perfsleuth", "version": __version__},
@@ -190,11 +193,11 @@ def _device(report: dict) -> str:
     return str(t.get("device") or ("CPU only" if kind in (None, "cpu") else kind))
 
 
-def differences(base: dict, head: dict, step: dict) -> list:
+def differences(base: dict, head: dict, step: dict, config: Optional[DiffConfig] = None) -> list:
     """What makes the two runs other than one program measured twice (issue 37: a CPU report
     against an H100 report of another program read "×11: REGRESSION" and nothing else): the
     device, the program (the script `perfsleuth run` recorded; unknown for other traces, and then
-    not compared) and the number of steps the step time compares.
+    not compared) and the number of steps the step time compares (`steps_ratio` apart or more).
     [{"what": "device" | "program" | "steps", "base": ..., "head": ...}], in that order."""
     out = []
     if _device(base) != _device(head):
@@ -203,7 +206,8 @@ def differences(base: dict, head: dict, step: dict) -> list:
                 for r in (base, head)]
     if all(programs) and programs[0] != programs[1]:
         out.append({"what": "program", "base": programs[0], "head": programs[1]})
-    if step["base"]["n"] != step["head"]["n"]:
+    n = sorted((step["base"]["n"], step["head"]["n"]))
+    if n[1] >= (config or DiffConfig()).steps_ratio * n[0]:
         out.append({"what": "steps", "base": step["base"]["n"], "head": step["head"]["n"]})
     return out
 
