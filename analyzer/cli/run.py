@@ -50,7 +50,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
     return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", short_help="Profile a training script unchanged, and report.",
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--measure", type=click.IntRange(2), default=None, metavar="N",
               help="Unprofiled steps to time, half before the recorded window and half after it: the step time "
@@ -125,13 +126,15 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
                        record_shapes=record_shapes)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
-    require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     if job.path is not None:
         protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
+    # at once, before importing torch (seconds); then the session's phases (issue 37)
+    phases("starting", f"{job.program}; importing PyTorch")
+    require_torch()
     finishing = late_signals(folder)
     outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
     interrupted = None
@@ -204,7 +207,8 @@ def _verify(outcome, job, folder: Path, config: VerifyConfig):
         progress(f"verify: not run: {why}")
     else:
         if config.pairs < VerifyConfig.pairs:
-            progress(f"verify: {config.pairs} pair(s) per fix, as asked: fewer than {VerifyConfig.pairs}, the spread "
-                     "says little")
+            pairs = "1 pair" if config.pairs == 1 else f"{config.pairs} pairs"
+            progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the "
+                     "spread says little")
         return verify_report(outcome.report, job, folder, config, progress)
     return None

@@ -27,8 +27,8 @@ from .outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARN
                           RunOutcome, analyze, conclude)
 from .paths import rank_info
 from .compile_facts import CompileWatch
-from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock,
-                         phase_words)
+from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, STARTING, WAIT, WARMUP,
+                         StacksBudget, StacksSchedule, StepClock, phase_words)
 from .step_hooks import StepHooks
 from .target import Target, execute, script_environment, format_user_traceback, require_torch  # noqa: F401
 
@@ -90,6 +90,7 @@ class ProfileSession:
         self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
         self.on_phase: Optional[Callable[[str, str], None]] = None  # progress.PhaseLine under `perfsleuth run`
         self._said: Optional[tuple] = None  # the phase last told to on_phase
+        self.program: Optional[str] = None  # the script's file name or module (diff compares it)
 
     @property
     def source(self) -> Optional[str]:
@@ -130,7 +131,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
-        self._say_phase(WAIT if self.config.wait else WARMUP)
+        self._say_phase(STARTING)  # said before the script's imports and set-up (they can be long)
         self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
@@ -172,6 +173,7 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes, "memory_steps": c.memory_steps},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                **({"program": self.program} if self.program else {}),
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 

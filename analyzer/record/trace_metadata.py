@@ -18,6 +18,7 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
                                 "stack_shapes", "memory_steps"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
+                   "program": "train.py",                     # run's script (file name) or module
                    "optimizers": [{"class", "file", "line", "function", "foreach", "fused", "count",
                                    "zero_grad": [{"file", "line", "function"}]}],  # code_sites.py: where the
                                                                                    # user's code built them

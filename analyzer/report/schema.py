@@ -25,6 +25,7 @@ class TraceDoc(msgspec.Struct):
     path: Optional[str] = None
     device: Optional[str] = None
     device_type: Optional[str] = None
+    program: Optional[str] = None
 
 
 # One field per category (config.CATEGORIES), so that a message names the bad one: `$.steps[0].time_us.host`.

@@ -80,6 +80,7 @@ class RunMetadata(msgspec.Struct):
     host: HostFacts = msgspec.field(default_factory=HostFacts)
     loaders: list[LoaderFacts] = msgspec.field(default_factory=list)
     memory_trace: Optional[str] = None  # the memory companion beside the trace (a file name)
+    program: Optional[str] = None  # the script's file name or the module `perfsleuth run` ran
 
 
 def run_metadata(value, warnings: list) -> dict:
