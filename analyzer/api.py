@@ -28,7 +28,7 @@ ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "a
                     "analysis.steps", "analysis.tables", "analysis.verdict", "report.model", "engine.catalog",
                     "engine.evaluate", "engine.explain", "engine.forecast", "engine.reconsider", "facts.core",
                     "facts.forecasting", "facts.stacks", "analysis.forecast.forecaster",
-                    "analysis.efficiency.words")
+                    "analysis.efficiency.words", "report.timeline", "report.launches")
 
 
 def load_analysis() -> None:
@@ -107,6 +107,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
+    _drill(report, facts.context)
     _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
@@ -118,6 +119,18 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
+
+
+def _drill(report: Report, context) -> None:
+    """A way into the trace for the HTML page: each top kernel's launching op and source line, and the
+    timeline of the median steady step (report/launches.py, report/timeline.py)."""
+    from .report.launches import with_launches
+    from .report.timeline import timeline
+
+    report.top_kernels = with_launches(context, report.top_kernels)
+    section = timeline(report.trace, report.steps)
+    if section is not None:
+        report.extra["timeline"] = section
 
 
 def _efficiency_degree(report: Report) -> None:
