@@ -5,7 +5,7 @@ innermost op enclosing it on its thread) names the op that launched it (facts/de
 the first user frame enclosing the call (facts/locations.user_frames, traces recorded with stacks)
 names the line. Each row gets the op and line that launched most of that kernel's time in the steady
 steps: `op` (null where no instance could be linked), `op_share` (of the kernel's time launched by
-that op), `source` ({file, line, function} or null without stacks).
+that op), `source` ({file, line, function, line_kind} as a finding's locations; null without stacks).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..facts.common import Context
 from ..facts.device import launching_ops
-from ..facts.locations import parse_frame, user_frames
+from ..facts.locations import parse_frame, startup_names, user_frames
 from ..trace.lookup import by_id
 from ..trace.model import DEVICE_KINDS, RUNTIME
 from ..trace.selection import of_kind
@@ -40,14 +40,17 @@ def with_launches(ctx: Context, rows: list) -> list:
     total = df.groupby("kernel")["dur"].sum()
     best_op = _best(df[df["op"] != ""], "op")
     best_src = _best(df[df["source"] != ""], "source")
+    startup = startup_names(ctx.trace)
     out = []
     for r in rows:
         k = str(r.get("name"))
         op = best_op.get(k)
-        src = parse_frame(best_src[k][0]) if k in best_src else None
+        frame = best_src[k][0] if k in best_src else None
+        src = parse_frame(frame) if frame else None
         out.append({**r, "op": op[0] if op else None,
                     "op_share": round(op[1] / float(total[k]), 4) if op and total.get(k) else None,
-                    "source": {"file": src[0], "line": src[1], "function": src[2]} if src else None})
+                    "source": {"file": src[0], "line": src[1], "function": src[2],
+                               "line_kind": "running" if frame in startup else "function"} if src else None})
     return out
 
 

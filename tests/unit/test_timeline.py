@@ -101,9 +101,11 @@ def test_kernel_launching_op_and_source_line(tmp_path):
     rows = {k["name"]: k for k in report_of(tb, tmp_path)["top_kernels"]}
     assert rows["sgemm_kernel"]["op"] == "aten::mm"  # 100 of its 130 µs
     assert rows["sgemm_kernel"]["op_share"] == round(100 / 130, 4)
-    assert rows["sgemm_kernel"]["source"] == {"file": "model.py", "line": 42, "function": "forward"}
+    assert rows["sgemm_kernel"]["source"] == {"file": "model.py", "line": 42, "function": "forward",
+                                             "line_kind": "function"}
     assert rows["orphan_kernel"]["op"] is None and rows["orphan_kernel"]["op_share"] is None
-    assert rows["orphan_kernel"]["source"] == {"file": "train.py", "line": 10, "function": "<module>"}
+    assert rows["orphan_kernel"]["source"] == {"file": "train.py", "line": 10, "function": "<module>",
+                                             "line_kind": "function"}
 
 
 def test_no_stacks_no_source(tmp_path):
