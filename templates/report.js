@@ -83,7 +83,8 @@
       say("waiting for Perfetto UI to answer…");
       var tries = 0;
       var timer = setInterval(function () {
-        if (++tries > 200) { clearInterval(timer); say("Perfetto UI did not answer (offline?)"); return; }
+        if (++tries > 200) { clearInterval(timer); say("Perfetto UI did not answer: offline, or it refused this page (it may not answer pages opened as " +
+              "files: serve the folder, e.g. python -m http.server, or drop the trace on ui.perfetto.dev)"); return; }
         win.postMessage("PING", origin);
       }, 100);
       function onMessage(e) {
