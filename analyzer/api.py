@@ -107,7 +107,9 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
-    _drill(report, facts.context)
+    from .report.launches import way_in
+
+    way_in(report, facts.context)  # kernel -> op -> line, the step's timeline: the HTML's way in
     _join_lines(report, rules, facts, companion)
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
@@ -119,18 +121,6 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     report.generation = {"name": facts.values["device_generation"] or None,
                          "compute_capability": facts.values["device_compute_capability"] or None,
                          "source": facts.values["device_generation_source"]}
-
-
-def _drill(report: Report, context) -> None:
-    """A way into the trace for the HTML page: each top kernel's launching op and source line, and the
-    timeline of the median steady step (report/launches.py, report/timeline.py)."""
-    from .report.launches import with_launches
-    from .report.timeline import timeline
-
-    report.top_kernels = with_launches(context, report.top_kernels)
-    section = timeline(report.trace, report.steps)
-    if section is not None:
-        report.extra["timeline"] = section
 
 
 def _efficiency_degree(report: Report) -> None:

@@ -1,5 +1,5 @@
-"""docs/img/report.png: the top of the HTML report of a real trace, taken with headless Chromium, and
-docs/img/report.json: what the picture shows and where it came from.
+"""docs/img/report.png: the top of the HTML report of a real trace, taken with headless Chromium,
+and docs/img/report.json: what the picture shows and where it came from.
 
     python scripts/report_screenshot.py            # analyse the trace, render, screenshot, record
     python scripts/report_screenshot.py --check    # exit 1 when the picture is stale (below)
@@ -10,7 +10,8 @@ step). `--check` (tests/unit/test_report_image.py) fails when the PNG is not the
 today's analysis of the trace gives other figures than the picture shows: the image then is stale,
 and this script, run again, makes it current.
 
-Chromium: the Debian `chromium` and `chromedriver` (as tests/e2e/test_report_browser.py), 1100 px wide.
+Chromium: the Debian `chromium` and `chromedriver` (as tests/e2e/test_report_browser.py), 1100 px
+wide.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def sha256(path: Path) -> str:
 
 
 def figures(report: dict) -> dict:
-    """What the top of the page shows, as the page words it (report/figures.py: every output's text)."""
+    """What the top of the page shows, as the page words it (report/figures.py: every output's
+    text)."""
     from perfsleuth.report import figures as words
     from perfsleuth.report.present import fmt_pct, fmt_us
 
@@ -48,8 +50,14 @@ def figures(report: dict) -> dict:
         "verdict_text": report.get("verdict_text"),
         "median_step": fmt_us((summary.get("step_time_us") or {}).get("median")),
         "device_busy": fmt_pct(summary.get("device_busy")),
-        "top_finding": {"rule": top.get("rule"), "title": top.get("title"), "number": words.short_text(top),
-                        "saving": words.saving_text(top)} if top else None,
+        "top_finding": {
+            "rule": top.get("rule"),
+            "title": top.get("title"),
+            "number": words.short_text(top),
+            "saving": words.saving_text(top),
+        }
+        if top
+        else None,
         "findings": [f.get("rule") for f in findings],
         "timeline_step": (report.get("timeline") or {}).get("step"),
     }
@@ -68,17 +76,29 @@ def screenshot(report: dict, out: Path) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="perfsleuth-shot-"))
     try:
-        shutil.copy(ROOT / TRACE, work / Path(TRACE).name)  # the report beside its trace, as a user has it
+        shutil.copy(
+            ROOT / TRACE, work / Path(TRACE).name
+        )  # the report beside its trace, as a user has it
         report = {**report, "trace": {**report["trace"], "path": str(work / Path(TRACE).name)}}
         write_outputs(report, out_dir=work / "out")
         opts = webdriver.ChromeOptions()
         opts.binary_location = shutil.which("chromium") or "chromium"
-        for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-                     "--disable-background-networking", "--force-color-profile=srgb",
-                     "--force-prefers-reduced-motion", f"--window-size={WIDTH},{HEIGHT}",
-                     f"--user-data-dir={work / 'profile'}"):
+        for flag in (
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--force-color-profile=srgb",
+            "--force-prefers-reduced-motion",
+            f"--window-size={WIDTH},{HEIGHT}",
+            f"--user-data-dir={work / 'profile'}",
+        ):
             opts.add_argument(flag)
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=opts)
+        driver = webdriver.Chrome(
+            service=Service(shutil.which("chromedriver") or "chromedriver"), options=opts
+        )
         try:
             driver.set_window_size(WIDTH, HEIGHT)
             driver.get((work / "out" / "report.html").as_uri())
@@ -97,9 +117,16 @@ def png_size(path: Path) -> list:
 def record(report: dict) -> dict:
     from perfsleuth.version import __version__
 
-    return {"trace": TRACE, "trace_sha256": sha256(ROOT / TRACE), "png_sha256": sha256(PNG),
-            "png_size": png_size(PNG), "window": [WIDTH, HEIGHT], "perfsleuth": __version__,
-            "command": "python scripts/report_screenshot.py", "figures": figures(report)}
+    return {
+        "trace": TRACE,
+        "trace_sha256": sha256(ROOT / TRACE),
+        "png_sha256": sha256(PNG),
+        "png_size": png_size(PNG),
+        "window": [WIDTH, HEIGHT],
+        "perfsleuth": __version__,
+        "command": "python scripts/report_screenshot.py",
+        "figures": figures(report),
+    }
 
 
 def problems(saved: dict, report: dict) -> list:
@@ -112,9 +139,10 @@ def problems(saved: dict, report: dict) -> list:
     if saved.get("trace") != TRACE or saved.get("trace_sha256") != sha256(ROOT / TRACE):
         out.append(f"the picture was taken of another trace than {TRACE} as it is now")
     now = figures(report)
+    shown = saved.get("figures", {})
     for key, value in now.items():
-        if saved.get("figures", {}).get(key) != value:
-            out.append(f"{key}: the picture shows {saved.get('figures', {}).get(key)!r}, today's analysis {value!r}")
+        if shown.get(key) != value:
+            out.append(f"{key}: the picture shows {shown.get(key)!r}, today's analysis {value!r}")
     return out
 
 
@@ -133,7 +161,9 @@ def main(argv=None) -> int:
         return 1 if found else 0
     screenshot(report, PNG)
     RECORD.write_text(json.dumps(record(report), indent=2, ensure_ascii=False) + "\n")
-    print(f"wrote {PNG.relative_to(ROOT)} ({PNG.stat().st_size} bytes) and {RECORD.relative_to(ROOT)}")
+    print(
+        f"wrote {PNG.relative_to(ROOT)} ({PNG.stat().st_size} bytes) and {RECORD.relative_to(ROOT)}"
+    )
     return 0
 
 

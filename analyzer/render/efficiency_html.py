@@ -98,7 +98,8 @@ def efficiency_html(report: dict) -> str:
         cells = ((o.get("name"), None), (o.get("shape"), None), (o.get("dtype"), None),
                  (o.get("count"), o.get("count")), (fmt_us(o.get("time_us")), o.get("time_us")),
                  (rate(o.get("flops_per_s")), o.get("flops_per_s")),
-                 (pct(o.get("pct_of_roofline")), o.get("pct_of_roofline")), (o.get("bound") or "-", None),
+                 (pct(o.get("pct_of_roofline")), o.get("pct_of_roofline")),
+                 (o.get("bound") or "-", None),
                  (fmt_us(o.get("lost_us_per_step")), o.get("lost_us_per_step")))
         # data-v: the number a click on the column's name sorts by (templates/report.js)
         rows.append("<tr>" + "".join(f'<td data-v="{_e(_num(raw))}">{_e(v)}</td>' if raw is not None

@@ -136,7 +136,8 @@ def view(report: dict, pid: str = "", base: str | None = None) -> dict:
         "ops_more": max(0, len(report.get("top_ops") or []) - MAX_TABLE_ROWS),
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
-        "meta": _meta(report, {**trace, "path": shown_path(str(trace.get("path") or ""), base) or None}),
+        "meta": _meta(report, {**trace,
+                               "path": shown_path(str(trace.get("path") or ""), base) or None}),
         # escaped there (render/timeline_html.py)
         "timeline_html": Markup(timeline_html(report, pid, base)),
         # escaped there (render/efficiency_html.py)

@@ -37,8 +37,8 @@ def write_outputs(
     file as it was.
     """
     targets = check_outputs(out_dir=out_dir, html=html, markdown=markdown, json_path=json_path, force=force)
-    contents = [(path, _render_html(report, str(path.parent)) if kind == "html" else _RENDERERS[kind](report))
-                for kind, path in targets]
+    contents = [(path, _render_html(report, str(path.parent)) if kind == "html"
+                 else _RENDERERS[kind](report)) for kind, path in targets]
     return safe_write.write_set(contents, force, kinds=[kind for kind, _ in targets])
 
 
@@ -118,8 +118,8 @@ def json_safe(value: Any) -> Any:
 
 
 def _render_html(report: dict, base: str | None = None) -> str:
-    """A report's page, or a report set's (an index, then a section per trace, within a size budget).
-    `base`: the page's folder, which the trace paths it shows are relative to."""
+    """A report's page, or a report set's (an index, then a section per trace, within a size
+    budget). `base`: the page's folder, which the trace paths it shows are relative to."""
     if "reports" in report:
         from .set_page import render_set_html
 

@@ -24,7 +24,8 @@ COMPACT_FINDINGS = 5  # findings listed in a compact section (title, its number,
 
 
 def render_set_html(data: dict, base: str | None = None) -> str:
-    """The set's page; `base`: its folder (the paths it shows are relative to it, never absolute)."""
+    """The set's page; `base`: its folder (the paths it shows are relative to it, never
+    absolute)."""
     env = _environment()
     reports = set_order([r for r in data.get("reports") or [] if isinstance(r, dict)])
     rows = [index_row(r, f"r{i + 1}-", str(data.get("path") or "")) for i, r in enumerate(reports)]
@@ -34,7 +35,8 @@ def render_set_html(data: dict, base: str | None = None) -> str:
     ranks = ranks_view(data)  # the cross-rank section (ranks_html.py), above the sections
 
     def page(kept_rows: list, sections: list, counts: dict) -> str:
-        index = {"path": shown_path(str(data.get("path") or ""), base), "count": len(reports), "rows": kept_rows, "skipped": skipped,
+        index = {"path": shown_path(str(data.get("path") or ""), base),
+                 "count": len(reports), "rows": kept_rows, "skipped": skipped,
                  "budget": f"{MAX_PAGE_BYTES / 1e6:g} MB", **counts}
         title = f"perfsleuth: {len(reports)} traces — {shorten(index['path'], 80)}"
         return env.get_template("report.html.j2").render(

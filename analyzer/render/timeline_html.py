@@ -44,7 +44,11 @@ def shown_path(path: Optional[str], base: Optional[str]) -> str:
     except ValueError:  # another drive (Windows)
         return os.path.basename(path)
     parts = rel.replace(os.sep, "/").split("/")
-    return os.path.basename(path) if parts[:MAX_CLIMB + 1].count("..") > MAX_CLIMB else rel.replace(os.sep, "/")
+    return (
+        os.path.basename(path)
+        if parts[: MAX_CLIMB + 1].count("..") > MAX_CLIMB
+        else rel.replace(os.sep, "/")
+    )
 
 
 def marks(report: dict) -> dict:
@@ -58,7 +62,8 @@ def marks(report: dict) -> dict:
 
 
 def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> str:
-    """The section ('' when the report has no timeline: older reports, traces without a steady step)."""
+    """The section ('' when the report has no timeline: older reports, traces without a steady
+    step)."""
     tl = report.get("timeline")
     if not isinstance(tl, dict) or not isinstance(tl.get("lanes"), list):
         return ""
@@ -72,20 +77,33 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
     height = top + 4
     by_cat = marks(report)
     scale = (W - LABEL) / dur
-    out = [f'<section id="{_e(pid)}timeline" class="timeline">', "<h2>One step, event by event</h2>",
-           f'<p class="hint">{_e(_hint(tl, by_cat))}</p>', _perfetto(trace_path, base, pid),
-           f'<div class="timeline-wrap"><svg class="timeline" id="{_e(pid)}timeline-svg" '
-           f'viewBox="0 0 {W:.0f} {height:.0f}" role="img" aria-label="timeline of {_e(tl.get("step"))}">']
+    out = [
+        f'<section id="{_e(pid)}timeline" class="timeline">',
+        "<h2>One step, event by event</h2>",
+        f'<p class="hint">{_e(_hint(tl, by_cat))}</p>',
+        _perfetto(trace_path, base, pid),
+        (
+            f'<div class="timeline-wrap"><svg class="timeline" id="{_e(pid)}timeline-svg" '
+            f'viewBox="0 0 {W:.0f} {height:.0f}" role="img" '
+            f'aria-label="timeline of {_e(tl.get("step"))}">'
+        ),
+    ]
     for x, label in _ticks(dur):
         px = LABEL + x * scale
-        out.append(f'<line class="tick" x1="{px:.1f}" x2="{px:.1f}" y1="{AXIS - 4}" y2="{height:.0f}"/>'
-                   f'<text class="tick" x="{px:.1f}" y="{AXIS - 8}" text-anchor="middle">{_e(label)}</text>')
+        out.append(
+            f'<line class="tick" x1="{px:.1f}" x2="{px:.1f}" y1="{AXIS - 4}" y2="{height:.0f}"/>'
+            f'<text class="tick" x="{px:.1f}" y="{AXIS - 8}" text-anchor="middle">'
+            f"{_e(label)}</text>"
+        )
     for i, (lane, y) in enumerate(zip(lanes, ys)):
         h = max(int(lane.get("depth") or 0), 1) * ROW
-        out.append(f'<g class="lane {_e(lane.get("kind"))}" data-lane="{i}">'
-                   f'<rect class="lane-bg" x="{LABEL}" y="{y:.1f}" width="{W - LABEL:.0f}" height="{h:.0f}"/>'
-                   f'<text class="lane-name" x="{LABEL - 6}" y="{y + 9:.1f}" text-anchor="end">'
-                   f'{_e(_short(lane.get("name"), 30))}<title>{_e(lane.get("name"))}</title></text></g>')
+        out.append(
+            f'<g class="lane {_e(lane.get("kind"))}" data-lane="{i}">'
+            f'<rect class="lane-bg" x="{LABEL}" y="{y:.1f}" width="{W - LABEL:.0f}" '
+            f'height="{h:.0f}"/>'
+            f'<text class="lane-name" x="{LABEL - 6}" y="{y + 9:.1f}" text-anchor="end">'
+            f"{_e(_short(lane.get('name'), 30))}<title>{_e(lane.get('name'))}</title></text></g>"
+        )
     for e in events:
         lane = int(e.get("lane") or 0)
         if not 0 <= lane < len(ys):
@@ -95,48 +113,68 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
         w = max(float(e.get("dur_us") or 0.0) * scale, 0.6)
         y = ys[lane] + int(e.get("depth") or 0) * ROW
         rules = by_cat.get(cat)
-        tip = (f"{e.get('name')} — {fmt_us(e.get('dur_us'))} · {CATEGORY_LABELS[cat]}"
-               f" · at +{fmt_us(e.get('start_us'))}" + (f" · finding: {', '.join(rules)}" if rules else ""))
+        tip = (
+            f"{e.get('name')} — {fmt_us(e.get('dur_us'))} · {CATEGORY_LABELS[cat]}"
+            f" · at +{fmt_us(e.get('start_us'))}"
+            + (f" · finding: {', '.join(rules)}" if rules else "")
+        )
         cls = f"ev c-{cat}" + (" marked" if rules else "")
-        out.append(f'<rect class="{cls}" x="{x:.2f}" y="{y + 0.5:.1f}" width="{w:.2f}" height="{ROW - 1:.0f}">'
-                   f"<title>{_e(tip)}</title></rect>")
+        out.append(
+            f'<rect class="{cls}" x="{x:.2f}" y="{y + 0.5:.1f}" width="{w:.2f}" '
+            f'height="{ROW - 1:.0f}">'
+            f"<title>{_e(tip)}</title></rect>"
+        )
     out.append("</svg></div>")
     out.append('<div class="tl-tip" role="status" aria-live="polite" hidden></div>')
-    out.append('<ul class="legend">' + "".join(f'<li><span class="swatch c-{c}"></span>{_e(CATEGORY_LABELS[c])}</li>'
-                                               for c in CATEGORIES)
-               + ('<li><span class="swatch marked"></span>a finding\'s category</li>' if by_cat else "")
-               + "</ul></section>")
+    out.append(
+        '<ul class="legend">'
+        + "".join(
+            f'<li><span class="swatch c-{c}"></span>{_e(CATEGORY_LABELS[c])}</li>'
+            for c in CATEGORIES
+        )
+        + ('<li><span class="swatch marked"></span>a finding\'s category</li>' if by_cat else "")
+        + "</ul></section>"
+    )
     return "".join(out)
 
 
 def _hint(tl: dict, by_cat: dict) -> str:
     n = tl.get("steady_steps")
-    text = (f"{tl.get('step')}, the median of {n} steady steps ({fmt_us(tl.get('duration_us'))}): host threads, "
-            "then device streams; an event inside another is drawn one row lower. Colours are the time "
-            f"breakdown's categories. {tl.get('note') or ''}.")
+    text = (
+        f"{tl.get('step')}, the median of {n} steady steps ({fmt_us(tl.get('duration_us'))}): "
+        "host threads, then device streams; an event inside another is drawn one row lower. "
+        f"Colours are the time breakdown's categories. {tl.get('note') or ''}."
+    )
     if by_cat:
-        text += " Outlined: events of a category a finding names (" + "; ".join(
-            f"{CATEGORY_LABELS[c]}: {', '.join(r)}" for c, r in by_cat.items()) + ")."
+        text += (
+            " Outlined: events of a category a finding names ("
+            + "; ".join(f"{CATEGORY_LABELS[c]}: {', '.join(r)}" for c, r in by_cat.items())
+            + ")."
+        )
     return text + " Hover an event for its name, duration and category."
 
 
 def _perfetto(trace_path: str, base: Optional[str], pid: str) -> str:
-    """The button: opens ui.perfetto.dev and hands it the trace's bytes by postMessage. The bytes come
-    from the trace file beside the report (its path relative to the report's folder) when the page is
-    served over HTTP(S); from a file the reader picks otherwise (a file:// page cannot read files)."""
+    """The button: opens ui.perfetto.dev and hands it the trace's bytes by postMessage. The bytes
+    come from the trace file beside the report (its path relative to the report's folder) when the
+    page is served over HTTP(S); from a file the reader picks otherwise (a file:// page cannot read
+    files)."""
     if not trace_path or "://" in trace_path:
         return ""
     rel = shown_path(trace_path, base)
-    return (f'<div class="perfetto js-only" id="{_e(pid)}perfetto">'
-            f'<button type="button" class="perfetto" data-trace="{_e(rel)}" '
-            f'data-origin="{PERFETTO_ORIGIN}" data-title="{_e(os.path.basename(trace_path))}">'
-            "Open the trace in Perfetto UI (needs the network: loads ui.perfetto.dev)</button>"
-            f'<label class="perfetto-pick" hidden>This page cannot read <code>{_e(rel)}</code> itself (opened as '
-            "a file, or the trace is not beside it): choose the trace file to send "
-            '<input type="file" class="perfetto-file" accept=".json,.gz,application/json,application/gzip">'
-            '</label><span class="perfetto-status"></span>'
-            '<p class="muted">The rest of this report loads nothing from the network; the trace goes only to '
-            "the Perfetto window this button opens.</p></div>")
+    return (
+        f'<div class="perfetto js-only" id="{_e(pid)}perfetto">'
+        f'<button type="button" class="perfetto" data-trace="{_e(rel)}" '
+        f'data-origin="{PERFETTO_ORIGIN}" data-title="{_e(os.path.basename(trace_path))}">'
+        "Open the trace in Perfetto UI (needs the network: loads ui.perfetto.dev)</button>"
+        '<label class="perfetto-pick" hidden>This page cannot read '
+        f"<code>{_e(rel)}</code> itself (opened as a file, or the trace is not beside it): "
+        'choose the trace file to send <input type="file" class="perfetto-file" '
+        'accept=".json,.gz,application/json,application/gzip">'
+        '</label><span class="perfetto-status"></span>'
+        '<p class="muted">The rest of this report loads nothing from the network; the trace goes '
+        "only to the Perfetto window this button opens.</p></div>"
+    )
 
 
 def _ticks(dur: float) -> list:

@@ -5,7 +5,8 @@ innermost op enclosing it on its thread) names the op that launched it (facts/de
 the first user frame enclosing the call (facts/locations.user_frames, traces recorded with stacks)
 names the line. Each row gets the op and line that launched most of that kernel's time in the steady
 steps: `op` (null where no instance could be linked), `op_share` (of the kernel's time launched by
-that op), `source` ({file, line, function, line_kind} as a finding's locations; null without stacks).
+that op), `source` ({file, line, function, line_kind} as a finding's locations; null without
+stacks).
 """
 
 from __future__ import annotations
@@ -21,21 +22,39 @@ from ..trace.model import DEVICE_KINDS, RUNTIME
 from ..trace.selection import of_kind
 
 
+def way_in(report, ctx: Context) -> None:
+    """A way into the trace for the HTML page: each top kernel's launching op and source line, and
+    the timeline of the median steady step (report/timeline.py) in `report.extra["timeline"]`."""
+    from .timeline import timeline
+
+    report.top_kernels = with_launches(ctx, report.top_kernels)
+    section = timeline(report.trace, report.steps)
+    if section is not None:
+        report.extra["timeline"] = section
+
+
 def with_launches(ctx: Context, rows: list) -> list:
-    """`rows` (top_kernels) with `op`, `op_share` and `source` added (a new list; rows unchanged)."""
+    """`rows` (top_kernels) with `op`, `op_share` and `source` added (a new list; rows
+    unchanged)."""
     if not rows:
         return rows
     kern = ctx.kind(*DEVICE_KINDS)
     wanted = {str(r.get("name")) for r in rows}
-    kern = kern[kern["name"].astype(str).isin(wanted).to_numpy()]
+    kern = kern[kern["name"].isin(list(wanted)).to_numpy()]  # on the categorical codes
     if kern.empty:
         return [{**r, "op": None, "op_share": None, "source": None} for r in rows]
     link, ops = launching_ops(ctx, kern)
     op_row = link["op"].to_numpy(np.int64)
-    names = ops["name"].astype(str).to_numpy(dtype=object) if len(ops) else np.array([], dtype=object)
-    df = pd.DataFrame({"kernel": kern["name"].astype(str).to_numpy(dtype=object),
-                       "dur": kern["dur"].to_numpy(np.int64),
-                       "op": np.where(op_row >= 0, names[np.clip(op_row, 0, None)] if len(names) else "", "")})
+    names = (
+        ops["name"].astype(str).to_numpy(dtype=object) if len(ops) else np.array([], dtype=object)
+    )
+    df = pd.DataFrame(
+        {
+            "kernel": kern["name"].astype(str).to_numpy(dtype=object),
+            "dur": kern["dur"].to_numpy(np.int64),
+            "op": np.where(op_row >= 0, names[np.clip(op_row, 0, None)] if len(names) else "", ""),
+        }
+    )
     df["source"] = _sources(ctx, kern)
     total = df.groupby("kernel")["dur"].sum()
     best_op = _best(df[df["op"] != ""], "op")
@@ -47,10 +66,21 @@ def with_launches(ctx: Context, rows: list) -> list:
         op = best_op.get(k)
         frame = best_src[k][0] if k in best_src else None
         src = parse_frame(frame) if frame else None
-        out.append({**r, "op": op[0] if op else None,
-                    "op_share": round(op[1] / float(total[k]), 4) if op and total.get(k) else None,
-                    "source": {"file": src[0], "line": src[1], "function": src[2],
-                               "line_kind": "running" if frame in startup else "function"} if src else None})
+        out.append(
+            {
+                **r,
+                "op": op[0] if op else None,
+                "op_share": round(op[1] / float(total[k]), 4) if op and total.get(k) else None,
+                "source": {
+                    "file": src[0],
+                    "line": src[1],
+                    "function": src[2],
+                    "line_kind": "running" if frame in startup else "function",
+                }
+                if src
+                else None,
+            }
+        )
     return out
 
 

@@ -1,12 +1,13 @@
-"""The report's `timeline`: the events of one steady step (the median one), bounded, for the HTML page.
+"""The report's `timeline`: the events of one steady step (the median one), bounded, for the HTML
+page.
 
-Host threads and device streams are lanes; each event carries the breakdown category its kind and name
-point to (the same seven as the time breakdown), its start within the step and its nesting depth in
-its lane. Bounded for huge traces: events shorter than TIMELINE_MERGE_FRACTION of the step are merged
-per lane and category (one block says how many), then at most TIMELINE_MAX_EVENTS of the longest are
-kept, and lanes are at most TIMELINE_MAX_DEPTH deep; `merged`, `dropped` and `note` say what was left
-out. Selecting and merging are vectorised; only the kept events (a bounded few) are nested one by one.
-docs/schema.md#timeline documents the section.
+Host threads and device streams are lanes; each event carries the breakdown category its kind and
+name point to (the same seven as the time breakdown), its start within the step and its nesting
+depth in its lane. Bounded for huge traces: events shorter than TIMELINE_MERGE_FRACTION of the step
+are merged per lane and category (one block says how many), then at most TIMELINE_MAX_EVENTS of the
+longest are kept, and lanes are at most TIMELINE_MAX_DEPTH deep; `merged`, `dropped` and `note` say
+what was left out. Selecting and merging are vectorised; only the kept events (a bounded few) are
+nested one by one. docs/schema.md#timeline documents the section.
 """
 
 from __future__ import annotations
@@ -17,11 +18,24 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.steps import STEP_RE, Steps
-from ..config import (CATEGORIES, TIMELINE_MAX_DEPTH, TIMELINE_MAX_EVENTS, TIMELINE_MAX_NAME,
-                      TIMELINE_MERGE_FRACTION)
+from ..config import (
+    CATEGORIES,
+    TIMELINE_MAX_DEPTH,
+    TIMELINE_MAX_EVENTS,
+    TIMELINE_MAX_NAME,
+    TIMELINE_MERGE_FRACTION,
+)
 from ..trace.model import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Trace
-from ..trace.names import (ITEM_OPS, OWN_SPAN, SYNC_CALLS, is_comm, is_copy_call, is_dataloader,
-                           is_memory_kernel, name_mask)
+from ..trace.names import (
+    ITEM_OPS,
+    OWN_SPAN,
+    SYNC_CALLS,
+    is_comm,
+    is_copy_call,
+    is_dataloader,
+    is_memory_kernel,
+    name_mask,
+)
 from ..trace.selection import of_kind
 
 HOST_KINDS = (CPU_OP, RUNTIME, ANNOTATION)
@@ -44,7 +58,8 @@ def median_step(steps: Steps) -> Optional[int]:
 def categories(kind: np.ndarray, names: pd.Series) -> np.ndarray:
     """Each event's category index (into CATEGORIES): kernels `kernel`, collectives `communication`,
     copies and memsets `transfer`; on the host, sync calls and `.item()` `sync`, copy calls
-    `transfer`, DataLoader spans `dataloader`, other ops and runtime calls `host`, annotations `other`."""
+    `transfer`, DataLoader spans `dataloader`, other ops and runtime calls `host`, annotations
+    `other`."""
     out = np.full(len(kind), _CAT["other"], dtype=np.int8)
     comm = name_mask(names, is_comm)
     memk = name_mask(names, is_memory_kernel)
@@ -75,12 +90,18 @@ def timeline(trace: Trace, steps: Steps) -> Optional[dict]:
     ev = ev[inside]
     keep = ~name_mask(ev["name"], lambda n: bool(STEP_RE.match(n)) or n.startswith(OWN_SPAN))
     ev = ev[keep]
-    frame = pd.DataFrame({
-        "kind": ev["kind"].to_numpy(), "pid": ev["pid"].to_numpy(np.int64), "tid": ev["tid"].to_numpy(np.int64),
-        "start": np.maximum(ev["ts"].to_numpy(np.int64), lo) - lo,
-        "end": np.minimum(ev["end"].to_numpy(np.int64), hi) - lo,
-        "cat": categories(ev["kind"].to_numpy(), ev["name"]),
-        "name": ev["name"].astype(str).to_numpy(dtype=object), "count": 1})
+    frame = pd.DataFrame(
+        {
+            "kind": ev["kind"].to_numpy(),
+            "pid": ev["pid"].to_numpy(np.int64),
+            "tid": ev["tid"].to_numpy(np.int64),
+            "start": np.maximum(ev["ts"].to_numpy(np.int64), lo) - lo,
+            "end": np.minimum(ev["end"].to_numpy(np.int64), hi) - lo,
+            "cat": categories(ev["kind"].to_numpy(), ev["name"]),
+            "name": ev["name"].astype(str).to_numpy(dtype=object),
+            "count": 1,
+        }
+    )
     frame["device"] = np.isin(frame["kind"].to_numpy(), DEVICE_LANE_KINDS)
     lanes, frame["lane"] = _lanes(frame, trace)
     total = len(frame)
@@ -91,21 +112,30 @@ def timeline(trace: Trace, steps: Steps) -> Optional[dict]:
     if len(frame) > TIMELINE_MAX_EVENTS:
         order = np.argsort(-(frame["end"] - frame["start"]).to_numpy(), kind="stable")
         cut = frame.iloc[order[TIMELINE_MAX_EVENTS:]]
-        dropped = {"events": int(cut["count"].sum()), "us": _us(int((cut["end"] - cut["start"]).sum()))}
+        dropped = {
+            "events": int(cut["count"].sum()),
+            "us": _us(int((cut["end"] - cut["start"]).sum())),
+        }
         frame = frame.iloc[np.sort(order[:TIMELINE_MAX_EVENTS])]
     events, deep = _nest(frame)
     if deep:
         dropped = {"events": dropped["events"] + deep[0], "us": round(dropped["us"] + deep[1], 3)}
     for lane in lanes:
-        lane["depth"] = 1 + max((e["depth"] for e in events if e["lane"] == lane["index"]), default=-1)
+        lane["depth"] = 1 + max(
+            (e["depth"] for e in events if e["lane"] == lane["index"]), default=-1
+        )
     name = str(st["name"])
     return {
-        "step": name, "step_row": row, "start_us": _us(lo), "duration_us": _us(hi - lo),
+        "step": name,
+        "step_row": row,
+        "start_us": _us(lo),
+        "duration_us": _us(hi - lo),
         "steady_steps": int(steps.steady_mask().sum()),
         "lanes": [{k: v for k, v in lane.items() if k != "index"} for lane in lanes],
         "events": events,
         "events_in_step": total,
-        "merge_under_us": _us(threshold), "merged_blocks": merged_blocks,
+        "merge_under_us": _us(threshold),
+        "merged_blocks": merged_blocks,
         "dropped": dropped,
         "note": _note(total, threshold, merged_blocks, dropped),
     }
@@ -121,33 +151,55 @@ def _lanes(frame: pd.DataFrame, trace: Trace) -> tuple[list[dict], np.ndarray]:
     lanes = []
     for i, (device, pid, tid) in enumerate(keys.itertuples(index=False)):
         label = trace.thread_names.get((int(pid), int(tid))) if not device else None
-        name = (f"device {pid} · stream {tid}" if device
-                else f"thread {tid}" + (f" ({label})" if label else "") + f" · pid {pid}")
-        lanes.append({"index": i, "name": name, "kind": "device" if device else "host",
-                      "pid": int(pid), "tid": int(tid)})
+        name = (
+            f"device {pid} · stream {tid}"
+            if device
+            else f"thread {tid}" + (f" ({label})" if label else "") + f" · pid {pid}"
+        )
+        lanes.append(
+            {
+                "index": i,
+                "name": name,
+                "kind": "device" if device else "host",
+                "pid": int(pid),
+                "tid": int(tid),
+            }
+        )
     index = pd.MultiIndex.from_frame(keys)
     lane = index.get_indexer(pd.MultiIndex.from_frame(frame[["device", "pid", "tid"]]))
     return lanes, lane.astype(np.int64)
 
 
 def _merge_tiny(frame: pd.DataFrame, threshold: int) -> pd.DataFrame:
-    """Events shorter than `threshold` ns become blocks: consecutive ones of one lane and category, less
-    than `threshold` apart, are one event named for how many it holds."""
+    """Events shorter than `threshold` ns become blocks: consecutive ones of one lane and category,
+    less than `threshold` apart, are one event named for how many it holds."""
     tiny = (frame["end"] - frame["start"]).to_numpy() < threshold
     if not tiny.any():
         return frame
     small = frame[tiny].sort_values(["lane", "cat", "start"], kind="stable")
     lane, cat = small["lane"].to_numpy(), small["cat"].to_numpy()
-    start, end = small["start"].to_numpy(), small["end"].to_numpy()
-    prev_end = small.groupby(["lane", "cat"], sort=False)["end"].cummax().to_numpy()  # the run's reach
+    start = small["start"].to_numpy()
+    reach = small.groupby(["lane", "cat"], sort=False)["end"].cummax().to_numpy()  # the run so far
     new = np.ones(len(small), dtype=bool)
     same = (lane[1:] == lane[:-1]) & (cat[1:] == cat[:-1])
-    new[1:] = ~same | (start[1:] - prev_end[:-1] >= threshold)
+    new[1:] = ~same | (start[1:] - reach[:-1] >= threshold)
     group = np.cumsum(new) - 1
-    blocks = small.assign(group=group).groupby("group", sort=False).agg(
-        kind=("kind", "first"), pid=("pid", "first"), tid=("tid", "first"), start=("start", "min"),
-        end=("end", "max"), cat=("cat", "first"), name=("name", "first"), count=("count", "sum"),
-        device=("device", "first"), lane=("lane", "first"))
+    blocks = (
+        small.assign(group=group)
+        .groupby("group", sort=False)
+        .agg(
+            kind=("kind", "first"),
+            pid=("pid", "first"),
+            tid=("tid", "first"),
+            start=("start", "min"),
+            end=("end", "max"),
+            cat=("cat", "first"),
+            name=("name", "first"),
+            count=("count", "sum"),
+            device=("device", "first"),
+            lane=("lane", "first"),
+        )
+    )
     many = blocks["count"].to_numpy() > 1
     label = f"events under {_us(threshold)} µs each, merged"
     blocks.loc[many, "name"] = [f"{n} {label}" for n in blocks.loc[many, "count"].tolist()]
@@ -156,16 +208,22 @@ def _merge_tiny(frame: pd.DataFrame, threshold: int) -> pd.DataFrame:
 
 
 def _nest(frame: pd.DataFrame) -> tuple[list[dict], tuple]:
-    """The kept events as dicts with their depth in the lane (an event inside a longer one is one level
-    deeper); those deeper than TIMELINE_MAX_DEPTH are left out: (their count, their µs)."""
+    """The kept events as dicts with their depth in the lane (an event inside a longer one is one
+    level deeper); those deeper than TIMELINE_MAX_DEPTH are left out: (their count, their µs)."""
     frame = frame.assign(length=frame["end"] - frame["start"]).sort_values(
-        ["lane", "start", "length"], ascending=[True, True, False], kind="stable")
+        ["lane", "start", "length"], ascending=[True, True, False], kind="stable"
+    )
     out, deep_n, deep_ns = [], 0, 0
     stack: list[int] = []
     lane_now = None
-    for lane, start, end, cat, name, count in zip(frame["lane"].tolist(), frame["start"].tolist(),
-                                                  frame["end"].tolist(), frame["cat"].tolist(),
-                                                  frame["name"].tolist(), frame["count"].tolist()):
+    for lane, start, end, cat, name, count in zip(
+        frame["lane"].tolist(),
+        frame["start"].tolist(),
+        frame["end"].tolist(),
+        frame["cat"].tolist(),
+        frame["name"].tolist(),
+        frame["count"].tolist(),
+    ):
         if lane != lane_now:
             stack, lane_now = [], lane
         while stack and stack[-1] <= start:
@@ -173,8 +231,17 @@ def _nest(frame: pd.DataFrame) -> tuple[list[dict], tuple]:
         if len(stack) >= TIMELINE_MAX_DEPTH:
             deep_n, deep_ns = deep_n + count, deep_ns + end - start
             continue
-        out.append({"lane": int(lane), "depth": len(stack), "start_us": _us(start), "dur_us": _us(end - start),
-                    "name": name[:TIMELINE_MAX_NAME], "category": CATEGORIES[int(cat)], "count": int(count)})
+        out.append(
+            {
+                "lane": int(lane),
+                "depth": len(stack),
+                "start_us": _us(start),
+                "dur_us": _us(end - start),
+                "name": name[:TIMELINE_MAX_NAME],
+                "category": CATEGORIES[int(cat)],
+                "count": int(count),
+            }
+        )
         stack.append(end)
     return out, ((deep_n, _us(deep_ns)) if deep_n else ())
 
@@ -182,8 +249,12 @@ def _nest(frame: pd.DataFrame) -> tuple[list[dict], tuple]:
 def _note(total: int, threshold: int, blocks: int, dropped: dict) -> str:
     parts = [f"{total} events in the step"]
     if blocks:
-        parts.append(f"events under {_us(threshold)} µs merged into {blocks} blocks per lane and category")
+        parts.append(
+            f"events under {_us(threshold)} µs merged into {blocks} blocks per lane and category"
+        )
     if dropped["events"]:
-        parts.append(f"{dropped['events']} events ({dropped['us']} µs in all) left out: only the "
-                     f"{TIMELINE_MAX_EVENTS} longest are drawn, at most {TIMELINE_MAX_DEPTH} levels deep")
+        parts.append(
+            f"{dropped['events']} events ({dropped['us']} µs in all) left out: only the "
+            f"{TIMELINE_MAX_EVENTS} longest are drawn, at most {TIMELINE_MAX_DEPTH} levels deep"
+        )
     return "; ".join(parts)

@@ -1,8 +1,9 @@
-"""The HTML report's way into the trace in a real browser (headless Chromium, as test_report_browser.py):
-the timeline's lanes drawn, a hover showing an escaped hostile name, tables sorted by a click, and the
-Perfetto button's message: a local page stands in for ui.perfetto.dev (it answers PONG to PING, as
-Perfetto's documented handshake does, and records what it is posted); the buffer must be the trace's
-bytes, fetched from beside the report (served over HTTP) or picked with the file input (opened as a file).
+"""The HTML report's way into the trace in a real browser (headless Chromium, as
+test_report_browser.py): the timeline's lanes drawn, a hover showing an escaped hostile name, tables
+sorted by a click, and the Perfetto button's message: a local page stands in for ui.perfetto.dev (it
+answers PONG to PING, as Perfetto's documented handshake does, and records what it is posted); the
+buffer must be the trace's bytes, fetched from beside the report (served over HTTP) or picked with
+the file input (opened as a file).
 """
 
 import base64
@@ -21,14 +22,16 @@ from tracebuilder_rules import RuleTraceBuilder
 
 HOSTILE = '<img src=x onerror="document.title=1">&amp;'
 
-STUB = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>stub perfetto</title></head><body><script>
+STUB = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>stub perfetto</title></head>
+<body><script>
 window.received = null; window.pings = 0;
 window.addEventListener("message", function (e) {
   if (e.data === "PING") { window.pings++; e.source.postMessage("PONG", "*"); return; }
   if (e.data && e.data.perfetto) {
     var p = e.data.perfetto, bytes = new Uint8Array(p.buffer), bin = "";
     for (var i = 0; i < bytes.length; i++) { bin += String.fromCharCode(bytes[i]); }
-    window.received = {title: p.title, fileName: p.fileName, b64: btoa(bin), opener: e.source === window.opener};
+    window.received = {title: p.title, fileName: p.fileName, b64: btoa(bin),
+                       opener: e.source === window.opener};
   }
 });
 </script></body></html>"""
@@ -61,8 +64,13 @@ def site(tmp_path_factory):
     (stub_dir / "index.html").write_text(STUB)
     page_server, page_origin = serve(root)
     stub_server, stub_origin = serve(stub_dir)
-    yield {"root": root, "trace": trace, "report": report, "page": f"{page_origin}/out/report.html",
-           "stub": stub_origin}
+    yield {
+        "root": root,
+        "trace": trace,
+        "report": report,
+        "page": f"{page_origin}/out/report.html",
+        "stub": stub_origin,
+    }
     page_server.shutdown()
     stub_server.shutdown()
 
@@ -76,11 +84,16 @@ def test_timeline_lanes_and_an_escaped_hover(site):
         assert visible(svg)
         lanes = svg.find_elements(By.CSS_SELECTOR, "g.lane")
         assert [lane.get_attribute("class") for lane in lanes] == ["lane host", "lane device"]
-        assert all(lane.find_element(By.CSS_SELECTOR, "rect.lane-bg").size["width"] > 500 for lane in lanes)
+        assert all(
+            lane.find_element(By.CSS_SELECTOR, "rect.lane-bg").size["width"] > 500 for lane in lanes
+        )
         rects = svg.find_elements(By.CSS_SELECTOR, "rect.ev")
         assert len(rects) == len(site["report"]["timeline"]["events"]) == 5
-        hostile = next(r for r in rects if r.find_element(By.TAG_NAME, "title")
-                       .get_attribute("textContent").startswith("<img"))
+        hostile = next(
+            r
+            for r in rects
+            if r.find_element(By.TAG_NAME, "title").get_attribute("textContent").startswith("<img")
+        )
         ActionChains(driver).move_to_element(hostile).perform()
         tip = driver.find_element(By.CSS_SELECTOR, "section.timeline .tl-tip")
         WebDriverWait(driver, 5).until(lambda _: tip.is_displayed())
@@ -103,10 +116,16 @@ def test_a_click_on_a_column_name_sorts_the_table(site):
         assert total.text.lower().startswith("total")
 
         def totals():
-            return [float(td.get_attribute("data-v")) for td in table.find_elements(By.CSS_SELECTOR, "tbody td:nth-child(4)")]
+            return [
+                float(td.get_attribute("data-v"))
+                for td in table.find_elements(By.CSS_SELECTOR, "tbody td:nth-child(4)")
+            ]
 
         total.click()
-        assert totals() == sorted(totals(), reverse=True) and total.get_attribute("aria-sort") == "descending"
+        assert (
+            totals() == sorted(totals(), reverse=True)
+            and total.get_attribute("aria-sort") == "descending"
+        )
         total.click()
         assert totals() == sorted(totals()) and total.get_attribute("aria-sort") == "ascending"
         assert len(set(totals())) == 3
@@ -122,8 +141,11 @@ def received(driver, stub_origin: str) -> dict:
     """Switch to the stub Perfetto window and wait for the message it records."""
     WebDriverWait(driver, 10).until(lambda d: len(d.window_handles) == 2)
     driver.switch_to.window(driver.window_handles[1])
-    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return window.received !== undefined"
-                                                               " && window.received !== null"))
+    WebDriverWait(driver, 10).until(
+        lambda d: d.execute_script(
+            "return window.received !== undefined && window.received !== null"
+        )
+    )
     assert driver.current_url.startswith(stub_origin)
     return driver.execute_script("return window.received")
 
@@ -133,9 +155,14 @@ def test_perfetto_button_posts_the_trace_fetched_from_beside_the_report(site):
     try:
         driver.get(site["page"])
         button = driver.find_element(By.CSS_SELECTOR, "button.perfetto")
-        assert "needs the network" in button.text and button.get_attribute("data-trace") == "../t.json.gz"
+        assert (
+            "needs the network" in button.text
+            and button.get_attribute("data-trace") == "../t.json.gz"
+        )
         assert button.get_attribute("data-origin") == "https://ui.perfetto.dev"
-        driver.execute_script("arguments[0].setAttribute('data-origin', arguments[1])", button, site["stub"])
+        driver.execute_script(
+            "arguments[0].setAttribute('data-origin', arguments[1])", button, site["stub"]
+        )
         button.click()
         got = received(driver, site["stub"])
         assert base64.b64decode(got["b64"]) == site["trace"].read_bytes()
@@ -152,7 +179,9 @@ def test_perfetto_button_on_a_file_page_offers_the_file_picker(site):
         button = driver.find_element(By.CSS_SELECTOR, "button.perfetto")
         pick = driver.find_element(By.CSS_SELECTOR, ".perfetto-pick")
         assert not pick.is_displayed()
-        driver.execute_script("arguments[0].setAttribute('data-origin', arguments[1])", button, site["stub"])
+        driver.execute_script(
+            "arguments[0].setAttribute('data-origin', arguments[1])", button, site["stub"]
+        )
         button.click()
         WebDriverWait(driver, 5).until(lambda _: pick.is_displayed())
         driver.find_element(By.CSS_SELECTOR, "input.perfetto-file").send_keys(str(site["trace"]))

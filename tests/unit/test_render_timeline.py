@@ -1,6 +1,6 @@
-"""The HTML page's way into the trace (render/timeline_html.py, templates): the timeline's SVG, hostile
-names escaped, the Perfetto button's relative path, kernel -> op -> line cells, sortable tables, no
-Top kernels section on a CPU run, no absolute path in the page."""
+"""The HTML page's way into the trace (render/timeline_html.py, templates): the timeline's SVG,
+hostile names escaped, the Perfetto button's relative path, kernel -> op -> line cells, sortable
+tables, no Top kernels section on a CPU run, no absolute path in the page."""
 
 import copy
 import re
@@ -46,13 +46,21 @@ def test_timeline_svg_has_a_lane_per_thread_and_stream_and_a_rect_per_event(gpu_
 
 def test_hostile_names_in_the_timeline_are_escaped(gpu_report):
     svg = svg_of(render_html(gpu_report))
-    assert "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;&quot;&amp;&lt;U+202E&gt;" in svg
+    assert (
+        "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;&quot;&amp;&lt;U+202E&gt;" in svg
+    )
     assert "\u202e" not in svg
 
 
 def test_marks_follow_the_findings_categories():
-    report = {"findings": [{"rule": "a", "category": "sync"}, {"rule": "b", "category": "sync"},
-                           {"rule": "c", "category": "other"}, {"rule": "d", "category": "nonsense"}]}
+    report = {
+        "findings": [
+            {"rule": "a", "category": "sync"},
+            {"rule": "b", "category": "sync"},
+            {"rule": "c", "category": "other"},
+            {"rule": "d", "category": "nonsense"},
+        ]
+    }
     assert marks(report) == {"sync": ["a", "b"]}
 
 
@@ -67,21 +75,32 @@ def test_a_marked_event_is_outlined_and_says_which_finding(gpu_report):
 
 def test_kernel_rows_name_the_launching_op_and_line(gpu_report):
     html = render_html(gpu_report)
-    row = re.search(r"<tr><td class=\"num\" data-v=\"1\">1</td><td class=\"name\" title=\"sgemm_kernel\">.*?</tr>",
-                    html, re.S).group(0)
+    row = re.search(
+        r'<tr><td class="num" data-v="1">1</td>'
+        r'<td class="name" title="sgemm_kernel">.*?</tr>',
+        html,
+        re.S,
+    ).group(0)
     assert '<td class="name launch">aten::mm</td>' in row
     assert '<td class="name source">model.py:42 in forward (first line of the function)</td>' in row
     assert 'data-v="100.0"' in row  # the total, as the sort key
 
 
-@pytest.mark.parametrize("path, base, shown", [
-    ("/home/runner/work/x/trace.json.gz", "/home/runner/work/x/out", "../trace.json.gz"),
-    ("/home/runner/work/x/out/t.json", "/home/runner/work/x/out", "t.json"),
-    ("/home/runner/work/x/trace.json.gz", "/tmp/a/b/c", "trace.json.gz"),  # 3+ folders up: the name only
-    ("/home/runner/work/x/trace.json.gz", None, "trace.json.gz"),
-    ("s3://bucket/t.json.gz", "/tmp", "s3://bucket/t.json.gz"),
-    ("", "/tmp", ""),
-])
+@pytest.mark.parametrize(
+    "path, base, shown",
+    [
+        ("/home/runner/work/x/trace.json.gz", "/home/runner/work/x/out", "../trace.json.gz"),
+        ("/home/runner/work/x/out/t.json", "/home/runner/work/x/out", "t.json"),
+        (
+            "/home/runner/work/x/trace.json.gz",
+            "/tmp/a/b/c",
+            "trace.json.gz",
+        ),  # 3+ folders up: the name only
+        ("/home/runner/work/x/trace.json.gz", None, "trace.json.gz"),
+        ("s3://bucket/t.json.gz", "/tmp", "s3://bucket/t.json.gz"),
+        ("", "/tmp", ""),
+    ],
+)
 def test_shown_path(path, base, shown):
     assert shown_path(path, base) == shown
 
@@ -109,13 +128,20 @@ def test_cpu_run_has_no_top_kernels_section_and_a_gpu_run_without_kernels_says_w
 
 def test_every_data_table_has_a_header_to_sort_by(gpu_report):
     html = render_html(gpu_report)
-    assert html.count('<table class="data sortable">') == 2  # kernels, ops (this trace has no shapes)
-    assert "sortBy(table, col, th)" in html  # the page's one script sorts every table with a <thead>
+    assert (
+        html.count('<table class="data sortable">') == 2
+    )  # kernels, ops (this trace has no shapes)
+    assert (
+        "sortBy(table, col, th)" in html
+    )  # the page's one script sorts every table with a <thead>
 
 
 def test_no_timeline_section_without_one():
     html = render_html(make_report())
-    assert '<section id="timeline"' not in html and '<button type="button" class="perfetto"' not in html
+    assert (
+        '<section id="timeline"' not in html
+        and '<button type="button" class="perfetto"' not in html
+    )
 
 
 def test_the_timeline_is_bounded_on_the_page(tmp_path):

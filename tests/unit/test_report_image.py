@@ -1,5 +1,5 @@
-"""docs/img/report.png is current: the PNG is the one docs/img/report.json records, taken of the trace it
-names as that trace is now, and today's analysis of it gives the figures the picture shows
+"""docs/img/report.png is current: the PNG is the one docs/img/report.json records, taken of the
+trace it names as that trace is now, and today's analysis of it gives the figures the picture shows
 (scripts/report_screenshot.py; rerun it when this fails)."""
 
 import importlib.util
@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("report_screenshot", ROOT / "scripts" / "report_screenshot.py")
+spec = importlib.util.spec_from_file_location(
+    "report_screenshot", ROOT / "scripts" / "report_screenshot.py"
+)
 shot = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(shot)
 
@@ -31,7 +33,10 @@ def test_the_report_picture_is_current(today):
 def test_the_check_finds_a_stale_picture(today, tmp_path, monkeypatch):
     saved = json.loads(shot.RECORD.read_text())
     moved = {**saved, "figures": {**saved["figures"], "median_step": "1.23 ms"}}
-    assert any(p.startswith("median_step: the picture shows '1.23 ms'") for p in shot.problems(moved, today))
+    assert any(
+        p.startswith("median_step: the picture shows '1.23 ms'")
+        for p in shot.problems(moved, today)
+    )
     other = tmp_path / "report.png"
     other.write_bytes(shot.PNG.read_bytes() + b"\0")
     monkeypatch.setattr(shot, "PNG", other)

@@ -31,10 +31,25 @@ def test_median_step_lanes_and_events(tmp_path):
     assert tl["step"] == "ProfilerStep#3"
     assert (tl["start_us"], tl["duration_us"], tl["steady_steps"]) == (400.0, 200.0, 3)
     assert tl["lanes"] == [
-        {"name": f"thread {HOST_TID} · pid {HOST_PID}", "kind": "host", "pid": HOST_PID, "tid": HOST_TID, "depth": 2},
-        {"name": f"device {DEVICE_PID} · stream {STREAM}", "kind": "device", "pid": DEVICE_PID, "tid": STREAM,
-         "depth": 1}]
-    got = [(e["lane"], e["depth"], e["start_us"], e["dur_us"], e["name"], e["category"]) for e in tl["events"]]
+        {
+            "name": f"thread {HOST_TID} · pid {HOST_PID}",
+            "kind": "host",
+            "pid": HOST_PID,
+            "tid": HOST_TID,
+            "depth": 2,
+        },
+        {
+            "name": f"device {DEVICE_PID} · stream {STREAM}",
+            "kind": "device",
+            "pid": DEVICE_PID,
+            "tid": STREAM,
+            "depth": 1,
+        },
+    ]
+    got = [
+        (e["lane"], e["depth"], e["start_us"], e["dur_us"], e["name"], e["category"])
+        for e in tl["events"]
+    ]
     assert got == [
         (0, 0, 2.0, 20.0, "aten::mm", "host"),
         (0, 1, 5.0, 3.0, "cudaLaunchKernel", "host"),
@@ -42,7 +57,14 @@ def test_median_step_lanes_and_events(tmp_path):
         (0, 1, 40.0, 30.0, "aten::addmm", "host"),
         (0, 0, 100.0, 50.0, "cudaDeviceSynchronize", "sync"),
         (0, 0, 160.0, 10.0, "cudaMemcpyAsync", "transfer"),
-        (0, 0, 180.0, 15.0, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "dataloader"),
+        (
+            0,
+            0,
+            180.0,
+            15.0,
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "dataloader",
+        ),
         (1, 0, 10.0, 50.0, "sgemm_kernel", "kernel"),
         (1, 0, 165.0, 20.0, "Memcpy HtoD (Pageable -> Device)", "transfer"),
     ]
@@ -60,8 +82,11 @@ def test_tiny_events_merge_per_lane_and_category(tmp_path):
     tb.op("aten::mm", 600, 100)
     tl = report_of(tb, tmp_path)["timeline"]
     got = [(e["start_us"], e["dur_us"], e["name"], e["count"]) for e in tl["events"]]
-    assert got == [(100.0, 6.8, "10 events under 1.0 µs each, merged", 10), (500.0, 0.5, "aten::view", 1),
-                   (600.0, 100.0, "aten::mm", 1)]
+    assert got == [
+        (100.0, 6.8, "10 events under 1.0 µs each, merged", 10),
+        (500.0, 0.5, "aten::view", 1),
+        (600.0, 100.0, "aten::mm", 1),
+    ]
     assert tl["events_in_step"] == 12 and tl["merged_blocks"] == 1
     assert "events under 1.0 µs merged into 1 blocks" in tl["note"]
 
@@ -86,7 +111,9 @@ def test_hostile_names_are_data(tmp_path):
     tb.step(1, 0, 100)
     tb.op('<img src=x onerror=alert(1)>"&', 2, 20)
     tl = report_of(tb, tmp_path)["timeline"]
-    assert tl["events"][0]["name"] == '<img src=x onerror=alert(1)>"&'  # the JSON keeps it; renderers escape
+    assert (
+        tl["events"][0]["name"] == '<img src=x onerror=alert(1)>"&'
+    )  # the JSON keeps it; renderers escape
 
 
 def test_kernel_launching_op_and_source_line(tmp_path):
@@ -97,15 +124,25 @@ def test_kernel_launching_op_and_source_line(tmp_path):
     tb.py("torch/nn/modules/linear.py(125): forward", 6, 200, parent=fwd)
     tb.typed_launch("aten::mm", ["float"], "sgemm_kernel", host=(10, 20), device=(40, 100))
     tb.typed_launch("aten::addmm", ["float"], "sgemm_kernel", host=(50, 20), device=(150, 30))
-    tb.launch("orphan_kernel", host=(350, 3), device=(360, 10))  # outside every op and frame but the root
+    tb.launch(
+        "orphan_kernel", host=(350, 3), device=(360, 10)
+    )  # outside every op and frame but the root
     rows = {k["name"]: k for k in report_of(tb, tmp_path)["top_kernels"]}
     assert rows["sgemm_kernel"]["op"] == "aten::mm"  # 100 of its 130 µs
     assert rows["sgemm_kernel"]["op_share"] == round(100 / 130, 4)
-    assert rows["sgemm_kernel"]["source"] == {"file": "model.py", "line": 42, "function": "forward",
-                                             "line_kind": "function"}
+    assert rows["sgemm_kernel"]["source"] == {
+        "file": "model.py",
+        "line": 42,
+        "function": "forward",
+        "line_kind": "function",
+    }
     assert rows["orphan_kernel"]["op"] is None and rows["orphan_kernel"]["op_share"] is None
-    assert rows["orphan_kernel"]["source"] == {"file": "train.py", "line": 10, "function": "<module>",
-                                             "line_kind": "function"}
+    assert rows["orphan_kernel"]["source"] == {
+        "file": "train.py",
+        "line": 10,
+        "function": "<module>",
+        "line_kind": "function",
+    }
 
 
 def test_no_stacks_no_source(tmp_path):
