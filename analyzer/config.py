@@ -19,8 +19,8 @@ MEMORY_UNAVAILABLE = "record with profile_memory=True (or use perfsleuth run)"
 # The HTML report's timeline of one steady step (report/timeline.py, docs/schema.md#timeline): at
 # most this many events; events shorter than this fraction of the step are merged per lane and
 # category; lanes this deep.
-TIMELINE_MAX_EVENTS = 1200
-TIMELINE_MERGE_FRACTION = 1 / 2000
+TIMELINE_MAX_EVENTS = 800
+TIMELINE_MERGE_FRACTION = 1 / 1000  # under a pixel of the page's 830
 TIMELINE_MAX_DEPTH = 8
 TIMELINE_MAX_NAME = 300  # characters of an event name kept in the JSON
 

@@ -21,7 +21,7 @@
   // Tables: a click on a column's name sorts by it (numbers by their data-v value), again reverses.
   function cellKey(td) {
     var v = td && td.getAttribute("data-v");
-    if (v !== null && v !== undefined) { var f = parseFloat(v); return isNaN(f) ? null : f; }
+    if (v !== null && v !== undefined) { var f = parseFloat(v); return isFinite(f) ? f : null; }
     return td ? td.textContent.trim().toLowerCase() : null;
   }
   function sortBy(table, col, th) {
@@ -60,9 +60,10 @@
         var title = rect.querySelector("title");
         tip.textContent = title ? title.textContent : "";
         tip.hidden = false;
-        var box = section.getBoundingClientRect();
-        tip.style.left = Math.min(e.clientX - box.left + 12, box.width - 320) + "px";
-        tip.style.top = (e.clientY - box.top + 14) + "px";
+        var x = 0, y = 0;
+        for (var el = section; el; el = el.offsetParent) { x += el.offsetLeft; y += el.offsetTop; }
+        tip.style.left = Math.max(0, Math.min(e.pageX - x + 12, section.offsetWidth - 320)) + "px";
+        tip.style.top = (e.pageY - y + 14) + "px";
       });
       rect.addEventListener("mouseleave", function () { tip.hidden = true; });
     });

@@ -23,8 +23,8 @@ MAX_PAGE_BYTES = 1_000_000  # the whole page, index and every section (docs/repo
 COMPACT_FINDINGS = 5  # findings listed in a compact section (title, its number, rule)
 
 
-def render_set_html(data: dict, base: str | None = None) -> str:
-    """The set's page; `base`: its folder (the paths it shows are relative to it, never
+def render_set_html(data: dict, folder: str | None = None) -> str:
+    """The set's page; `folder`: its folder (the paths it shows are relative to it, never
     absolute)."""
     env = _environment()
     reports = set_order([r for r in data.get("reports") or [] if isinstance(r, dict)])
@@ -35,7 +35,7 @@ def render_set_html(data: dict, base: str | None = None) -> str:
     ranks = ranks_view(data)  # the cross-rank section (ranks_html.py), above the sections
 
     def page(kept_rows: list, sections: list, counts: dict) -> str:
-        index = {"path": shown_path(str(data.get("path") or ""), base),
+        index = {"path": shown_path(str(data.get("path") or ""), folder),
                  "count": len(reports), "rows": kept_rows, "skipped": skipped,
                  "budget": f"{MAX_PAGE_BYTES / 1e6:g} MB", **counts}
         title = f"perfsleuth: {len(reports)} traces — {shorten(index['path'], 80)}"
@@ -60,7 +60,7 @@ def render_set_html(data: dict, base: str | None = None) -> str:
     left = MAX_PAGE_BYTES - base
     sections, views = [], []
     for rep, row in zip(reports, rows):  # compact sections while they fit
-        v = view(rep, pid=row["pid"], base=base)
+        v = view(rep, pid=row["pid"], base=folder)
         small = render(v, row, "compact")
         if _size(small) > left:
             break

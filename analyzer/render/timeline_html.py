@@ -22,6 +22,7 @@ PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 W = 1000.0  # SVG units
 LABEL = 170.0  # the lane names' column
 ROW, LANE_GAP, AXIS = 11.0, 9.0, 22.0
+MAX_NAME = 120  # characters of an event's name in its tooltip (the JSON keeps up to 300)
 MAX_CLIMB = 2  # a trace more than this many folders above the report is named by its file name only
 
 
@@ -110,17 +111,14 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
             continue
         cat = e.get("category") if e.get("category") in CATEGORIES else "other"
         x = LABEL + float(e.get("start_us") or 0.0) * scale
-        w = max(float(e.get("dur_us") or 0.0) * scale, 0.6)
+        w = max(float(e.get("dur_us") or 0.0) * scale, 0.5)
         y = ys[lane] + int(e.get("depth") or 0) * ROW
         rules = by_cat.get(cat)
-        tip = (
-            f"{e.get('name')} — {fmt_us(e.get('dur_us'))} · {CATEGORY_LABELS[cat]}"
-            f" · at +{fmt_us(e.get('start_us'))}"
-            + (f" · finding: {', '.join(rules)}" if rules else "")
-        )
+        tip = f"{_short(e.get('name'), MAX_NAME)} — {fmt_us(e.get('dur_us'))} · {CATEGORY_LABELS[cat]}"
+        tip += f" · finding: {', '.join(rules)}" if rules else ""
         cls = f"ev c-{cat}" + (" marked" if rules else "")
         out.append(
-            f'<rect class="{cls}" x="{x:.2f}" y="{y + 0.5:.1f}" width="{w:.2f}" '
+            f'<rect class="{cls}" x="{x:.1f}" y="{y + 0.5:.1f}" width="{w:.1f}" '
             f'height="{ROW - 1:.0f}">'
             f"<title>{_e(tip)}</title></rect>"
         )

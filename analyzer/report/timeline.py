@@ -154,7 +154,7 @@ def _lanes(frame: pd.DataFrame, trace: Trace) -> tuple[list[dict], np.ndarray]:
         name = (
             f"device {pid} · stream {tid}"
             if device
-            else f"thread {tid}" + (f" ({label})" if label else "") + f" · pid {pid}"
+            else f"{label or f'thread {tid}'} · pid {pid}"  # the trace's thread name, else its id
         )
         lanes.append(
             {

@@ -70,12 +70,12 @@ def test_median_step_lanes_and_events(tmp_path):
     ]
     assert tl["events_in_step"] == 9 and tl["merged_blocks"] == 0
     assert tl["dropped"] == {"events": 0, "us": 0.0}
-    assert tl["merge_under_us"] == 0.1  # 200 µs / 2000
+    assert tl["merge_under_us"] == 0.2  # 200 µs / 1000
 
 
 def test_tiny_events_merge_per_lane_and_category(tmp_path):
     tb = TraceBuilder()
-    tb.step(1, 0, 2000)  # merge threshold: 1 µs
+    tb.step(1, 0, 2000)  # merge threshold: 2 µs
     for i in range(10):  # ten 0.5 µs ops 0.7 µs apart: one block
         tb.op("aten::view", 100 + i * 0.7, 0.5)
     tb.op("aten::view", 500, 0.5)  # alone, 400 µs later: a block of one keeps its name
@@ -83,25 +83,26 @@ def test_tiny_events_merge_per_lane_and_category(tmp_path):
     tl = report_of(tb, tmp_path)["timeline"]
     got = [(e["start_us"], e["dur_us"], e["name"], e["count"]) for e in tl["events"]]
     assert got == [
-        (100.0, 6.8, "10 events under 1.0 µs each, merged", 10),
+        (100.0, 6.8, "10 events under 2.0 µs each, merged", 10),
         (500.0, 0.5, "aten::view", 1),
         (600.0, 100.0, "aten::mm", 1),
     ]
     assert tl["events_in_step"] == 12 and tl["merged_blocks"] == 1
-    assert "events under 1.0 µs merged into 1 blocks" in tl["note"]
+    assert "events under 2.0 µs merged into 1 blocks" in tl["note"]
 
 
 def test_cap_keeps_the_longest_and_says_what_it_left_out(tmp_path):
+    assert TIMELINE_MAX_EVENTS == 800
     tb = TraceBuilder(device=False)
-    n = TIMELINE_MAX_EVENTS + 5  # 1205
-    tb.step(1, 0, 3 * n + 10)  # threshold 3625 / 2000 = 1.8125 µs: no op is that short
+    n = TIMELINE_MAX_EVENTS + 5  # 805
+    tb.step(1, 0, 2.4 * n + 10)  # threshold 1942 / 1000 = 1.942 µs: no op is that short
     for i in range(n):
-        tb.op(f"op{i}", 3 * i, 2.9 if i % 7 == 0 else 2)
+        tb.op(f"op{i}", 2.4 * i, 2.3 if i % 7 == 0 else 2)
     tl = report_of(tb, tmp_path)["timeline"]
     assert len(tl["events"]) == TIMELINE_MAX_EVENTS
-    # the 2 µs ops are cut last-first: op1199..op1203 (op1204 is a 2.9 µs one)
+    # the 2 µs ops are cut last-first: op800..op804 (op798 is a 2.3 µs one)
     assert tl["dropped"] == {"events": 5, "us": 10.0}
-    assert [e["name"] for e in tl["events"][-2:]] == ["op1198", "op1204"]
+    assert [e["name"] for e in tl["events"][-2:]] == ["op798", "op799"]
     assert tl["merged_blocks"] == 0
     assert "5 events (10.0 µs in all) left out" in tl["note"]
 
