@@ -156,3 +156,16 @@ def test_the_timeline_is_bounded_on_the_page(tmp_path):
     assert len(re.findall(r'<rect class="ev ', svg)) == 800
     assert report["timeline"]["dropped"] == {"events": 1200, "us": 12000.0}
     assert len(svg.encode()) < 150_000
+
+
+def test_the_efficiency_table_sorts_by_numbers():
+    from perfsleuth.render.efficiency_html import efficiency_html
+
+    op = {"name": "aten::mm", "shape": "[2]", "dtype": "fp32", "count": 3, "time_us": 10.0,
+          "flops_per_s": 1e12, "pct_of_roofline": 0.5, "bound": "compute", "lost_us_per_step": None}
+    html = efficiency_html({"efficiency": {"ops": [op]}})
+    assert '<table class="data sortable">' in html
+    row = html[html.index("<tbody>"):]
+    assert ('<td>aten::mm</td><td>[2]</td><td>fp32</td><td data-v="3.0">3</td>'
+            '<td data-v="10.0">10 µs</td><td data-v="1000000000000.0">1 TFLOP/s</td>'
+            '<td data-v="0.5">50.0%</td><td>compute</td><td>—</td>') in row
