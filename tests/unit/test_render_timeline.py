@@ -169,3 +169,16 @@ def test_the_efficiency_table_sorts_by_numbers():
     assert ('<td>aten::mm</td><td>[2]</td><td>fp32</td><td data-v="3.0">3</td>'
             '<td data-v="10.0">10 µs</td><td data-v="1000000000000.0">1 TFLOP/s</td>'
             '<td data-v="0.5">50.0%</td><td>compute</td><td>—</td>') in row
+
+
+def test_a_hostile_thread_name_is_escaped_in_its_lane(tmp_path):
+    tb = TraceBuilder(device=False)
+    tb.step(1, 0, 100)
+    tb.op("aten::mm", 2, 20)
+    tb.events.append({"ph": "M", "name": "thread_name", "pid": 1000, "tid": 1000,
+                      "args": {"name": "<script>alert(1)</script>"}})
+    report = analyze_file(tb.write(tmp_path / "t.json")).to_dict()
+    assert report["timeline"]["lanes"][0]["name"] == "<script>alert(1)</script> · pid 1000"
+    svg = svg_of(render_html(report))
+    assert "<script>" not in svg
+    assert "<title>&lt;script&gt;alert(1)&lt;/script&gt; · pid 1000</title>" in svg
