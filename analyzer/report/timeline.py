@@ -37,6 +37,7 @@ from ..trace.names import (
     name_mask,
 )
 from ..trace.selection import of_kind
+from .present import fmt_us
 
 HOST_KINDS = (CPU_OP, RUNTIME, ANNOTATION)
 DEVICE_LANE_KINDS = (KERNEL, MEMCPY, MEMSET)
@@ -201,7 +202,7 @@ def _merge_tiny(frame: pd.DataFrame, threshold: int) -> pd.DataFrame:
         )
     )
     many = blocks["count"].to_numpy() > 1
-    label = f"events under {_us(threshold)} µs each, merged"
+    label = f"events under {fmt_us(_us(threshold))} each, merged"
     blocks.loc[many, "name"] = [f"{n} {label}" for n in blocks.loc[many, "count"].tolist()]
     out = pd.concat([frame[~tiny], blocks.reset_index(drop=True)], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable", ignore_index=True)
@@ -247,14 +248,14 @@ def _nest(frame: pd.DataFrame) -> tuple[list[dict], tuple]:
 
 
 def _note(total: int, threshold: int, blocks: int, dropped: dict) -> str:
-    parts = [f"{total} events in the step"]
+    parts = [f"{total:,} events in the step"]
     if blocks:
-        parts.append(
-            f"events under {_us(threshold)} µs merged into {blocks} blocks per lane and category"
-        )
+        parts.append(f"events under {fmt_us(_us(threshold))} merged into {blocks:,} "
+                     f"block{'s' if blocks != 1 else ''} per lane and category")
     if dropped["events"]:
         parts.append(
-            f"{dropped['events']} events ({dropped['us']} µs in all) left out: only the "
-            f"{TIMELINE_MAX_EVENTS} longest are drawn, at most {TIMELINE_MAX_DEPTH} levels deep"
+            f"{dropped['events']:,} events (their durations add up to {fmt_us(dropped['us'])}) "
+            f"left out: only the {TIMELINE_MAX_EVENTS} longest are drawn, at most "
+            f"{TIMELINE_MAX_DEPTH} levels deep"
         )
     return "; ".join(parts)

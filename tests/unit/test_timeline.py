@@ -88,7 +88,7 @@ def test_tiny_events_merge_per_lane_and_category(tmp_path):
         (600.0, 100.0, "aten::mm", 1),
     ]
     assert tl["events_in_step"] == 12 and tl["merged_blocks"] == 1
-    assert "events under 2.0 µs merged into 1 blocks" in tl["note"]
+    assert "events under 2.0 µs merged into 1 block per lane" in tl["note"]
 
 
 def test_cap_keeps_the_longest_and_says_what_it_left_out(tmp_path):
@@ -104,7 +104,7 @@ def test_cap_keeps_the_longest_and_says_what_it_left_out(tmp_path):
     assert tl["dropped"] == {"events": 5, "us": 10.0}
     assert [e["name"] for e in tl["events"][-2:]] == ["op798", "op799"]
     assert tl["merged_blocks"] == 0
-    assert "5 events (10.0 µs in all) left out" in tl["note"]
+    assert "5 events (their durations add up to 10 µs) left out" in tl["note"]
 
 
 def test_hostile_names_are_data(tmp_path):
