@@ -39,7 +39,7 @@ def test_timeline_svg_has_a_lane_per_thread_and_stream_and_a_rect_per_event(gpu_
     tl = gpu_report["timeline"]
     assert svg.count('<g class="lane host"') == 1 and svg.count('<g class="lane device"') == 1
     assert len(re.findall(r'<rect class="ev ', svg)) == len(tl["events"]) == 4
-    assert "ProfilerStep#1, the median of 1 steady steps (400 µs)" in html
+    assert "ProfilerStep#1, the one steady step (400 µs)" in html
     # aten::mm [10, 30) at x = 170 + 10 * 830/400: the lane's first event
     mm = '<rect class="ev c-host" x="190.8" y="22.5" width="41.5" height="10">'
     assert mm + "<title>aten::mm — 20 µs · Host</title></rect>" in svg
