@@ -161,22 +161,40 @@ def test_the_timeline_is_bounded_on_the_page(tmp_path):
 def test_the_efficiency_table_sorts_by_numbers():
     from perfsleuth.render.efficiency_html import efficiency_html
 
-    op = {"name": "aten::mm", "shape": "[2]", "dtype": "fp32", "count": 3, "time_us": 10.0,
-          "flops_per_s": 1e12, "pct_of_roofline": 0.5, "bound": "compute", "lost_us_per_step": None}
+    op = {
+        "name": "aten::mm",
+        "shape": "[2]",
+        "dtype": "fp32",
+        "count": 3,
+        "time_us": 10.0,
+        "flops_per_s": 1e12,
+        "pct_of_roofline": 0.5,
+        "bound": "compute",
+        "lost_us_per_step": None,
+    }
     html = efficiency_html({"efficiency": {"ops": [op]}})
     assert '<table class="data sortable">' in html
-    row = html[html.index("<tbody>"):]
-    assert ('<td>aten::mm</td><td>[2]</td><td>fp32</td><td data-v="3.0">3</td>'
-            '<td data-v="10.0">10 µs</td><td data-v="1000000000000.0">1 TFLOP/s</td>'
-            '<td data-v="0.5">50.0%</td><td>compute</td><td>—</td>') in row
+    row = html[html.index("<tbody>") :]
+    assert (
+        '<td>aten::mm</td><td>[2]</td><td>fp32</td><td data-v="3.0">3</td>'
+        '<td data-v="10.0">10 µs</td><td data-v="1000000000000.0">1 TFLOP/s</td>'
+        '<td data-v="0.5">50.0%</td><td>compute</td><td>—</td>'
+    ) in row
 
 
 def test_a_hostile_thread_name_is_escaped_in_its_lane(tmp_path):
     tb = TraceBuilder(device=False)
     tb.step(1, 0, 100)
     tb.op("aten::mm", 2, 20)
-    tb.events.append({"ph": "M", "name": "thread_name", "pid": 1000, "tid": 1000,
-                      "args": {"name": "<script>alert(1)</script>"}})
+    tb.events.append(
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1000,
+            "tid": 1000,
+            "args": {"name": "<script>alert(1)</script>"},
+        }
+    )
     report = analyze_file(tb.write(tmp_path / "t.json")).to_dict()
     assert report["timeline"]["lanes"][0]["name"] == "<script>alert(1)</script> · pid 1000"
     svg = svg_of(render_html(report))

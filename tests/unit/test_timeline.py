@@ -27,8 +27,9 @@ def three_steps() -> TraceBuilder:
 
 
 def test_median_step_lanes_and_events(tmp_path):
-    tl = report_of(three_steps(), tmp_path)["timeline"]
-    assert tl["step"] == "ProfilerStep#3"
+    report = report_of(three_steps(), tmp_path)
+    tl = report["timeline"]
+    assert tl["step"] == "ProfilerStep#3" and report["steps"][tl["step_row"]]["name"] == tl["step"]
     assert (tl["start_us"], tl["duration_us"], tl["steady_steps"]) == (400.0, 200.0, 3)
     assert tl["lanes"] == [
         {
@@ -152,3 +153,28 @@ def test_no_stacks_no_source(tmp_path):
     assert row["op"] == "aten::mm" and row["op_share"] == 1.0 and row["source"] is None
     copy = rows["Memcpy HtoD (Pageable -> Device)"]  # its call runs outside every op
     assert copy["op"] is None and copy["source"] is None
+
+
+def test_a_warmup_step_is_never_the_one_shown(tmp_path):
+    tb = TraceBuilder()
+    tb.step(1, 0, 5000)  # far longer than the steps after it: warm-up
+    tb.op("aten::mm", 10, 4000)
+    for n, (ts, dur) in enumerate([(5000, 100), (5100, 300), (5400, 200), (5600, 150)], 2):
+        tb.step(n, ts, dur)
+        tb.op("aten::mm", ts + 2, 20)
+    report = report_of(tb, tmp_path)
+    assert [s["phase"] for s in report["steps"]] == [
+        "warmup",
+        "steady",
+        "steady",
+        "steady",
+        "steady",
+    ]
+    tl = report["timeline"]
+    # steady durations 100, 300, 200, 150: the lower median is 150 µs, ProfilerStep#5
+    assert (tl["step"], tl["step_row"], tl["duration_us"], tl["steady_steps"]) == (
+        "ProfilerStep#5",
+        4,
+        150.0,
+        4,
+    )
