@@ -114,7 +114,8 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
         w = max(float(e.get("dur_us") or 0.0) * scale, 0.5)
         y = ys[lane] + int(e.get("depth") or 0) * ROW
         rules = by_cat.get(cat)
-        tip = f"{_short(e.get('name'), MAX_NAME)} — {fmt_us(e.get('dur_us'))} · {CATEGORY_LABELS[cat]}"
+        tip = f"{_short(e.get('name'), MAX_NAME)} — {fmt_us(e.get('dur_us'))}"
+        tip += f" · {CATEGORY_LABELS[cat]}"
         tip += f" · finding: {', '.join(rules)}" if rules else ""
         cls = f"ev c-{cat}" + (" marked" if rules else "")
         out.append(
