@@ -20,6 +20,7 @@ from ..facts.locations import parse_frame, startup_names, user_frames
 from ..trace.lookup import by_id
 from ..trace.model import DEVICE_KINDS, RUNTIME
 from ..trace.selection import of_kind
+from .timeline import rows_of
 
 
 def way_in(report, ctx: Context) -> None:
@@ -39,59 +40,50 @@ def with_launches(ctx: Context, rows: list) -> list:
     if not rows:
         return rows
     kern = ctx.kind(*DEVICE_KINDS)
-    wanted = {str(r.get("name")) for r in rows}
-    kern = kern[kern["name"].isin(list(wanted)).to_numpy()]  # on the categorical codes
+    kern = kern[kern["name"].isin([str(r.get("name")) for r in rows]).to_numpy()]  # on the codes
     if kern.empty:
         return [{**r, "op": None, "op_share": None, "source": None} for r in rows]
     link, ops = launching_ops(ctx, kern)
     op_row = link["op"].to_numpy(np.int64)
-    names = (
-        ops["name"].astype(str).to_numpy(dtype=object) if len(ops) else np.array([], dtype=object)
-    )
-    df = pd.DataFrame(
-        {
-            "kernel": kern["name"].astype(str).to_numpy(dtype=object),
-            "dur": kern["dur"].to_numpy(np.int64),
-            "op": np.where(op_row >= 0, names[np.clip(op_row, 0, None)] if len(names) else "", ""),
-        }
-    )
-    df["source"] = _sources(ctx, kern)
-    total = df.groupby("kernel")["dur"].sum()
-    best_op = _best(df[df["op"] != ""], "op")
-    best_src = _best(df[df["source"] != ""], "source")
+    kcode = kern["name"].cat.codes.to_numpy(np.int64)
+    dur = kern["dur"].to_numpy(np.int64)
+    op_codes = ops["name"].cat.codes.to_numpy(np.int64) if len(ops) else np.zeros(1, np.int64)
+    ocode = np.where(op_row >= 0, op_codes[np.clip(op_row, 0, None)], -1)
+    scode, frames = pd.factorize(_sources(ctx, kern), sort=True)  # '' (no frame) sorts first
+    if len(frames) and frames[0] == "":
+        scode = scode - 1
+        frames = frames[1:]
+    total = np.bincount(kcode, weights=dur, minlength=len(kern["name"].cat.categories))
+    best_op, best_src = _best(kcode, ocode, dur), _best(kcode, scode, dur)
+    code_of = {str(n): i for i, n in enumerate(kern["name"].cat.categories)}
+    op_names = ops["name"].cat.categories if len(ops) else []
     startup = startup_names(ctx.trace)
     out = []
     for r in rows:
-        k = str(r.get("name"))
-        op = best_op.get(k)
-        frame = best_src[k][0] if k in best_src else None
-        src = parse_frame(frame) if frame else None
-        out.append(
-            {
-                **r,
-                "op": op[0] if op else None,
-                "op_share": round(op[1] / float(total[k]), 4) if op and total.get(k) else None,
-                "source": {
-                    "file": src[0],
-                    "line": src[1],
-                    "function": src[2],
-                    "line_kind": "running" if frame in startup else "function",
-                }
-                if src
-                else None,
-            }
-        )
+        k = code_of.get(str(r.get("name")), -1)
+        op, src = best_op.get(k), best_src.get(k)
+        frame = str(frames[src[0]]) if src else None
+        where = parse_frame(frame) if frame else None
+        out.append({**r, "op": str(op_names[op[0]]) if op else None,
+                    "op_share": round(op[1] / float(total[k]), 4) if op and total[k] else None,
+                    "source": {"file": where[0], "line": where[1], "function": where[2],
+                               "line_kind": "running" if frame in startup else "function"}
+                    if where else None})
     return out
 
 
-def _best(df: pd.DataFrame, column: str) -> dict:
-    """kernel name -> (the value of `column` with the most kernel time, that time in ns)."""
-    if df.empty:
+def _best(key: np.ndarray, value: np.ndarray, dur: np.ndarray) -> dict:
+    """key -> (the value (>= 0) with the most `dur` under that key, that time in ns); equal times:
+    the lower value (names sort with their codes)."""
+    keep = value >= 0
+    if not keep.any():
         return {}
-    g = df.groupby(["kernel", column])["dur"].sum().reset_index()
-    g = g.sort_values(["kernel", "dur", column], ascending=[True, False, True], kind="stable")
-    first = g.drop_duplicates("kernel")
-    return {k: (v, int(d)) for k, v, d in zip(first["kernel"], first[column], first["dur"])}
+    pairs, inv = rows_of([key[keep], value[keep]])
+    sums = np.bincount(inv, weights=dur[keep])
+    order = np.lexsort((pairs[:, 1], -sums, pairs[:, 0]))  # by key, the most time first
+    ordered = pairs[order, 0]
+    first = order[np.r_[True, ordered[1:] != ordered[:-1]]]
+    return {int(pairs[i, 0]): (int(pairs[i, 1]), int(sums[i])) for i in first}
 
 
 def _sources(ctx: Context, kern: pd.DataFrame) -> np.ndarray:

@@ -148,63 +148,57 @@ def _us(ns: int) -> float:
 
 def _lanes(frame: pd.DataFrame, trace: Trace) -> tuple[list[dict], np.ndarray]:
     """Lanes: host threads first, then device streams, each by (pid, tid); and each event's lane."""
-    keys = frame[["device", "pid", "tid"]].drop_duplicates().sort_values(["device", "pid", "tid"])
+    cols = [frame[c].to_numpy(np.int64) for c in ("device", "pid", "tid")]
+    keys, lane = rows_of(cols)  # sorted by (device, pid, tid)
     lanes = []
-    for i, (device, pid, tid) in enumerate(keys.itertuples(index=False)):
-        label = trace.thread_names.get((int(pid), int(tid))) if not device else None
-        name = (
-            f"device {pid} · stream {tid}"
-            if device
-            else f"{label or f'thread {tid}'} · pid {pid}"  # the trace's thread name, else its id
-        )
-        lanes.append(
-            {
-                "index": i,
-                "name": name,
-                "kind": "device" if device else "host",
-                "pid": int(pid),
-                "tid": int(tid),
-            }
-        )
-    index = pd.MultiIndex.from_frame(keys)
-    lane = index.get_indexer(pd.MultiIndex.from_frame(frame[["device", "pid", "tid"]]))
-    return lanes, lane.astype(np.int64)
+    for i, (device, pid, tid) in enumerate(keys.tolist()):
+        label = trace.thread_names.get((pid, tid)) if not device else None
+        name = (f"device {pid} · stream {tid}" if device
+                else f"{label or f'thread {tid}'} · pid {pid}")  # the trace's thread name, else its id
+        lanes.append({"index": i, "name": name, "kind": "device" if device else "host",
+                      "pid": pid, "tid": tid})
+    return lanes, lane.reshape(-1).astype(np.int64)
+
+
+def rows_of(cols: list) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of the integer columns `cols` (sorted, as a 2-D array) and each row's index
+    in them: np.unique(axis=0) without its slow sort of rows as opaque bytes."""
+    order = np.lexsort(cols[::-1])
+    ordered = [c[order] for c in cols]
+    new = np.ones(len(order), dtype=bool)
+    if len(order):
+        new[1:] = np.any([c[1:] != c[:-1] for c in ordered], axis=0)
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return np.stack([c[new] for c in ordered], axis=1), ids
 
 
 def _merge_tiny(frame: pd.DataFrame, threshold: int) -> pd.DataFrame:
     """Events shorter than `threshold` ns become blocks: consecutive ones of one lane and category,
     less than `threshold` apart, are one event named for how many it holds."""
-    tiny = (frame["end"] - frame["start"]).to_numpy() < threshold
-    if not tiny.any():
+    tiny = np.flatnonzero((frame["end"] - frame["start"]).to_numpy() < threshold)
+    if not tiny.size:
         return frame
-    small = frame[tiny].sort_values(["lane", "cat", "start"], kind="stable")
-    lane, cat = small["lane"].to_numpy(), small["cat"].to_numpy()
-    start = small["start"].to_numpy()
-    reach = small.groupby(["lane", "cat"], sort=False)["end"].cummax().to_numpy()  # the run so far
-    new = np.ones(len(small), dtype=bool)
-    same = (lane[1:] == lane[:-1]) & (cat[1:] == cat[:-1])
-    new[1:] = ~same | (start[1:] - reach[:-1] >= threshold)
-    group = np.cumsum(new) - 1
-    blocks = (
-        small.assign(group=group)
-        .groupby("group", sort=False)
-        .agg(
-            kind=("kind", "first"),
-            pid=("pid", "first"),
-            tid=("tid", "first"),
-            start=("start", "min"),
-            end=("end", "max"),
-            cat=("cat", "first"),
-            name=("name", "first"),
-            count=("count", "sum"),
-            device=("device", "first"),
-            lane=("lane", "first"),
-        )
-    )
+    col = {c: frame[c].to_numpy()[tiny] for c in ("lane", "cat", "start", "end", "count")}
+    order = np.lexsort((col["start"], col["cat"], col["lane"]))  # by lane, category, start
+    lane, cat, start, end, count = (col[c][order] for c in ("lane", "cat", "start", "end", "count"))
+    run = np.ones(len(order), dtype=bool)  # the first event of a lane and category
+    run[1:] = (lane[1:] != lane[:-1]) | (cat[1:] != cat[:-1])
+    offset = (np.cumsum(run) - 1) * (int(end.max()) + 1)
+    reach = np.maximum.accumulate(end + offset) - offset  # the latest end so far, per lane and category
+    new = run.copy()
+    new[1:] |= start[1:] - reach[:-1] >= threshold
+    at = np.flatnonzero(new)
+    blocks = frame.iloc[tiny[order[at]]].copy()
+    blocks["start"] = np.minimum.reduceat(start, at)
+    blocks["end"] = np.maximum.reduceat(end, at)
+    blocks["count"] = np.add.reduceat(count, at)
     many = blocks["count"].to_numpy() > 1
     label = f"events under {fmt_us(_us(threshold))} each, merged"
     blocks.loc[many, "name"] = [f"{n} {label}" for n in blocks.loc[many, "count"].tolist()]
-    out = pd.concat([frame[~tiny], blocks.reset_index(drop=True)], ignore_index=True)
+    rest = np.ones(len(frame), dtype=bool)
+    rest[tiny] = False
+    out = pd.concat([frame[rest], blocks], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable", ignore_index=True)
 
 

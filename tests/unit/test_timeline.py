@@ -178,3 +178,13 @@ def test_a_warmup_step_is_never_the_one_shown(tmp_path):
         150.0,
         4,
     )
+
+
+def test_rows_of_is_unique_rows_with_the_inverse():
+    import numpy as np
+    from perfsleuth.report.timeline import rows_of
+
+    a, b = np.array([1, 0, 1, 0, 1]), np.array([5, 7, 5, -2, 3])
+    keys, ids = rows_of([a, b])
+    assert keys.tolist() == [[0, -2], [0, 7], [1, 3], [1, 5]]
+    assert ids.tolist() == [3, 1, 3, 0, 2]
