@@ -153,8 +153,8 @@ def _lanes(frame: pd.DataFrame, trace: Trace) -> tuple[list[dict], np.ndarray]:
     lanes = []
     for i, (device, pid, tid) in enumerate(keys.tolist()):
         label = trace.thread_names.get((pid, tid)) if not device else None
-        name = (f"device {pid} · stream {tid}" if device
-                else f"{label or f'thread {tid}'} · pid {pid}")  # the trace's thread name, else its id
+        # a stream by its device; a thread by the trace's name for it, else its id
+        name = f"device {pid} · stream {tid}" if device else f"{label or f'thread {tid}'} · pid {pid}"
         lanes.append({"index": i, "name": name, "kind": "device" if device else "host",
                       "pid": pid, "tid": tid})
     return lanes, lane.reshape(-1).astype(np.int64)
@@ -185,7 +185,7 @@ def _merge_tiny(frame: pd.DataFrame, threshold: int) -> pd.DataFrame:
     run = np.ones(len(order), dtype=bool)  # the first event of a lane and category
     run[1:] = (lane[1:] != lane[:-1]) | (cat[1:] != cat[:-1])
     offset = (np.cumsum(run) - 1) * (int(end.max()) + 1)
-    reach = np.maximum.accumulate(end + offset) - offset  # the latest end so far, per lane and category
+    reach = np.maximum.accumulate(end + offset) - offset  # the latest end so far, per run
     new = run.copy()
     new[1:] |= start[1:] - reach[:-1] >= threshold
     at = np.flatnonzero(new)
