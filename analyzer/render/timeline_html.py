@@ -140,9 +140,12 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
 def _hint(tl: dict, by_cat: dict) -> str:
     n = tl.get("steady_steps")
     which = f"the median of {n} steady steps" if n != 1 else "the one steady step"
+    kinds = {lane.get("kind") for lane in tl.get("lanes") or [] if isinstance(lane, dict)}
+    lanes = ("host threads, then device streams" if "device" in kinds
+             else "host threads (the trace holds no device activity in this step)")
     text = (
         f"{tl.get('step')}, {which} ({fmt_us(tl.get('duration_us'))}): "
-        "host threads, then device streams; an event inside another is drawn one row lower. "
+        f"{lanes}; an event inside another is drawn one row lower. "
         f"Colours are the time breakdown's categories. {tl.get('note') or ''}."
     )
     if by_cat:

@@ -34,6 +34,7 @@ def test_cpu_run_page(real_traces, tmp_path):
     assert {lane["kind"] for lane in tl["lanes"]} == {"host"}
     assert html.count('<rect class="ev ') == len(tl["events"]) > 0
     assert tl["steady_steps"] == 1 and f"{tl['step']}, the one steady step (" in html
+    assert "host threads (the trace holds no device activity in this step)" in html
     assert 'data-trace="../cpu_only_tiny.pt.trace.json.gz"' in html
 
 
@@ -49,4 +50,4 @@ def test_gpu_run_page(real_traces, tmp_path):
     for k in linked[:5]:
         assert 0 < k["op_share"] <= 1
     assert html.count('<td class="name launch">') == min(len(report["top_kernels"]), 30)
-    assert 'id="kernels"' in html
+    assert 'id="kernels"' in html and "): host threads, then device streams;" in html
