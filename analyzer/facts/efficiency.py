@@ -15,7 +15,7 @@ import numpy as np
 
 from ..analysis.efficiency import flops as fl
 from ..analysis.efficiency import peaks as pk
-from ..analysis.efficiency.roofline import summarise
+from ..analysis.efficiency.roofline import summarise, with_mfu
 from ..analysis.efficiency.shapes import FAMILIES, modelled_names, op_models
 from ..trace.lookup import by_id
 from ..trace.model import CPU_OP, KERNEL, MEMSET, RUNTIME
@@ -121,6 +121,8 @@ def _efficiency(ctx: Context) -> dict:
         unmodelled = max(ctx.total_ns - int(per_op[keep].sum()), 0)
     peak = _peak(ctx, gpu)
     section = summarise(models, per_op, ctx.n_steps, ctx.total_ns, unmodelled, peak, gpu, top_n=500)
+    meta = ctx.trace.run_metadata
+    section = with_mfu(section, meta.get("model_flops") if isinstance(meta, dict) else None)
     if peak is None:
         section["peak_unavailable"] = (
             f"no peak for '{ctx.trace.device_name}': give --peak-tflops" if gpu else

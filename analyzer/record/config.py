@@ -33,6 +33,10 @@ class RunConfig:
     # 145 s; a 3-step window of a small MLP: 1,400, 1-2 s). Over this many events the categories are not computed,
     # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay).
     memory_categories_events: int = 30_000
+    # With record_shapes: one step after the `after` steps (before the memory window) counted by torch's
+    # FlopCounterMode, the model's FLOPs per step for MFU (model_flops.py). Its cost: one step with every op
+    # through a Python dispatch mode, timed and recorded.
+    count_flops: bool = True
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.
     stop_after_window: bool = False

@@ -1,0 +1,140 @@
+"""MFU beside HFU (issue 36): the model's FLOPs per step, counted by FlopCounterMode on one step by
+`perfsleuth run` (record/model_flops.py) and carried in the trace's perfsleuth metadata, over the same
+step time and peak as HFU; in JSON, terminal, Markdown, HTML and diff. Exact numbers on hand-built
+traces; the counter itself on a matmul of known size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfsleuth.api import analyze_path
+from perfsleuth.config import Config
+from perfsleuth.record import model_flops
+from tracebuilder import TraceBuilder
+
+M, N, K = 256, 512, 1024
+ADDMM = {"Input Dims": [[N], [M, K], [K, N], [], []], "Input type": ["float"] * 3 + ["Scalar"] * 2,
+         "Concrete Inputs": ["", "", "", "1", "1"]}
+ADDMM_FLOPS = 2 * M * N * K + M * N
+MODEL = 2 * M * N * K  # FlopCounterMode leaves the bias add out
+COUNTED = {"flops_per_step": MODEL, "source": model_flops.SOURCE, "by_op": {"aten.addmm": MODEL},
+           "step_s": 0.01, "unprofiled_step_s": 0.002, "unavailable": None}
+
+
+def _cpu_doc(final: dict | None) -> dict:
+    tb = TraceBuilder(device=False)
+    tb.step(1, 0, 1000)
+    tb.op("aten::addmm", 100, 400, **ADDMM)
+    tb.step(2, 1000, 1000)
+    tb.op("aten::addmm", 1100, 200, **ADDMM)
+    doc = tb.build()
+    if final is not None:  # as `perfsleuth run` writes them (record/trace_metadata.py)
+        doc["perfsleuth"], doc["perfsleuth_final"] = {"version": 1}, final
+    return doc
+
+
+def _report(tmp_path, final: dict | None, config=None) -> dict:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_cpu_doc(final)))
+    return analyze_path(path, config or Config(peak_tflops=1.0)).to_dict()
+
+
+def test_mfu_is_the_counted_model_flops_over_the_step_time_and_the_same_peak(tmp_path):
+    e = _report(tmp_path, {"model_flops": COUNTED})["efficiency"]
+    assert e["step_time_us"] == 1000.0  # two steps of 1000 µs
+    assert e["hfu"] == pytest.approx(ADDMM_FLOPS / 1000e-6 / 1e12)
+    assert e["model_flops_per_step"] == MODEL
+    assert e["model_flops_source"] == "torch.utils.flop_counter.FlopCounterMode"
+    assert e["mfu"] == pytest.approx(MODEL / 1000e-6 / 1e12)  # 0.268435456
+    assert e["mfu"] == pytest.approx(0.268435456)
+    assert e["mfu_unavailable"] is None
+
+
+def test_no_count_says_why(tmp_path):
+    e = _report(tmp_path, None)["efficiency"]
+    assert e["mfu"] is None and e["model_flops_per_step"] is None
+    assert e["mfu_unavailable"] == model_flops_not_run()
+    skipped = model_flops.blank("not counted: torch.compile ran in this run's steps, and ...")
+    e = _report(tmp_path, {"model_flops": skipped})["efficiency"]
+    assert e["mfu"] is None and e["mfu_unavailable"].startswith("not counted: torch.compile")
+
+
+def model_flops_not_run() -> str:
+    from perfsleuth.analysis.efficiency.roofline import NOT_RUN
+
+    return NOT_RUN
+
+
+def test_counted_flops_without_a_peak_are_shown_without_mfu(tmp_path):
+    e = _report(tmp_path, {"model_flops": COUNTED}, Config())["efficiency"]
+    assert e["peak_flops_per_s"] is None and e["hfu"] is None
+    assert e["model_flops_per_step"] == MODEL and e["mfu"] is None
+    assert e["mfu_unavailable"] == "no peak for the device"
+
+
+def test_a_malformed_count_is_dropped_with_a_warning(tmp_path):
+    d = _report(tmp_path, {"model_flops": {"flops_per_step": -5}})
+    assert d["efficiency"]["mfu"] is None
+    assert any("model_flops metadata was ignored" in w for w in d["warnings"])
+
+
+def test_every_output_labels_hfu_and_mfu(tmp_path):
+    from perfsleuth.render.html import render_html
+    from perfsleuth.render.markdown import render_markdown
+    from perfsleuth.render.terminal import render_terminal
+
+    d = _report(tmp_path, {"model_flops": COUNTED})
+    term, md, html = render_terminal(d), render_markdown(d), render_html(d)
+    for text in (term, md, html):
+        assert "HFU 26.9% of the given fp32 peak" in text  # (2·256·512·1024 + 256·512) / 1 ms / 1 TFLOP/s
+        assert "MFU 26.8% of the same peak" in text
+        assert "268 MFLOP/step counted by FlopCounterMode" in text
+    none = _report(tmp_path, None)
+    assert "MFU not available: no model FLOPs" in render_terminal(none)
+
+
+def test_diff_shows_the_change_in_mfu(tmp_path):
+    from perfsleuth.render.efficiency_text import diff_lines, efficiency_change
+
+    base = _report(tmp_path, {"model_flops": COUNTED})
+    half = {**COUNTED, "flops_per_step": MODEL // 2}
+    head = _report(tmp_path, {"model_flops": half})
+    change = efficiency_change(base, head)
+    assert change["mfu_change"] == pytest.approx(-MODEL / 2 / 1000e-6 / 1e12)
+    assert change["head"]["model_flops_per_step"] == MODEL // 2
+    line = diff_lines({"efficiency": change})[1]
+    assert "MFU 26.8% → 13.4% (model FLOPs/step 268 MFLOP → 134 MFLOP, FlopCounterMode)" in line
+
+
+def test_flops_step_counts_one_step_between_two_boundaries():
+    import torch
+
+    plain = [1000.0, 3000.0, 2000.0]
+    step = model_flops.FlopsStep(True, "", compiled=lambda: False, plain_steps=lambda: plain)
+    assert step.main_done() and step.pending
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    torch.mm(a, b)
+    torch.relu(a)  # elementwise: not in FlopCounterMode's registry
+    assert step.step() and not step.pending
+    torch.mm(a, b)  # after the boundary: not counted
+    got = step.final()
+    assert got["flops_per_step"] == 2 * 8 * 16 * 4
+    assert got["by_op"] == {"aten.mm": 2 * 8 * 16 * 4}
+    assert got["unprofiled_step_s"] == 0.002 and got["unavailable"] is None
+    assert got["step_s"] >= 0
+
+
+def test_flops_step_skips_with_a_reason():
+    off = model_flops.FlopsStep(False, "not counted: shapes were not recorded (--record-shapes)",
+                                compiled=lambda: False, plain_steps=list)
+    assert not off.main_done() and off.final()["unavailable"].endswith("(--record-shapes)")
+    compiled = model_flops.FlopsStep(True, "", compiled=lambda: True, plain_steps=list)
+    assert not compiled.main_done() and "torch.compile" in compiled.final()["unavailable"]
+    early = model_flops.FlopsStep(True, "", compiled=lambda: False, plain_steps=list)
+    assert early.final()["unavailable"].startswith("the run ended before the step")
+    cut = model_flops.FlopsStep(True, "", compiled=lambda: False, plain_steps=list)
+    assert cut.main_done()
+    cut.finish()  # the run ended inside the counted step
+    assert cut.final() == model_flops.blank("the run ended inside the step FlopCounterMode counted")
