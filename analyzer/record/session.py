@@ -305,7 +305,8 @@ class ProfileSession:
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
         # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
-        peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
+        given = self.config.peak_tflops is not None or self.config.peak_arch is not None  # not measured then
+        peak = None if given else cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
         final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
         written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {}),
                                                                     "model_flops": self._flops.final(),

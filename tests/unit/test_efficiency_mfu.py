@@ -138,3 +138,34 @@ def test_flops_step_skips_with_a_reason():
     assert cut.main_done()
     cut.finish()  # the run ended inside the counted step
     assert cut.final() == model_flops.blank("the run ended inside the step FlopCounterMode counted")
+
+
+def test_run_passes_its_peak_to_the_analysis(tmp_path):
+    """`perfsleuth run --peak-tflops` (RunConfig.peak_tflops) reaches the report of the run's trace."""
+    from perfsleuth.record.config import RunConfig
+    from perfsleuth.record.outcome import analyze
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_cpu_doc({"model_flops": COUNTED})))
+    e = analyze(path, (), RunConfig(peak_tflops=2.0)).to_dict()["efficiency"]
+    assert e["peak_source"] == "user-given: 2 TFLOP/s" and e["peak_flops_per_s"] == 2e12
+    assert e["mfu"] == pytest.approx(MODEL / 1000e-6 / 2e12)
+    arch = {"mem_bw_gbps": 100, "max_achievable_tflops": {"matrix_fp32": 4.0, "vector_fp32": 1.0}}
+    e = analyze(path, (), RunConfig(peak_arch=arch)).to_dict()["efficiency"]
+    assert e["peak_flops_per_s"] == 4e12 and e["peak_bytes_per_s"] == 100e9
+    assert analyze(path, ()).to_dict()["efficiency"]["peak_flops_per_s"] is None  # none given, none measured
+
+
+def test_run_reads_the_peak_options_and_the_pyproject_before_the_script(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from perfsleuth.cli.main import main
+
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    monkeypatch.chdir(tmp_path)
+    bad = CliRunner().invoke(main, ["run", "--peak-arch", str(tmp_path / "missing.json"), str(script)])
+    assert bad.exit_code == 2 and "missing.json: cannot read the peak file" in bad.output
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsleuth]\npeak_tflops = -1\n")
+    bad = CliRunner().invoke(main, ["run", str(script)])
+    assert bad.exit_code == 2 and "peak_tflops must be above 0" in bad.output
