@@ -169,3 +169,27 @@ def test_run_reads_the_peak_options_and_the_pyproject_before_the_script(tmp_path
     (tmp_path / "pyproject.toml").write_text("[tool.perfsleuth]\npeak_tflops = -1\n")
     bad = CliRunner().invoke(main, ["run", str(script)])
     assert bad.exit_code == 2 and "peak_tflops must be above 0" in bad.output
+
+
+def test_perfsleuth_diff_shows_mfu_in_json_terminal_and_markdown(tmp_path):
+    """Two runs' traces with their measured CPU peak (1 TFLOP/s) and FlopCounterMode counts: `diff`."""
+    from click.testing import CliRunner
+
+    from perfsleuth.cli.main import main
+    from perfsleuth.record.cpu_peak import _peak
+
+    peak = _peak(1.0, 10.0, 2, "measured")
+    paths = []
+    for name, flops in (("base.json", MODEL), ("head.json", MODEL // 2)):
+        path = tmp_path / name
+        path.write_text(json.dumps(_cpu_doc({"model_flops": {**COUNTED, "flops_per_step": flops},
+                                             "peak": peak})))
+        paths.append(str(path))
+    out = CliRunner().invoke(main, ["diff", *paths, "--json", str(tmp_path / "d.json"),
+                                    "--markdown", str(tmp_path / "d.md")])
+    assert out.exit_code == 0, out.output
+    e = json.loads((tmp_path / "d.json").read_text())["efficiency"]
+    assert e["base"]["mfu"] == pytest.approx(0.268435456) and e["head"]["mfu"] == pytest.approx(0.134217728)
+    assert e["mfu_change"] == pytest.approx(-0.134217728)
+    said = "MFU 26.8% → 13.4% (model FLOPs/step 268 MFLOP → 134 MFLOP, FlopCounterMode)"
+    assert said in out.output and said in (tmp_path / "d.md").read_text()
