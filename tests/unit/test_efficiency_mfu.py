@@ -193,3 +193,31 @@ def test_perfsleuth_diff_shows_mfu_in_json_terminal_and_markdown(tmp_path):
     assert e["mfu_change"] == pytest.approx(-0.134217728)
     said = "MFU 26.8% → 13.4% (model FLOPs/step 268 MFLOP → 134 MFLOP, FlopCounterMode)"
     assert said in out.output and said in (tmp_path / "d.md").read_text()
+
+
+def test_run_takes_the_peak_from_its_options_or_the_pyproject(tmp_path, monkeypatch):
+    """What `perfsleuth run` hands the run (the script itself replaced: no process starts)."""
+    from click.testing import CliRunner
+
+    from perfsleuth.cli.main import main
+    from perfsleuth.record import runner
+
+    seen = []
+
+    def fake_run(job, config, folder, **kw):
+        seen.append(config)
+        raise SystemExit(7)
+
+    monkeypatch.setattr(runner, "run_script", fake_run)
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsleuth]\npeak_tflops = 3.5\n")
+    assert CliRunner().invoke(main, ["run", "--record-shapes", str(script)]).exit_code == 7
+    assert seen[-1].peak_tflops == 3.5 and seen[-1].record_shapes and seen[-1].count_flops
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"mem_bw_gbps": 50, "max_achievable_tflops": {"matrix_fp32": 1.5}}))
+    got = CliRunner().invoke(main, ["run", "--peak-tflops", "9", "--peak-arch", str(arch), str(script)])
+    assert got.exit_code == 7
+    assert seen[-1].peak_tflops == 9.0  # the option wins over the pyproject
+    assert seen[-1].peak_arch["max_achievable_tflops"]["matrix_fp32"] == 1.5
