@@ -13,8 +13,10 @@ peak is injected (PERFSLEUTH_CPU_PEAK), never measured: the numbers compared are
 
 Columns: `ours` is the efficiency section's `flops_per_step` (every modelled op: matmul, convolution,
 attention, elementwise, normalisation, ...); `ours_matrix` only its matmul, convolution and attention
-families, which is what FlopCounterMode counts; `flop_counter` is FlopCounterMode's count of one step;
-`ratio` = ours_matrix / flop_counter; `by_op` FlopCounterMode's own split, to explain a difference.
+families, which is what FlopCounterMode counts; `flop_counter` is the run's FlopCounterMode count of one
+step; `ratio` = ours_matrix / flop_counter; `by_op` its split by op, to explain a difference; `ours_in_it`
+the part of it from perfsleuth's own formulas for ops FlopCounterMode's registry lacks
+(record/model_flops.py: `aten::mkldnn_rnn_layer`), and `registry_only` = flop_counter - ours_in_it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 MATRIX = ("matmul", "convolution", "attention")
+RNN_OPS = ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward")  # analysis/efficiency/rnn.py
 SCHEDULE = ["--wait", "2", "--warmup", "1", "--active", "3", "--after", "1"]
 
 
@@ -84,7 +87,9 @@ def run_one(name: str, script: Path, args: list, work: Path, pythonpath: str | N
         with gzip.open(trace, "rt") as f:
             meta = json.load(f).get("perfsleuth_final", {}).get("model_flops") or {}
         by_op = meta.get("by_op")
-    return {**row, "ours": e["flops_per_step"], "ours_matrix": matrix,
+    own = sum(v for k, v in (by_op or {}).items() if k.split(".")[-1] in RNN_OPS)
+    return {**row, "ours": e["flops_per_step"], "ours_matrix": matrix, "ours_in_it": own,
+            "registry_only": theirs - own if theirs else None,
             "families": {f["family"]: f["flops_per_step"] for f in e["families"]},
             "flop_counter": theirs, "by_op": by_op,
             "ratio": round(matrix / theirs, 6) if theirs else None,
@@ -100,6 +105,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the rows here as JSON")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flops_accuracy_"))
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
@@ -109,8 +115,8 @@ def main() -> None:
         row = run_one(name, script, args, work, a.pythonpath)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_before": load,
-              "rows": rows}
+    result = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "loadavg_before": load, "rows": rows}
     if a.out:
         a.out.write_text(json.dumps(result, indent=1))
 

@@ -10,7 +10,10 @@ median unprofiled step (`cost`).
 
 What it counts: the ops in FlopCounterMode's registry (matmuls, convolutions, attention: forward and
 backward as they ran), not elementwise, normalisation or reductions: the model's FLOPs as MFU defines
-them (PaLM, appendix B), against the hardware's count the trace gives (HFU: every modelled op).
+them (PaLM, appendix B), against the hardware's count the trace gives (HFU: every modelled op). Its
+registry has no formula for the recurrent layers a CPU runs as one op (`aten::mkldnn_rnn_layer`: nn.LSTM
+on the CPU would count 0): those get perfsleuth's (analysis/efficiency/rnn.py, checked against
+FlopCounterMode on the same LSTM's matmul path), and `by_op` shows them by name.
 
 When it cannot: torch.compile ran in the steps (its compiled kernels do not pass through the
 dispatcher the counter watches: a count would be of what runs eagerly, not of the step), the run
@@ -73,7 +76,7 @@ class FlopsStep:
         try:
             from torch.utils.flop_counter import FlopCounterMode
 
-            counter = FlopCounterMode(display=False)
+            counter = FlopCounterMode(display=False, custom_mapping=rnn_formulas())
             counter.__enter__()
         except Exception as exc:  # a torch without it, or one that changed it
             self.result = blank(f"FlopCounterMode could not start: {type(exc).__name__}: {exc}")
@@ -125,6 +128,24 @@ class FlopsStep:
             return blank(self.reason)
         return blank("the run ended before the step FlopCounterMode counts (it follows the "
                      "recorded window and its after steps)")
+
+
+def rnn_formulas() -> dict:
+    """FlopCounterMode formulas for the ops rnn.py models and its registry lacks ({} when torch has
+    none of them)."""
+    import torch
+
+    from ..analysis.efficiency import rnn
+
+    def formula(op: str):
+        def flops(*args, out_shape=None, **kwargs) -> int:
+            dims = [list(a) if isinstance(a, torch.Size) else [] for a in args]
+            got = rnn.rnn_layer(op, dims, [4 if d else 0 for d in dims])  # bytes unused here
+            return got[0] if got else 0
+
+        return flops
+
+    return {getattr(torch.ops.aten, op): formula(op) for op in rnn.OPS if hasattr(torch.ops.aten, op)}
 
 
 def schedule(session: Any) -> FlopsStep:

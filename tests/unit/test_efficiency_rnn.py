@@ -49,3 +49,19 @@ def test_lstm_matches_flop_counter_on_its_matmul_path():
         out, _ = lstm(x, (h0, c0))
         out.sum().backward()
     assert counter.get_total_flops() == 0
+
+
+def test_the_runs_flop_counter_counts_the_lstm_layer_with_our_formula():
+    """record/model_flops.py gives FlopCounterMode the formula it lacks: the LSTM counts, by name."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfsleuth.record.model_flops import rnn_formulas
+
+    lstm = torch.nn.LSTM(I, H, 1)
+    x = torch.randn(T, B, I, requires_grad=True)
+    with FlopCounterMode(display=False, custom_mapping=rnn_formulas()) as counter:
+        out, _ = lstm(x)
+        out.sum().backward()
+    by_op = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
+    assert by_op == {"aten.mkldnn_rnn_layer": MATRIX + 2 * T * B * G * H,
+                     "aten.mkldnn_rnn_layer_backward": 2 * MATRIX}
