@@ -40,13 +40,23 @@ def _step(e: dict) -> str:
     return f" ({fmt_us(e['step_time_us'])})" if e.get("step_time_us") else ""
 
 
+def _cost(e: dict) -> str:
+    """'; the counted step took 2.24 s, an unprofiled one 3.96 s' ('' when not recorded)."""
+    c = e.get("model_flops_cost") if isinstance(e.get("model_flops_cost"), dict) else {}
+    if not isinstance(c.get("step_s"), (int, float)):
+        return ""
+    plain = c.get("unprofiled_step_s")
+    than = (f", an unprofiled one {fmt_us(plain * 1e6)}" if isinstance(plain, (int, float)) else "")
+    return f"; the counted step took {fmt_us(c['step_s'] * 1e6)}{than}"
+
+
 def mfu_line(e: dict) -> str:
     """MFU beside HFU: the model's FLOPs (FlopCounterMode's count of one step) over the same step
     time and peak; or why there is none."""
     if e.get("mfu") is not None:
         return (f"MFU {pct(e['mfu'])} of the same peak: the model's FLOPs, "
                 f"{count(e.get('model_flops_per_step'))}/step counted by FlopCounterMode on one "
-                "step (matmul, convolution, attention) / the mean step time")
+                f"step (matmul, convolution, attention) / the mean step time{_cost(e)}")
     if e.get("model_flops_per_step"):
         return (f"model FLOPs {count(e['model_flops_per_step'])}/step (FlopCounterMode); "
                 f"no MFU: {e.get('mfu_unavailable') or 'no peak'}")

@@ -50,6 +50,7 @@ def test_mfu_is_the_counted_model_flops_over_the_step_time_and_the_same_peak(tmp
     assert e["mfu"] == pytest.approx(MODEL / 1000e-6 / 1e12)  # 0.268435456
     assert e["mfu"] == pytest.approx(0.268435456)
     assert e["mfu_unavailable"] is None
+    assert e["model_flops_cost"] == {"step_s": 0.01, "unprofiled_step_s": 0.002}
 
 
 def test_no_count_says_why(tmp_path):
@@ -91,6 +92,7 @@ def test_every_output_labels_hfu_and_mfu(tmp_path):
         assert "HFU 26.9% of the given fp32 peak" in text  # (2·256·512·1024 + 256·512) / 1 ms / 1 TFLOP/s
         assert "MFU 26.8% of the same peak" in text
         assert "268 MFLOP/step counted by FlopCounterMode" in text
+        assert "the counted step took 10.00 ms, an unprofiled one 2.00 ms" in text
     none = _report(tmp_path, None)
     assert "MFU not available: no model FLOPs" in render_terminal(none)
 

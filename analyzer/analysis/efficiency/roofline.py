@@ -144,9 +144,10 @@ def with_mfu(section: dict, model_flops: Optional[dict]) -> dict:
     `mfu_unavailable` says why it is null."""
     mf = model_flops if isinstance(model_flops, dict) else {}
     flops = mf.get("flops_per_step")
+    cost = {"step_s": mf.get("step_s"), "unprofiled_step_s": mf.get("unprofiled_step_s")}
     out = {**section, "model_flops_per_step": flops if flops else None,
-           "model_flops_source": mf.get("source") if flops else None, "mfu": None,
-           "mfu_unavailable": None}
+           "model_flops_source": mf.get("source") if flops else None,
+           "model_flops_cost": cost if flops else None, "mfu": None, "mfu_unavailable": None}
     step_us, peak = section.get("step_time_us"), section.get("peak_flops_per_s")
     if not flops:
         out["mfu_unavailable"] = mf.get("unavailable") or NOT_RUN
