@@ -78,6 +78,14 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
               help="Input shapes and dtypes in the analysed window too: the report's compute "
                    "efficiency (FLOPs, roofline; `perfsleuth docs efficiency`). Costs up to +50 % on "
                    "tiny ops.")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="TFLOPS",
+              help="The device's compute peak in TFLOP/s, for the efficiency section's percentages, as for "
+                   "`analyze` [default: [tool.perfsleuth] peak_tflops, the datasheet's dense peak of a known "
+                   "GPU, else this CPU's, measured once per machine].")
+@click.option("--peak-arch", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The device's peaks per precision and its memory bandwidth, as a TraceLens arch JSON "
+                   "(as for `analyze`).")
 @click.option("--no-memory", is_flag=True,
               help=f"No memory window: the {RunConfig.memory_steps} steps recorded with profile_memory (and stacks "
                    "and shapes) after the window, for the peak and what fills it, are skipped.")
@@ -93,7 +101,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, no_memory, full,
                 no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
-                verify_budget=None, verify_compile=False, record_shapes=False) -> None:
+                verify_budget=None, verify_compile=False, record_shapes=False, peak_tflops=None,
+                peak_arch=None) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
@@ -118,12 +127,15 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     from .progress import PhaseLine
     from ..record.target import require_torch, resolve_target
 
+    from ..engine.settings import peak_settings
+
     wait, after = unprofiled_steps(measure, wait, after)
+    peaks = peak_settings(peak_tflops, peak_arch)  # a bad peak file: one line, before the script runs
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
                        memory_steps=0 if no_memory else RunConfig.memory_steps,
                        stop_after_window=not full, fallback_window=not no_fallback,
-                       record_shapes=record_shapes)
+                       record_shapes=record_shapes, **peaks)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)

@@ -29,6 +29,9 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "role": "stacks" | "memory", "main_trace": "..."}           # only in a companion
 
     "perfsleuth_final": {"clock": {...}, "compile": {...},                     # see below
+                         "peak": {...} | absent,                               # cpu_peak.py: this CPU's
+                         "model_flops": {"flops_per_step", "source", "by_op",  # model_flops.py: one step
+                                         "step_s", "unprofiled_step_s", "unavailable"},  # under FlopCounterMode
                          "memory_trace": "trace.memory.pt.trace.json.gz" | null,  # memory_window.py: the window
                          "memory": {"device": "cpu" | "cuda:0", "source": "export_memory_timeline",
                                     "peak_bytes": int | null,                  # torch's memory profile, window

@@ -130,6 +130,8 @@ class EfficiencyDoc(msgspec.Struct):
     flops_per_step: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     step_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     hfu: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    mfu: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    model_flops_per_step: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     precision: Optional[str] = None
     peak_name: Optional[str] = None
     peak_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
