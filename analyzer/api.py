@@ -111,6 +111,9 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
 
     way_in(report, facts.context)  # kernel -> op -> line, the step's timeline: the HTML's way in
     _join_lines(report, rules, facts, companion)
+    from .report.launches import sources_from
+
+    sources_from(report, companion)  # the kernels' lines, from the stacks window when it was loaded
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast
