@@ -105,7 +105,7 @@ def test_cap_keeps_the_longest_and_says_what_it_left_out(tmp_path):
     assert tl["dropped"] == {"events": 5, "us": 10.0}
     assert [e["name"] for e in tl["events"][-2:]] == ["op798", "op799"]
     assert tl["merged_blocks"] == 0
-    assert "5 events (their durations add up to 10 µs) left out" in tl["note"]
+    assert "5 events (their durations total 10 µs) left out" in tl["note"]
 
 
 def test_hostile_names_are_data(tmp_path):
