@@ -6,7 +6,7 @@ and docs/img/report.json: what the picture shows and where it came from.
 
 The record names the trace and its SHA-256, the PNG's SHA-256 and size, and the figures the picture
 shows (verdict, its text, median step, device busy, the top finding and its number, the timeline's
-step). `--check` (tests/unit/test_report_image.py) fails when the PNG is not the one recorded, or
+step and note). `--check` (tests/unit/test_report_image.py) fails when the PNG is not the one recorded, or
 today's analysis of the trace gives other figures than the picture shows: the image then is stale,
 and this script, run again, makes it current.
 
@@ -60,6 +60,7 @@ def figures(report: dict) -> dict:
         else None,
         "findings": [f.get("rule") for f in findings],
         "timeline_step": (report.get("timeline") or {}).get("step"),
+        "timeline_note": (report.get("timeline") or {}).get("note"),
     }
 
 

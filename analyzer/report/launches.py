@@ -34,6 +34,22 @@ def way_in(report, ctx: Context) -> None:
         report.extra["timeline"] = section
 
 
+def sources_from(report, companion) -> None:
+    """Kernels without a source line take the line their name has in the run's stacks window
+    (`perfsleuth run` records Python stacks only there; facts/stacks.Companion), marked
+    `"window": "stacks"`. Only when the analysis already loaded that window for the findings: the
+    kernels' lines never cost a load of their own."""
+    if not companion.loaded or all(r.get("source") for r in report.top_kernels):
+        return
+    theirs = companion.facts()
+    if theirs is None or not theirs.context.trace.has_stacks:
+        return
+    found = {r["name"]: r.get("source") for r in with_launches(theirs.context, report.top_kernels)}
+    report.top_kernels = [
+        {**r, "source": {**found[r["name"]], "window": "stacks"}}
+        if not r.get("source") and found.get(r["name"]) else r for r in report.top_kernels]
+
+
 def with_launches(ctx: Context, rows: list) -> list:
     """`rows` (top_kernels) with `op`, `op_share` and `source` added (a new list; rows
     unchanged)."""

@@ -248,7 +248,7 @@ def _note(total: int, threshold: int, blocks: int, dropped: dict) -> str:
                      f"block{'s' if blocks != 1 else ''} per lane and category")
     if dropped["events"]:
         parts.append(
-            f"{dropped['events']:,} events (their durations add up to {fmt_us(dropped['us'])}) "
+            f"{dropped['events']:,} events (their durations total {fmt_us(dropped['us'])}) "
             f"left out: only the {TIMELINE_MAX_EVENTS} longest are drawn, at most "
             f"{TIMELINE_MAX_DEPTH} levels deep"
         )

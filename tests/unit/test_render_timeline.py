@@ -200,3 +200,18 @@ def test_a_hostile_thread_name_is_escaped_in_its_lane(tmp_path):
     svg = svg_of(render_html(report))
     assert "<script>" not in svg
     assert "<title>&lt;script&gt;alert(1)&lt;/script&gt; · pid 1000</title>" in svg
+
+
+def test_a_set_page_shows_its_folder_relative_to_the_page(tmp_path):
+    reports = []
+    for i in range(2):
+        r = make_report()
+        r["trace"]["path"], r["trace"]["rank"] = str(tmp_path / "runs" / f"rank{i}.json"), i
+        reports.append(r)
+    data = {"schema": "perfsleuth/report-set@1", "tool": {"version": "0.1.0"},
+            "path": str(tmp_path / "runs"), "reports": reports, "skipped": []}
+    write_outputs(data, html=tmp_path / "out" / "set.html")
+    html = (tmp_path / "out" / "set.html").read_text()
+    assert str(tmp_path) not in html
+    assert "2 traces in <code>../runs</code>" in html
+    assert '<span class="path">../runs/rank1.json</span>' in html

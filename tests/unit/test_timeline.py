@@ -105,7 +105,7 @@ def test_cap_keeps_the_longest_and_says_what_it_left_out(tmp_path):
     assert tl["dropped"] == {"events": 5, "us": 10.0}
     assert [e["name"] for e in tl["events"][-2:]] == ["op798", "op799"]
     assert tl["merged_blocks"] == 0
-    assert "5 events (their durations add up to 10 µs) left out" in tl["note"]
+    assert "5 events (their durations total 10 µs) left out" in tl["note"]
 
 
 def test_hostile_names_are_data(tmp_path):
@@ -188,3 +188,32 @@ def test_rows_of_is_unique_rows_with_the_inverse():
     keys, ids = rows_of([a, b])
     assert keys.tolist() == [[0, -2], [0, 7], [1, 3], [1, 5]]
     assert ids.tolist() == [3, 1, 3, 0, 2]
+
+
+def test_kernel_lines_from_the_stacks_window_when_it_was_loaded(tmp_path):
+    from perfsleuth.facts.stacks import Companion
+    from perfsleuth.report.launches import sources_from
+    from tracebuilder_rules import run_metadata
+
+    main = RuleTraceBuilder()
+    main.run_metadata = {**run_metadata(), "stacks_trace": "run.stacks.pt.trace.json.gz"}
+    main.step(1, 0, 400)
+    main.typed_launch("aten::mm", ["float"], "sgemm_kernel", host=(10, 20), device=(40, 100))
+    stacks = RuleTraceBuilder()
+    stacks.step(7, 0, 400)
+    root = stacks.py("train.py(10): <module>", 0, 400)
+    stacks.py("model.py(42): forward", 5, 300, parent=root)
+    stacks.typed_launch("aten::mm", ["float"], "sgemm_kernel", host=(10, 20), device=(40, 100))
+    stacks.write(tmp_path / "run.stacks.pt.trace.json.gz")
+    report = analyze_file(main.write(tmp_path / "run.pt.trace.json.gz"))
+    (row,) = [k for k in report.top_kernels if k["name"] == "sgemm_kernel"]
+    assert row["source"] is None  # the main trace has no stacks
+    companion = Companion(report.trace, 1 << 30)
+    sources_from(report, companion)  # not loaded: the kernels never load it themselves
+    assert not companion.loaded and all(k["source"] is None for k in report.top_kernels)
+    assert companion.facts() is not None and companion.loaded  # as api does for a finding's lines
+    sources_from(report, companion)
+    (row,) = [k for k in report.top_kernels if k["name"] == "sgemm_kernel"]
+    assert row["op"] == "aten::mm"
+    assert row["source"] == {"file": "model.py", "line": 42, "function": "forward",
+                             "line_kind": "function", "window": "stacks"}
