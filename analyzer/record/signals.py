@@ -101,6 +101,7 @@ class Finishing:
         self.pending = None  # the first signal's number
         self.trace = None  # the trace being finished (run.py sets it), for the lines that say where it is
         self.raising = False  # inside interruptible(): the first signal is raised too
+        self.stopped = False  # a second signal stops now: nothing may catch it on the way out
 
     @contextlib.contextmanager
     def holding(self, allows_stop: bool = True) -> Iterator[None]:
@@ -117,6 +118,7 @@ class Finishing:
                     self.raising = False
                     raise Interrupted(signum)
             elif allows_stop:
+                self.stopped = True
                 self.on_second(name)
                 raise Interrupted(signum)
 

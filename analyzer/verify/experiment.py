@@ -10,7 +10,8 @@ arrive. `verify_report` does all of it for a `Report`: the findings get `verifie
 from it (engine/measured.py), the report `extra["verify"]`.
 
 Children write only into a new folder `verify[-N]` of the run's output folder: their results files and
-`children.log` (the script's own output in the experiments).
+`children.log` (the script's own output in the experiments); under `run`, it is made out of the
+script's reach and moved there at the end (record/keep.py).
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class Verifier:
                     self._each(experiments, done, budget)
             except KeyboardInterrupt as exc:  # between experiments: what was measured stays
                 self._stop_all()
+                if self.finishing is not None and self.finishing.stopped:
+                    raise  # a second signal: perfsleuth stops now, as said
                 self.signal, self.exit_code = signal_name(exc), exit_code(exc)
             finally:  # with `finishing`, a signal from here on is held: the report is written
                 pause_at("verify-close")

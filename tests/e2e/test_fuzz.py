@@ -74,7 +74,8 @@ json_values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | s
     max_leaves=8)
 EVENT_KEYS = ["ph", "ts", "dur", "pid", "tid", "name", "cat", "args", "id"]
 ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "Input type", "name", "bytes", "stream"]
-TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "perfsleuth", "schemaVersion", "roctracer_version"]
+TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "perfsleuth", "perfsleuth_final", "schemaVersion",
+            "roctracer_version"]
 # The run metadata's sections and keys (record/trace_metadata.py, compile_facts.py), the compile section's included
 META_KEYS = {"compile": ["steps", "compiles", "graph_breaks", "counters", "config", "version"],
              "compile.steps": ["wait", "warmup", "active", "after"],
@@ -103,7 +104,9 @@ def trace_mutation(draw, n_events: int):
         return ("top", None, draw(st.sampled_from(TOP_KEYS)), draw(json_values))
     if kind == "meta":
         section = draw(st.sampled_from(sorted(META_KEYS) + ["compile"] * 4))  # compile: the newest section
-        return ("meta", None, (section, draw(st.sampled_from(META_KEYS[section]))), draw(json_values))
+        # `perfsleuth_final`: what run measured after the window (its clock and compile sections win)
+        root = draw(st.sampled_from(["perfsleuth", "perfsleuth", "perfsleuth_final"]))
+        return ("meta", None, (root, section, draw(st.sampled_from(META_KEYS[section]))), draw(json_values))
     return ("deep", i, draw(st.sampled_from(["args", "name", "ts"])), draw(st.sampled_from([5, 100, 990, 1100, 3000])))
 
 
@@ -139,10 +142,11 @@ def mutate_trace(doc: dict, mutations: list) -> str:
     return text
 
 
-def _set_meta(doc: dict, section: str, key: str, value) -> None:
-    """Put `value` at perfsleuth.SECTION.KEY (compile.compiles: in its first entry), making the path as needed."""
-    node = doc["perfsleuth"] if isinstance(doc.get("perfsleuth"), dict) else {"version": 1}
-    doc["perfsleuth"] = node
+def _set_meta(doc: dict, root: str, section: str, key: str, value) -> None:
+    """Put `value` at ROOT.SECTION.KEY (ROOT: `perfsleuth` or `perfsleuth_final`; compile.compiles: in its
+    first entry), making the path as needed."""
+    node = doc[root] if isinstance(doc.get(root), dict) else ({"version": 1} if root == "perfsleuth" else {})
+    doc[root] = node
     first, _, sub = section.partition(".")
     node = node.setdefault(first, {}) if isinstance(node.get(first), dict) or first not in node else {}
     if sub in ("compiles", "graph_breaks"):
@@ -431,12 +435,14 @@ def test_fuzz_pyproject(text):
 
 @pytest.mark.parametrize("section", [{"compiles": 5}, {"graph_breaks": 3.5}, {"steps": {"wait": 7}}, {"steps": 4},
                                      {"counters": [1]}, {"config": "x"}, 7, "compile", None])
-def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, section):
+@pytest.mark.parametrize("root", ["perfsleuth", "perfsleuth_final"])
+def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, section, root):
     """Issue 38, class 7: `compiles`, `graph_breaks` or `steps.wait` a number ended in a traceback (exit 1, the
     CI gate's code). The compile section is validated like the rest of the run metadata: a bad one is dropped
-    with a warning that names where, and the rest of the report stands."""
+    with a warning that names where, and the rest of the report stands. In `perfsleuth_final` too (what run
+    measured after the window: its compile section wins)."""
     doc = copy.deepcopy(BASES[-2])  # recorded by `perfsleuth run`
-    doc["perfsleuth"]["compile"] = section
+    doc.setdefault(root, {})["compile"] = section
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
     result = cli("analyze", path)

@@ -132,7 +132,7 @@ def test_a_first_signal_stops_the_experiments_once_and_the_rest_is_held():
             os.kill(os.getpid(), signal.SIGHUP)
             for _ in range(1000):
                 pass
-    assert said == ["SIGTERM", "again SIGHUP"] and finishing.exit_code == 143
+    assert said == ["SIGTERM", "again SIGHUP"] and finishing.exit_code == 143 and finishing.stopped
 
 
 def test_a_signal_outside_the_experiments_is_only_noted():
