@@ -450,3 +450,25 @@ def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, 
     assert result.exit_code == 0
     assert "perfsleuth compile metadata was ignored" in result.output
     assert "verdict:" in result.output
+
+
+def test_python_functions_that_are_not_frames_are_no_source_sites(tmp_path):
+    """Issue 38, class 7: a `python_function` whose name is not `file(N): func` (no line, a line that is
+    not a number, a negative one, an empty name) is not a source site: the finding that cited
+    `toy.py:25` stands without a site, exit 0, no traceback."""
+    fixtures = FIXTURE_TRACE.parent
+    odd = ["weird name", "toy.py(abc): f", "(1): ", ": ", "toy.py(25)", "", "a.py(-5): <module>"]
+    for name in ("dataloader_starved.pt.trace.json.gz", "dataloader_starved.stacks.pt.trace.json.gz"):
+        doc = json.loads(gzip.decompress((fixtures / name).read_bytes()))
+        frames = [e for e in doc["traceEvents"] if e.get("cat") == "python_function"]
+        for i, e in enumerate(frames):
+            e["name"] = odd[i % len(odd)]
+        assert frames or "stacks" not in name  # the stacks companion holds the frames
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    result = cli("analyze", tmp_path / "dataloader_starved.pt.trace.json.gz", "-o", tmp_path / "o")
+    promise(result)
+    assert result.exit_code == 0, result.output
+    [finding] = json.loads((tmp_path / "o" / "report.json").read_text())["findings"]
+    assert finding["rule"] == "num-workers"
+    text = json.dumps(finding)
+    assert finding["locations"] == [] and "toy.py:25" not in text and "weird name" not in text, text
