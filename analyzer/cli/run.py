@@ -17,6 +17,7 @@ from ..errors import UsageError
 from .main import user_errors
 from .output import emit, output_options, protect_inputs, say
 from ..record.config import RunConfig, unprofiled_steps
+from ..record.signals import pause_at
 from ..verify.config import VerifyConfig
 
 
@@ -121,9 +122,9 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     repeat); each finding gets "measured 1.41x (1.35-1.52x, 3 pairs)".
     Where steps come from, exit codes, what profiling costs: `perfsleuth docs run`.
     """
-    from ..trace.companion import companion_name, memory_name
     from ..record import runner
     from ..record import outputs as run_outputs, paths as run_paths
+    from ..record.keep import Keeper
     from .progress import PhaseLine
     from ..record.target import require_torch, resolve_target
 
@@ -148,38 +149,63 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     phases("starting", f"{job.program}; importing PyTorch")
     require_torch()
     finishing = late_signals(folder)
-    outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
-    interrupted = None
+    keeper = Keeper(folder)  # what perfsleuth writes, out of the script's reach (record/keep.py)
+    try:
+        outcome = runner.run_script(job, config, folder, finishing=finishing, keeper=keeper,
+                                    on_phase=phases if phases.enabled else None)
+        code = _finish(outcome, job, config, checks if verify else None, finishing, keeper, folder,
+                       before, (json_path, html_path, markdown_path), force)
+    finally:
+        keeper.close()
+    sys.exit(code)
+
+
+def _finish(outcome, job, config, checks, finishing, keeper, folder, before, paths, force) -> int:
+    """After the script: --verify's experiments (`checks`), then the report and the lines saying
+    what was written, all in one block where a signal is held (issue 38): the first is said with
+    where the trace is, stops the experiments if they run, and the report is still written; a
+    second one stops at once. The exit code."""
+    from ..record import outputs as run_outputs
+    from ..trace.companion import companion_name, memory_name
+
+    json_path, html_path, markdown_path = paths
+    interrupted, stage = None, "after the script"
     with finishing.holding():
         if outcome.user_traceback:
             click.echo(outcome.user_traceback, err=True, nl=False)  # the script's own, as Python prints it
         if outcome.report is not None and outcome.export_error:  # the trace is in a temporary folder: reports too
             folder, json_path, html_path, markdown_path = outcome.trace_path.parent, None, None, None
             before = run_outputs.snapshot(run_outputs.targets(folder, None, None, None))
-    if outcome.report is not None and verify and finishing.pending is None:
-        interrupted = _verify(outcome, job, folder, checks)  # its own way with signals: what was measured is kept
-    with finishing.holding():
+        if outcome.report is not None and checks is not None and finishing.pending is None:
+            # a first signal stops the experiments: what was measured is kept
+            interrupted = _verify(outcome, job, folder, checks, finishing, keeper)
+            stage = "during --verify" if finishing.pending is not None else "after --verify"
+        keeper.restore()  # what the experiments' runs of the script removed (a script cleaning up)
         if outcome.report is not None:
+            pause_at("report")
             data = emit(outcome.report, out_dir=None)
-            written, note = run_outputs.write_reports(data, before, folder, json_path=json_path, html_path=html_path,
-                                                      markdown_path=markdown_path, force=force)
+            written, note = run_outputs.write_reports(
+                data, before, folder, json_path=json_path, html_path=html_path,
+                markdown_path=markdown_path, force=force)
             stacks = outcome.trace_path.with_name(companion_name(outcome.trace_path.name))
-            for p in [*written, outcome.trace_path]:
-                say(f"wrote {p}")
-            if stacks.is_file():
-                say(f"wrote {stacks} (Python stacks, for source lines)")
             memory = outcome.trace_path.with_name(memory_name(outcome.trace_path.name))
-            if memory.is_file():
-                say(f"wrote {memory} (memory: allocations over {config.memory_steps} steps)")
+            for p, what in [*((p, "") for p in written), (outcome.trace_path, ""),
+                            (stacks, " (Python stacks, for source lines)"),
+                            (memory, f" (memory: allocations over {config.memory_steps} steps)")]:
+                if p.is_file():  # never "wrote" of a file that is not there
+                    say(f"wrote {p}{what}")
+                elif p == outcome.trace_path or p in written:
+                    say(f"perfsleuth: {p} was written and is gone (removed while perfsleuth ran)",
+                        err=True)
             if note:
                 say(f"perfsleuth: {note}", err=True)
         if outcome.message:
             say(f"perfsleuth: {outcome.message}", err=True)
         if finishing.pending is not None:
             kept = "the report was finished first" if outcome.report is not None else "no report"
-            say(f"perfsleuth: interrupted ({signal.Signals(finishing.pending).name}) after the script: {kept}",
-                err=True)
-    sys.exit(finishing.exit_code or interrupted or outcome.exit_code)
+            name = signal.Signals(finishing.pending).name
+            say(f"perfsleuth: interrupted ({name}) {stage}: {kept}", err=True)
+    return finishing.exit_code or interrupted or outcome.exit_code
 
 
 def late_signals(folder: Path):
@@ -205,7 +231,7 @@ def late_signals(folder: Path):
     return finishing
 
 
-def _verify(outcome, job, folder: Path, config: VerifyConfig):
+def _verify(outcome, job, folder: Path, config: VerifyConfig, finishing, keeper):
     """Measure the report's fixes (verify/experiment.py); the exit code of an interruption, else None."""
     from ..verify.experiment import under_torchrun, verify_report
 
@@ -222,5 +248,6 @@ def _verify(outcome, job, folder: Path, config: VerifyConfig):
             pairs = "1 pair" if config.pairs == 1 else f"{config.pairs} pairs"
             progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the "
                      "spread says little")
-        return verify_report(outcome.report, job, folder, config, progress)
+        return verify_report(outcome.report, job, folder, config, progress, finishing=finishing,
+                             keeper=keeper)
     return None

@@ -35,6 +35,12 @@ from ..render.outputs import check_outputs, write_outputs
 
 
 FINAL_KEY = "perfsleuth_final"  # top-level key: what `run` measured after the recorded window (step_clock.py)
+KEEPERS: list = []  # the run's record/keep.Keeper: told of each trace put in place or removed
+
+
+def _tell(what: str, path: Optional[Path] = None) -> None:
+    for keeper in KEEPERS:
+        getattr(keeper, what)(*([] if path is None else [path]))
 
 
 def export_trace(prof, path: Path) -> tuple[Optional[Path], Optional[str]]:
@@ -66,6 +72,7 @@ def export_raw(prof, path: Path) -> RawTrace:
     """Export the profiler's trace as JSON beside `path` (in a temporary folder when that fails). Never raises."""
     try:
         _export_json(prof, raw_path(path))
+        _tell("keep", raw_path(path))
         return RawTrace(raw_path(path), path, prof)
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
@@ -84,9 +91,11 @@ def finish_trace(raw: RawTrace, extra: Optional[dict] = None) -> tuple[Optional[
     written, the profiler exports it again into a temporary folder. Never raises."""
     if raw.raw is None:
         return None, raw.error
+    _tell("restore")  # the JSON, should the script have removed its run folder (record/keep.py)
     try:
         gzip_json(raw.raw, raw.path, extra)
         raw.raw.unlink(missing_ok=True)
+        _tell("forget", raw.raw)
         return raw.path, raw.error
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
@@ -126,6 +135,7 @@ def gzip_json(src: Path, path: Path, extra: Optional[dict] = None) -> None:
     """Gzip the JSON document `src` to `path` atomically; with `extra`, the document's top-level object gets
     one more key, `perfsleuth_final`, written before its closing brace as the bytes are copied."""
     part = path.with_name(f".{path.name}.part")
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(src, "rb") as f, gzip.open(part, "wb", compresslevel=6) as dst:
             end = _object_end(f) if extra is not None else None
@@ -141,6 +151,7 @@ def gzip_json(src: Path, path: Path, extra: Optional[dict] = None) -> None:
                     left -= len(chunk)
                 dst.write(b',\n  "' + FINAL_KEY.encode() + b'": ' + json.dumps(extra).encode() + b"\n}\n")
         os.replace(part, path)  # a reader never sees half a trace
+        _tell("keep", path)
     finally:
         part.unlink(missing_ok=True)
 

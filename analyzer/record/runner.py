@@ -4,12 +4,14 @@ window's, an exit, an error, a signal, a fork) the trace is finished and analyse
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
 from typing import Callable, Optional
 
 from . import code_sites, forks, outputs as run_outputs
 from .config import RunConfig
+from .keep import Keeper
 from .outcome import RunOutcome, conclude
 from .paths import rank_info, trace_name
 from .session import ProfileSession, _WindowComplete
@@ -18,10 +20,13 @@ from .target import Target, execute, format_user_traceback, script_environment
 
 
 def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optional[Callable[[str, str], None]] = None,
-               finishing: Optional[Finishing] = None) -> RunOutcome:
+               finishing: Optional[Finishing] = None,
+               keeper: Optional[Keeper] = None) -> RunOutcome:
     """Run `target` in this process as `__main__` under the profiler; analyze what was recorded.
     `on_phase(phase, detail)`: told when the run starts waiting, profiling, writing, analysing. A signal once the
-    script is over waits for the trace to be written, and for its analysis unless repeated (`finishing`)."""
+    script is over waits for the trace to be written, and for its analysis unless repeated
+    (`finishing`). `keeper` (keep.py): the traces written are kept out of the script's reach, put
+    back once it is over."""
     finishing = finishing or Finishing(lambda name: None)
     rank, _ = rank_info()
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
@@ -30,7 +35,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optio
     session.program = target.program
     ended = "finished"
     exits = forks.watching_os_exit(forks.Owner(), lambda code, here: forks.os_exit_notice(session, code, here))
-    with script_environment(target), as_interrupts(), exits:
+    keeping = keeper.watching() if keeper is not None else contextlib.nullcontext()
+    with script_environment(target), as_interrupts(), exits, keeping:
         session.start()  # outside the try: a failure here is perfsleuth's, not the script's
         try:
             forks.execute(lambda: execute(target), session.hooks.owner, format_user_traceback)
@@ -59,6 +65,8 @@ def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optio
                 session.finish(whole_run=ended == "finished" or (ended == "exited" and outcome.exit_code in (0, None)))
                 session.shutdown_workers()
                 gc.collect()
+                if keeper is not None:
+                    keeper.restore()  # what the script removed of perfsleuth's since it was written
     outcome.steps, outcome.profiled_steps, outcome.whole_run = session.steps, session.profiled_steps, session.whole_run
     outcome.rival_at = session.rival_at
     if session.export_error:

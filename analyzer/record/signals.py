@@ -10,8 +10,10 @@ number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a k
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+import time
 from typing import Iterator
 
 CAUGHT = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
@@ -38,6 +40,25 @@ def signal_name(exc: BaseException) -> str:
 
 def exit_code(exc: BaseException) -> int:
     return 128 + int(signal_of(exc))
+
+
+PAUSE_ENV = "PERFSLEUTH_TEST_PAUSE"  # tests only: "POINT:FILE", waits at POINT (pause_at)
+
+
+def pause_at(point: str, limit_s: float = 120.0) -> None:
+    """For tests that send a signal at an exact moment (tests/e2e/test_verify_ends.py): with
+    PERFSLEUTH_TEST_PAUSE=POINT:FILE, reaching `point` writes FILE (this pid) and waits while it
+    exists (at most `limit_s`); the test signals, then removes FILE. Unset (outside tests):
+    nothing."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec or spec.partition(":")[0] != point:
+        return
+    path = spec.partition(":")[2]
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    deadline = time.monotonic() + limit_s
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _raise(signum, frame) -> None:
@@ -69,12 +90,18 @@ class Finishing:
     noted (`pending`) and said at once by `on_first(name)` -- a line that names the kept trace and the command
     that analyses it, so that it is known even if a SIGKILL follows --, and the work goes on; the caller exits
     with 128 + its number once the report is written. A second one, in a block that `allows_stop`, stops at
-    once (`on_second(name)` first, then Interrupted). Main thread only; elsewhere nothing changes."""
+    once (`on_second(name)` first, then Interrupted). Main thread only; elsewhere nothing changes.
+
+    Inside `interruptible()` (run --verify's experiments, within a `holding` block) the first signal
+    is also raised as Interrupted, once: the work under way stops, what it measured is kept, and
+    everything after it -- closing its processes, the summary, the report -- is held (issue 38)."""
 
     def __init__(self, on_first, on_second=lambda name: None):
         self.on_first, self.on_second = on_first, on_second
         self.pending = None  # the first signal's number
         self.trace = None  # the trace being finished (run.py sets it), for the lines that say where it is
+        self.raising = False  # inside interruptible(): the first signal is raised too
+        self.stopped = False  # a second signal stops now: nothing may catch it on the way out
 
     @contextlib.contextmanager
     def holding(self, allows_stop: bool = True) -> Iterator[None]:
@@ -87,7 +114,11 @@ class Finishing:
             if self.pending is None:
                 self.pending = signum
                 self.on_first(name)
+                if self.raising:
+                    self.raising = False
+                    raise Interrupted(signum)
             elif allows_stop:
+                self.stopped = True
                 self.on_second(name)
                 raise Interrupted(signum)
 
@@ -98,6 +129,15 @@ class Finishing:
         finally:
             for sig, previous in saved.items():
                 signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Within `holding`: a first signal here is raised as Interrupted too (once)."""
+        self.raising = self.pending is None
+        try:
+            yield
+        finally:
+            self.raising = False
 
     @property
     def exit_code(self):

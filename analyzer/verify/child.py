@@ -6,8 +6,12 @@ sys.path), with the step hooks of `step_hooks.py`, and no profiler. That process
 with the step clock (`step_clock.StepClock`: perf_counter between step boundaries, perfsleuth's own work at
 a boundary excluded), writes each window as one JSON line to the job's results file when it ends, and
 stops the script after its last window as `run` stops it (a private `BaseException`, raised again at
-every later step if the script swallows it). When the process has ended, the server answers one JSON
-line on stdout: `{"id", "status"}`.
+every later step if the script swallows it). When the process has ended (by os._exit: nothing of
+the script's own clean-up runs), the server ends whatever it left running -- the script's daemon
+helpers, its Popen children, theirs (`end_leftovers`: they become the server's children, a
+subreaper) -- so that no window shares the machine with an earlier one's, and answers one JSON
+line on stdout: `{"id", "status", "leftovers"}`. A window's CPU is its process tree's; anything
+else is other processes' load.
 
 A job is one or more windows, laid out over the steps after `lead` steps of start-up:
 
@@ -32,6 +36,7 @@ from typing import Any, Optional
 from ..record.step_clock import StepClock
 from ..record.step_hooks import StepHooks
 from ..record.target import Target, execute, script_environment, format_user_traceback
+from .config import LEFTOVER_GRACE_S
 
 
 class _WindowsDone(BaseException):
@@ -49,27 +54,103 @@ def loadavg() -> Optional[float]:
             return None
 
 
+def _processes() -> dict:
+    """{pid: (parent pid, state, CPU ticks: utime + stime + cutime + cstime)} from /proc."""
+    table = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                table[int(pid)] = (int(rest[1]), rest[0], sum(int(x) for x in rest[11:15]))
+            except (OSError, ValueError, IndexError):
+                continue
+    return table
+
+
+def descendants(table: dict, root: int) -> set:
+    """The pids under `root` in `table` (`_processes`): its children, theirs, and so on."""
+    children: dict = {}
+    for pid, (ppid, *_rest) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def cpu_seconds() -> Optional[tuple]:
-    """(CPU seconds the whole machine has been busy, those of this process group: the experiment's process,
-    its DataLoader workers, the verify child) from /proc; None where there is no /proc."""
+    """(CPU seconds the whole machine has been busy, those of this process and everything under
+    it: the experiment's process, its DataLoader workers, the processes the script started) from
+    /proc; None where there is no /proc. Processes outside this tree (another window's, left
+    running) are other processes' load."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         tick = os.sysconf("SC_CLK_TCK")
         machine = (sum(fields[:8]) - fields[3] - fields[4]) / tick  # all but idle and iowait
-        group, ours = os.getpgrp(), 0
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        rest = f.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(rest[2]) == group:
-                    ours += sum(int(x) for x in rest[11:15])  # utime, stime, cutime, cstime
+        table, me = _processes(), os.getpid()
+        ours = sum(table[pid][2] for pid in descendants(table, me) | {me} if pid in table)
         return machine, ours / tick
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _subreaper() -> None:
+    """Linux: what a window's process leaves running becomes this process's child, not init's,
+    when that process ends (PR_SET_CHILD_SUBREAPER): `end_leftovers` then finds it, however it was
+    started."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> int:
+    """End every process still running under this one once a window's process has ended (issue
+    38): it ends with os._exit, so what the script started (multiprocessing's daemon helpers, Popen
+    children, theirs) would run on into the next windows. SIGTERM, then SIGKILL to what is left
+    after `grace_s`; all reaped. The number of processes ended."""
+    import signal
+
+    me, ended, killed = os.getpid(), set(), False
+    deadline = time.monotonic() + grace_s
+    while True:
+        _reap()
+        try:
+            table = _processes()
+        except OSError:  # no /proc: nothing to find
+            return len(ended)
+        left = {pid for pid in descendants(table, me) if table[pid][1] not in ("Z", "X")}
+        if not left:
+            return len(ended)
+        late = time.monotonic() >= deadline
+        for pid in left:
+            if pid not in ended or (late and not killed):
+                try:
+                    os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            ended.add(pid)
+        killed = killed or late
+        if late and time.monotonic() >= deadline + 5.0:  # stuck in the kernel: left as it is
+            return len(ended)
+        time.sleep(0.01)
 
 
 def others_cores(before: Optional[tuple], after: Optional[tuple], wall_s: float) -> Optional[float]:
@@ -232,6 +313,7 @@ def _warm() -> None:
 
 def serve() -> None:
     _die_with_parent()
+    _subreaper()
     _warm()
 
     answers = sys.stdout
@@ -243,7 +325,12 @@ def serve() -> None:
         if pid == 0:
             os._exit(_forked(job))
         _, status = os.waitpid(pid, 0)
-        answers.write(json.dumps({"id": job["id"], "status": os.waitstatus_to_exitcode(status)}) + "\n")
+        left = end_leftovers()  # the next window must not share the machine with this one's
+        if left:
+            print(f"--- perfsleuth verify: ended {left} process(es) the script left running in "
+                  f"window(s) {job['first']}.. ---", file=sys.stderr, flush=True)
+        answers.write(json.dumps({"id": job["id"], "status": os.waitstatus_to_exitcode(status),
+                                  "leftovers": left}) + "\n")
         answers.flush()
 
 

@@ -9,6 +9,8 @@ from typing import Optional
 
 from ..errors import UsageError
 
+LEFTOVER_GRACE_S = 1.0  # what a window left running: SIGTERM, SIGKILL after this long (child.py)
+
 
 @dataclass(frozen=True)
 class VerifyConfig:

@@ -10,11 +10,13 @@ arrive. `verify_report` does all of it for a `Report`: the findings get `verifie
 from it (engine/measured.py), the report `extra["verify"]`.
 
 Children write only into a new folder `verify[-N]` of the run's output folder: their results files and
-`children.log` (the script's own output in the experiments).
+`children.log` (the script's own output in the experiments); under `run`, it is made out of the
+script's reach and moved there at the end (record/keep.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -23,8 +25,9 @@ from typing import Callable, Optional
 
 from ..engine.measured import apply_verified
 from . import fixes as verify_fixes, stats as verify_stats
+from .stats import OUTCOME_RANK, verified_by_rule  # noqa: F401  (the best setting per rule)
 from ..record.outputs import _new_folder
-from ..record.signals import exit_code, signal_name
+from ..record.signals import Interrupted, exit_code, pause_at, signal_name
 from .config import VerifyConfig
 from .fixes import FRESH, TOGGLE, Context
 from .server import Results, Server, ServerDied
@@ -61,11 +64,19 @@ def step_us_of(report) -> Optional[float]:
 
 
 class Verifier:
+    """`finishing` (record/signals.Finishing, held by the caller): a first signal stops the
+    experiments and everything after them is held. `keeper` (record/keep.py): the experiments'
+    files are written in its private folder, out of the script's reach, and moved at the end to
+    the folder reserved for them (`verify`, `verify-2`, ...); every line names that folder."""
+
     def __init__(self, target, folder: Path, config: VerifyConfig, step_us: Optional[float],
-                 say: Callable[[str], None], clock=time.monotonic):
+                 say: Callable[[str], None], clock=time.monotonic, finishing=None, keeper=None):
         self.target, self.config, self.say, self.clock = _target_dict(target), config, say, clock
-        self.folder = _new_folder(Path(folder) / "verify")
-        self.log_path = self.folder / "children.log"
+        self.finishing, self.keeper, self.base = finishing, keeper, Path(folder) / "verify"
+        self.place = _new_folder(self.base)  # where its files end up, reserved now
+        # where they are made
+        self.folder = keeper.folder(self.place.name) if keeper is not None else self.place
+        self.log_path = self.place / "children.log"
         self.step_us, self.steps = step_us, config.steps_for(step_us)
         self.servers: dict = {}
         self.startup_s: list = []
@@ -100,30 +111,64 @@ class Verifier:
         budget = self.config.budget_for(SERVER_START_S + sum(self.estimate_s(e) for e in experiments))
         self.deadline = started + budget
         done = []
-        with open(self.log_path, "ab") as log:
+        stoppable = (self.finishing.interruptible() if self.finishing is not None
+                     else contextlib.nullcontext())
+        with open(self.folder / "children.log", "ab") as log:
             self.log = log
             try:
-                for i, exp in enumerate(experiments, 1):
-                    entry = self._entry(exp)
-                    done.append(entry)
-                    if self.signal:
-                        entry.update(status="not tried", reason=f"interrupted ({self.signal}) before it started")
-                        continue
-                    left = self.deadline - self.clock()
-                    need = self.estimate_s(exp) + (0 if self.servers else SERVER_START_S)
-                    if need > left:
-                        entry.update(status="not tried", reason=f"the budget ({budget:.0f} s) would run out: needs "
-                                     f"about {need:.0f} s, {max(left, 0):.0f} s left (--verify-budget)")
-                        self.say(f"verify {i}/{len(experiments)}: {exp['variant']}: not tried: {entry['reason']}")
-                        continue
-                    self._experiment(i, len(experiments), exp, entry)
+                with stoppable:
+                    self._each(experiments, done, budget)
             except KeyboardInterrupt as exc:  # between experiments: what was measured stays
                 self._stop_all()
+                if self.finishing is not None and self.finishing.stopped:
+                    raise  # a second signal: perfsleuth stops now, as said
                 self.signal, self.exit_code = signal_name(exc), exit_code(exc)
-            finally:
+            finally:  # with `finishing`, a signal from here on is held: the report is written
+                pause_at("verify-close")
                 for server in self.servers.values():
                     server.close()
+        self._put_in_place(done)
         return self._summary(done, not_tried, budget, self.clock() - started)
+
+    def _each(self, experiments: list, done: list, budget: float) -> None:
+        """Each experiment in order, an entry in `done` for each, tried or not."""
+        for i, exp in enumerate(experiments, 1):
+            entry = self._entry(exp)
+            done.append(entry)
+            self._pending()
+            if self.signal:
+                entry.update(status="not tried", reason=f"interrupted ({self.signal}) before it started")
+                continue
+            left = self.deadline - self.clock()
+            need = self.estimate_s(exp) + (0 if self.servers else SERVER_START_S)
+            if need > left:
+                entry.update(status="not tried", reason=f"the budget ({budget:.0f} s) would run out: "
+                             f"needs about {need:.0f} s, {max(left, 0):.0f} s left (--verify-budget)")
+                self.say(f"verify {i}/{len(experiments)}: {exp['variant']}: not tried: {entry['reason']}")
+                continue
+            self._experiment(i, len(experiments), exp, entry)
+
+    def _pending(self) -> None:
+        """A signal held before this experiment (`finishing`): it is not started."""
+        if self.finishing is not None and self.finishing.pending and not self.signal:
+            self.signal = signal_name(Interrupted(self.finishing.pending))
+            self.exit_code = self.finishing.exit_code
+
+    def _put_in_place(self, done: list) -> None:
+        """The experiments' files, made in the keeper's private folder, go to the folder reserved
+        for them (or a new one, named in the entries, when the script put files there meanwhile)."""
+        if self.keeper is None:
+            return
+        try:
+            placed = self.keeper.place(self.folder, self.place, self.base)
+        except OSError as exc:
+            self.say(f"verify: its files stay in {self.folder}: they could not be moved to "
+                     f"{self.place} ({exc})")
+            placed = self.folder
+        if placed != self.place:
+            for e in done:
+                e["reason"] = e["reason"] and e["reason"].replace(str(self.place), str(placed))
+        self.folder, self.log_path = placed, placed / "children.log"
 
     def _entry(self, exp: dict) -> dict:
         return {"fix": exp["fix"], "variant": exp["variant"], "rules": list(exp["rules"]), "how": exp["how"],
@@ -264,62 +309,10 @@ def plan_for(report, config: VerifyConfig) -> tuple:
     return verify_fixes.plan(report.findings, context_of(report, config))
 
 
-def verified_by_rule(extra: dict, findings: list) -> dict:
-    """The best measurement of each rule's fixes (`_rank`), its forecast ratio against that
-    rule, and `tried`: every setting of the rule's fixes that was tried, measured or not, in the
-    order of its parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The
-    best is the finding's number: "don't apply" only when every setting measured was slower
-    (issue 40)."""
-    forecasts = {f.get("rule"): (f.get("forecast") or {}).get("speedup") for f in findings}
-    best: dict = {}
-    tried: dict = {}
-    for e in extra["experiments"]:
-        if e.get("variant") is None:
-            continue
-        v = e.get("verified")
-        for rule in e["rules"]:
-            tried.setdefault(rule, []).append(tried_entry(e))
-            if not v:
-                continue
-            if rule not in best or _rank(v) > _rank(best[rule]):
-                fc = forecasts.get(rule)
-                ratio = round(fc / v["speedup"], 3) if fc and v["speedup"] else None
-                best[rule] = {**v, "params": dict(e.get("params") or {}), "forecast_ratio": ratio}
-    for rule, v in best.items():
-        v["tried"] = sorted(tried[rule], key=_setting_order)
-    return best
-
-
-OUTCOME_RANK = {"faster": 3, "noise": 2, "no gain": 1, "slower": 0}
-
-
-def _rank(v: dict) -> tuple:
-    """The best setting: a conclusive gain (outcome "faster"), then an inconclusive one ("noise"),
-    then "no gain", then "slower", each by the larger speed-up -- the largest median of several
-    noisy settings alone favours the noisiest; "don't apply" needs every setting slower."""
-    return (OUTCOME_RANK.get(v.get("outcome"), 1), v["speedup"])
-
-
-def tried_entry(e: dict) -> dict:
-    """One setting of `verified.tried` (docs/schema.md)."""
-    v = e.get("verified") or {}
-    status = "measured" if v else e.get("status")
-    if status == "measured" and not v:
-        status = "too few pairs"
-    return {"fix": e["fix"], "variant": e["variant"], "params": dict(e.get("params") or {}),
-            "status": status, **{k: v.get(k) for k in ("speedup", "low", "high", "pairs",
-                                                        "outcome")}}
-
-
-def _setting_order(t: dict) -> tuple:
-    values = list(t["params"].values())
-    n = values[0] if len(values) == 1 and isinstance(values[0], (int, float)) else 0
-    return (t["fix"], n, t["variant"])
-
-
-def verify_report(report, target, folder: Path, config: VerifyConfig, say: Callable[[str], None]) -> Optional[int]:
+def verify_report(report, target, folder: Path, config: VerifyConfig, say: Callable[[str], None],
+                  finishing=None, keeper=None) -> Optional[int]:
     """Measure the report's fixes; the report gets them (findings re-rated, `extra["verify"]`). Returns the
-    exit code of an interruption (130, 143, 129), else None."""
+    exit code of an interruption (130, 143, 129), else None. `finishing`, `keeper`: see Verifier."""
     experiments, not_tried = plan_for(report, config)
     if not experiments:
         report.extra["verify"] = {"budget_s": 0, "spent_s": 0, "experiments": [
@@ -329,13 +322,15 @@ def verify_report(report, target, folder: Path, config: VerifyConfig, say: Calla
         say("verify: nothing to try: no finding has a fix perfsleuth can apply without a code change")
         return None
     try:
-        v = Verifier(target, folder, config, step_us_of(report), say)
+        v = Verifier(target, folder, config, step_us_of(report), say, finishing=finishing,
+                     keeper=keeper)
     except OSError as exc:  # the output folder went away, or cannot be written: perfsleuth's problem, said
         say(f"verify: not run: cannot make its folder in {folder} ({exc.strerror or exc})")
         return None
     extra = v.run(experiments, not_tried)
     report.findings[:] = apply_verified(report.findings, verified_by_rule(extra, report.findings))
     report.extra["verify"] = extra
+    pause_at("verify-recheck")
     _recheck(report)
     say(f"verify: {extra['cost']}")
     if extra["warning"]:

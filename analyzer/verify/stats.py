@@ -5,7 +5,7 @@ others: the mean is the throughput). Windows alternate A B A B ...; each A with 
 and its ratio is A's mean step over B's: above 1 the variant is faster. The measured speed-up is the
 median of the pair ratios; low and high are the smallest and largest. When they lie on both sides of
 1.0 the outcome is "noise" (no difference beyond noise); else faster / no gain / slower by
-report/numbers.py's NO_GAIN and SLOWER.
+report/numbers.py's NO_GAIN and SLOWER. `verified_by_rule`: the best setting of each rule's fixes.
 """
 
 from __future__ import annotations
@@ -84,3 +84,56 @@ def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Opt
                     "variant": _median([window_mean(b) for b in variants])},
         "saving_us": round(step_us * (1 - 1 / speedup), 3) if step_us else None,
     }
+
+
+def verified_by_rule(extra: dict, findings: list) -> dict:
+    """The best measurement of each rule's fixes (`_rank`), its forecast ratio against that
+    rule, and `tried`: every setting of the rule's fixes that was tried, measured or not, in the
+    order of its parameter ("num_workers 1: 0.80x, 2: 1.71x, 3: 1.62x": report/figures.py). The
+    best is the finding's number: "don't apply" only when every setting measured was slower
+    (issue 40)."""
+    forecasts = {f.get("rule"): (f.get("forecast") or {}).get("speedup") for f in findings}
+    best: dict = {}
+    tried: dict = {}
+    for e in extra["experiments"]:
+        if e.get("variant") is None:
+            continue
+        v = e.get("verified")
+        for rule in e["rules"]:
+            tried.setdefault(rule, []).append(tried_entry(e))
+            if not v:
+                continue
+            if rule not in best or _rank(v) > _rank(best[rule]):
+                fc = forecasts.get(rule)
+                ratio = round(fc / v["speedup"], 3) if fc and v["speedup"] else None
+                best[rule] = {**v, "params": dict(e.get("params") or {}), "forecast_ratio": ratio}
+    for rule, v in best.items():
+        v["tried"] = sorted(tried[rule], key=_setting_order)
+    return best
+
+
+OUTCOME_RANK = {"faster": 3, "noise": 2, "no gain": 1, "slower": 0}
+
+
+def _rank(v: dict) -> tuple:
+    """The best setting: a conclusive gain (outcome "faster"), then an inconclusive one ("noise"),
+    then "no gain", then "slower", each by the larger speed-up -- the largest median of several
+    noisy settings alone favours the noisiest; "don't apply" needs every setting slower."""
+    return (OUTCOME_RANK.get(v.get("outcome"), 1), v["speedup"])
+
+
+def tried_entry(e: dict) -> dict:
+    """One setting of `verified.tried` (docs/schema.md)."""
+    v = e.get("verified") or {}
+    status = "measured" if v else e.get("status")
+    if status == "measured" and not v:
+        status = "too few pairs"
+    return {"fix": e["fix"], "variant": e["variant"], "params": dict(e.get("params") or {}),
+            "status": status, **{k: v.get(k) for k in ("speedup", "low", "high", "pairs",
+                                                        "outcome")}}
+
+
+def _setting_order(t: dict) -> tuple:
+    values = list(t["params"].values())
+    n = values[0] if len(values) == 1 and isinstance(values[0], (int, float)) else 0
+    return (t["fix"], n, t["variant"])

@@ -74,7 +74,8 @@ json_values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | s
     max_leaves=8)
 EVENT_KEYS = ["ph", "ts", "dur", "pid", "tid", "name", "cat", "args", "id"]
 ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "Input type", "name", "bytes", "stream"]
-TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "perfsleuth", "schemaVersion", "roctracer_version"]
+TOP_KEYS = ["traceEvents", "deviceProperties", "distributedInfo", "perfsleuth", "perfsleuth_final", "schemaVersion",
+            "roctracer_version"]
 # The run metadata's sections and keys (record/trace_metadata.py, compile_facts.py), the compile section's included
 META_KEYS = {"compile": ["steps", "compiles", "graph_breaks", "counters", "config", "version"],
              "compile.steps": ["wait", "warmup", "active", "after"],
@@ -103,7 +104,9 @@ def trace_mutation(draw, n_events: int):
         return ("top", None, draw(st.sampled_from(TOP_KEYS)), draw(json_values))
     if kind == "meta":
         section = draw(st.sampled_from(sorted(META_KEYS) + ["compile"] * 4))  # compile: the newest section
-        return ("meta", None, (section, draw(st.sampled_from(META_KEYS[section]))), draw(json_values))
+        # `perfsleuth_final`: what run measured after the window (its clock and compile sections win)
+        root = draw(st.sampled_from(["perfsleuth", "perfsleuth", "perfsleuth_final"]))
+        return ("meta", None, (root, section, draw(st.sampled_from(META_KEYS[section]))), draw(json_values))
     return ("deep", i, draw(st.sampled_from(["args", "name", "ts"])), draw(st.sampled_from([5, 100, 990, 1100, 3000])))
 
 
@@ -139,10 +142,11 @@ def mutate_trace(doc: dict, mutations: list) -> str:
     return text
 
 
-def _set_meta(doc: dict, section: str, key: str, value) -> None:
-    """Put `value` at perfsleuth.SECTION.KEY (compile.compiles: in its first entry), making the path as needed."""
-    node = doc["perfsleuth"] if isinstance(doc.get("perfsleuth"), dict) else {"version": 1}
-    doc["perfsleuth"] = node
+def _set_meta(doc: dict, root: str, section: str, key: str, value) -> None:
+    """Put `value` at ROOT.SECTION.KEY (ROOT: `perfsleuth` or `perfsleuth_final`; compile.compiles: in its
+    first entry), making the path as needed."""
+    node = doc[root] if isinstance(doc.get(root), dict) else ({"version": 1} if root == "perfsleuth" else {})
+    doc[root] = node
     first, _, sub = section.partition(".")
     node = node.setdefault(first, {}) if isinstance(node.get(first), dict) or first not in node else {}
     if sub in ("compiles", "graph_breaks"):
@@ -431,12 +435,14 @@ def test_fuzz_pyproject(text):
 
 @pytest.mark.parametrize("section", [{"compiles": 5}, {"graph_breaks": 3.5}, {"steps": {"wait": 7}}, {"steps": 4},
                                      {"counters": [1]}, {"config": "x"}, 7, "compile", None])
-def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, section):
+@pytest.mark.parametrize("root", ["perfsleuth", "perfsleuth_final"])
+def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, section, root):
     """Issue 38, class 7: `compiles`, `graph_breaks` or `steps.wait` a number ended in a traceback (exit 1, the
     CI gate's code). The compile section is validated like the rest of the run metadata: a bad one is dropped
-    with a warning that names where, and the rest of the report stands."""
+    with a warning that names where, and the rest of the report stands. In `perfsleuth_final` too (what run
+    measured after the window: its compile section wins)."""
     doc = copy.deepcopy(BASES[-2])  # recorded by `perfsleuth run`
-    doc["perfsleuth"]["compile"] = section
+    doc.setdefault(root, {})["compile"] = section
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
     result = cli("analyze", path)
@@ -444,3 +450,25 @@ def test_compile_metadata_of_the_wrong_type_is_dropped_with_a_warning(tmp_path, 
     assert result.exit_code == 0
     assert "perfsleuth compile metadata was ignored" in result.output
     assert "verdict:" in result.output
+
+
+def test_python_functions_that_are_not_frames_are_no_source_sites(tmp_path):
+    """Issue 38, class 7: a `python_function` whose name is not `file(N): func` (no line, a line that is
+    not a number, a negative one, an empty name) is not a source site: the finding that cited
+    `toy.py:25` stands without a site, exit 0, no traceback."""
+    fixtures = FIXTURE_TRACE.parent
+    odd = ["weird name", "toy.py(abc): f", "(1): ", ": ", "toy.py(25)", "", "a.py(-5): <module>"]
+    for name in ("dataloader_starved.pt.trace.json.gz", "dataloader_starved.stacks.pt.trace.json.gz"):
+        doc = json.loads(gzip.decompress((fixtures / name).read_bytes()))
+        frames = [e for e in doc["traceEvents"] if e.get("cat") == "python_function"]
+        for i, e in enumerate(frames):
+            e["name"] = odd[i % len(odd)]
+        assert frames or "stacks" not in name  # the stacks companion holds the frames
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    result = cli("analyze", tmp_path / "dataloader_starved.pt.trace.json.gz", "-o", tmp_path / "o")
+    promise(result)
+    assert result.exit_code == 0, result.output
+    [finding] = json.loads((tmp_path / "o" / "report.json").read_text())["findings"]
+    assert finding["rule"] == "num-workers"
+    text = json.dumps(finding)
+    assert finding["locations"] == [] and "toy.py:25" not in text and "weird name" not in text, text
