@@ -88,8 +88,8 @@ def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, for
 
 
 def protect_inputs(*paths) -> None:
-    """The inputs (a trace and its stacks and memory companions, a folder's traces, diff's reports, run's
-    script) can never be written over, --force or not (render/safe_write.protect)."""
+    """The inputs (a trace and its stacks and memory companions, a folder's traces, diff's reports,
+    run's script) can never be written over, --force or not (render/safe_write.protect)."""
     from ..render.safe_write import protect
     from ..trace.companion import companion_name, memory_name
     from ..trace.sources import SUFFIXES

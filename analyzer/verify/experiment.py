@@ -226,7 +226,8 @@ class Verifier:
     def _conclude(self, label: str, exp: dict, entry: dict) -> None:
         forecast = next((v for v in exp["forecast"].values() if v), None)
         v = verify_stats.measured(entry["windows"], variant=exp["variant"], how=exp["how"], steps=self.steps,
-                                  forecast=forecast, step_us=self.step_us, peak=bool(exp.get("peak")))
+                                  forecast=forecast, step_us=self.step_us,
+                                  peak=bool(exp.get("peak")))
         if v is not None and v["pairs"] >= min(2, self.config.pairs) and entry["status"] != "failed":
             entry["verified"] = v
         if entry["status"] == "failed":

@@ -32,7 +32,7 @@ class Fix:
     gpu_only: bool = False  # never tried, nor mentioned, on a CPU run
     tier: int = 1  # 2: tried after every tier-1 experiment, when the budget allows
     flag: Optional[str] = None  # tried only with this option (--verify-compile)
-    peak: bool = False  # it frees memory: each window's peak memory is measured too (verify/peaks.py)
+    peak: bool = False  # it frees memory: each window's peak is measured too (verify/peaks.py)
 
 
 FIXES = (
@@ -168,7 +168,8 @@ def _expandable(c: Context) -> Union[list, str]:
     now = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if "expandable_segments:true" in now.replace(" ", "").lower():
         return "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True already"
-    return [{"PYTORCH_CUDA_ALLOC_CONF": ",".join(x for x in (now, "expandable_segments:True") if x)}]
+    setting = ",".join(x for x in (now, "expandable_segments:True") if x)
+    return [{"PYTORCH_CUDA_ALLOC_CONF": setting}]
 
 
 def _nothing(c: Context) -> list:

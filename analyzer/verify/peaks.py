@@ -5,11 +5,11 @@ Without the profiler (the windows are timed), and on a CPU, where torch keeps no
 statistics, the one peak a process can measure is its resident set's high-water mark: Linux's VmHWM
 (/proc/self/status), set back to the current resident set at each window's start by writing "5" to
 /proc/self/clear_refs. Its limits, said with the number: it counts the whole process in pages (the
-interpreter, libraries, buffers as well as tensors), not the DataLoader's worker processes, and memory
-the C allocator keeps after a free stays resident, so a window cannot measure below the level it
-starts at: a fix that frees memory shows as a lower peak when the freed memory is reused in the window
-(as freed gradients are by the next forward). On a GPU, torch's caching allocator measures exactly:
-`torch.cuda.max_memory_allocated` / `max_memory_reserved` after `reset_peak_memory_stats`.
+interpreter, libraries, buffers as well as tensors), not the DataLoader's worker processes, and
+memory the C allocator keeps after a free stays resident, so a window cannot measure below the level
+it starts at: a fix that frees memory shows as a lower peak when the freed memory is reused in the
+window (as freed gradients are by the next forward). On a GPU, torch's caching allocator measures
+exactly: `torch.cuda.max_memory_allocated` / `max_memory_reserved` after `reset_peak_memory_stats`.
 Elsewhere (no /proc) nothing is measured and the window's peak is None.
 """
 

@@ -59,9 +59,9 @@ def _median(values: list) -> Optional[float]:
 
 def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Optional[float],
              step_us: Optional[float], peak: bool = False) -> Optional[dict]:
-    """The `verified` object of an experiment's windows (None without a complete pair). `step_us`: the
-    run's unprofiled median step, for the saving; `forecast`: the finding's forecast speed-up; `peak`:
-    the fix frees memory, and the windows' peaks go into `peak` (peak_change)."""
+    """The `verified` object of an experiment's windows (None without a complete pair). `step_us`:
+    the run's unprofiled median step, for the saving; `forecast`: the finding's forecast speed-up;
+    `peak`: the fix frees memory, and the windows' peaks go into `peak` (peak_change)."""
     done = pairs(windows)
     if not done:
         return None
@@ -90,16 +90,16 @@ def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Opt
 
 PEAK_MEASURES = {  # a window's peak (verify/peaks.py), the most exact first
     "cuda_allocated_bytes": "torch.cuda.max_memory_allocated in each window",
-    "rss_bytes": ("the process's resident-set high-water mark (Linux VmHWM) in each window: the whole "
-                  "process in pages, not its DataLoader workers; memory the C allocator keeps after a "
-                  "free stays counted"),
+    "rss_bytes": ("the process's resident-set high-water mark (Linux VmHWM) in each window: the "
+                  "whole process in pages, not its DataLoader workers; memory the C allocator "
+                  "keeps after a free stays counted"),
 }
 
 
 def peak_change(done: list) -> Optional[dict]:
-    """The fix's effect on peak memory over the pairs (a measurement): the median peak of the baseline
-    windows and of the variant windows, each pair's change; None when no pair has a peak on both sides.
-    """
+    """The fix's effect on peak memory over the pairs (a measurement): the median peak of the
+    baseline windows and of the variant windows, each pair's change; None when no pair has a peak on
+    both sides."""
     for key, what in PEAK_MEASURES.items():
         both = [(a.get("peak", {}).get(key), b.get("peak", {}).get(key)) for a, b in done
                 if isinstance(a.get("peak"), dict) and isinstance(b.get("peak"), dict)]
