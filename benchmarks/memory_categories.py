@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 ORACLE = HERE / "memory_oracle.py"
@@ -108,13 +109,15 @@ def loadavg() -> str:
         return "?"
 
 
-def measure(name: str, examples: Path, timeout: int) -> dict:
+def measure(name: str, examples: Path, timeout: int, parts=("ours", "profiler", "memtracker"),
+            row: Optional[dict] = None) -> dict:
     what, folder, script_name, args = PROGRAMS[name]
-    row = {"program": name, "what": what, "load_before": loadavg(),
+    row = row or {}
+    row.update({"program": name, "what": what, "load_before": loadavg(),
            "command": f"perfsleuth run --no-stack {' '.join(SCHEDULE)} "
                       f"{(folder + '/') if folder else 'benchmarks/unseen_programs/'}{script_name} "
-                      f"{shlex.join(args)}"}
-    for part in ("ours", "profiler", "memtracker"):
+                      f"{shlex.join(args)}"})
+    for part in parts:
         with tempfile.TemporaryDirectory(prefix=f"memcat-{name}-") as d:
             work = Path(d)
             script = prepare(name, examples, work)
@@ -154,7 +157,9 @@ def render(rows: list, meta: dict) -> str:
              "same steps, torch's labels as they are (AUTOGRAD_DETAIL counted as temporary); "
              "*MemTracker*: torch.distributed._tools.mem_tracker.MemTracker (Buffer counted as "
              "other); *exact*: the optimizers' tensors, counted by the oracle at the last step "
-             "boundary. Δ = ours − timeline.", ""]
+             "boundary. Δ = ours − timeline."
+             + (f" Then {meta['again']} (`--again`), the other tools' rows kept."
+                if meta.get("again") else ""), ""]
     for r in rows:
         mem = (r.get("ours") or {}).get("memory") or {}
         prof, mt = r.get("profiler") or {}, r.get("memtracker") or {}
@@ -218,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--render", type=Path)
     ap.add_argument("--write", type=Path)
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--again", nargs="*", choices=("ours", "profiler", "memtracker"),
+                    help="measure only these parts again, into the rows of --out")
     a = ap.parse_args(argv)
     if a.render:
         doc = json.loads(a.render.read_text())
@@ -230,7 +237,16 @@ def main(argv=None) -> int:
                                    + " ".join(["--programs", *a.programs]),
                         "examples_commit": commit.read_text().strip()[:12] if commit.exists()
                         else "unknown", **versions()}, "rows": []}
+        if a.again:
+            old = json.loads(a.out.read_text())
+            doc["rows"] = old["rows"]
+            doc["meta"]["again"] = f"{' '.join(a.again)} measured again on {doc['meta']['date']}"
         for name in a.programs:
+            if a.again:
+                row = next(r for r in doc["rows"] if r["program"] == name)
+                measure(name, a.examples, a.timeout, a.again, row)
+                a.out.write_text(json.dumps(doc, indent=1))
+                continue
             doc["rows"].append(measure(name, a.examples, a.timeout))
             a.out.write_text(json.dumps(doc, indent=1))
             print(f"{name}: done, load {loadavg()}", file=sys.stderr)
