@@ -128,8 +128,12 @@ def measure(name: str, examples: Path, timeout: int, parts=("ours", "profiler", 
 
 
 # --- the table ----------------------------------------------------------------------------------
-def mib(v) -> str:
-    return "–" if v is None else f"{v / 2**20:.2f}"
+def num(v) -> str:
+    return "–" if v is None else f"{int(v):,}"
+
+
+def signed(v) -> str:
+    return "–" if v is None else f"{int(v):+,}"
 
 
 def timeline_as_ours(cats: dict) -> dict:
@@ -153,12 +157,12 @@ def render(rows: list, meta: dict) -> str:
              f"transformers {meta['transformers']}, lightning {meta['lightning']}); one run of "
              "each tool per program, in this order, on "
              "the shared 2-core machine (load average before and after each program below). "
-             "Bytes in MiB (2^20). *timeline*: torch.profiler's `export_memory_timeline` on the "
+             "Bytes. *timeline*: torch.profiler's `export_memory_timeline` on the "
              "same steps, torch's labels as they are (AUTOGRAD_DETAIL counted as temporary); "
              "*MemTracker*: torch.distributed._tools.mem_tracker.MemTracker (Buffer counted as "
              "other); *exact*: the optimizers' tensors, counted by the oracle at the last step "
              "boundary. Δ = ours − timeline."
-             + (f" Then {meta['again']} (`--again`), the other tools' rows kept."
+             + (f" Then {meta['again']} (`--again ...`), the other tools' rows kept."
                 if meta.get("again") else ""), ""]
     for r in rows:
         mem = (r.get("ours") or {}).get("memory") or {}
@@ -175,17 +179,16 @@ def render(rows: list, meta: dict) -> str:
         exact = prof.get("known") or mt.get("known") or {}
         ex = {"parameter": exact.get("parameter_bytes"), "gradient": exact.get("gradient_bytes"),
               "optimizer_state": exact.get("optimizer_state_bytes")}
-        lines += ["| MiB | perfsleuth | timeline | Δ | MemTracker | exact |",
+        lines += ["| bytes | perfsleuth | timeline | Δ | MemTracker | exact |",
                   "|---|---:|---:|---:|---:|---:|"]
         for k in KEYS:
             d = None if tl is None else cats[k] - tl[k]
-            lines.append(f"| {k} | {mib(cats[k])} | {mib(tl and tl[k])} | "
-                         f"{'–' if d is None else f'{d / 2**20:+.2f}'} | {mib(mtc and mtc[k])} | "
-                         f"{mib(ex.get(k))} |")
-        lines.append(f"| **peak** | {mib(mem.get('peak_bytes'))} | {mib(prof.get('peak_bytes'))} | "
-                     + ("–" if prof.get("peak_bytes") is None else
-                        f"{(mem['peak_bytes'] - prof['peak_bytes']) / 2**20:+.2f}")
-                     + f" | {mib(mt.get('peak_bytes'))} | |")
+            lines.append(f"| {k} | {num(cats[k])} | {num(tl and tl[k])} | {signed(d)} | "
+                         f"{num(mtc and mtc[k])} | {num(ex.get(k))} |")
+        peak, theirs = mem.get("peak_bytes"), prof.get("peak_bytes")
+        lines.append(f"| **peak** | {num(peak)} | {num(theirs)} | "
+                     f"{signed(None if theirs is None or peak is None else peak - theirs)} | "
+                     f"{num(mt.get('peak_bytes'))} | |")
         errors = [f"{k}: {v['error']}" for k, v in (("timeline", prof), ("MemTracker", mt))
                   if v.get("error")]
         lines += [""] + ([f"Not measured — {'; '.join(errors)}", ""] if errors else [])
@@ -239,8 +242,9 @@ def main(argv=None) -> int:
                         else "unknown", **versions()}, "rows": []}
         if a.again:
             old = json.loads(a.out.read_text())
-            doc["rows"] = old["rows"]
-            doc["meta"]["again"] = f"{' '.join(a.again)} measured again on {doc['meta']['date']}"
+            again = (f"{' '.join(a.again)} of {' '.join(a.programs)} measured again on "
+                     f"{doc['meta']['date']}")
+            doc = {"meta": {**old["meta"], "again": again}, "rows": old["rows"]}
         for name in a.programs:
             if a.again:
                 row = next(r for r in doc["rows"] if r["program"] == name)
