@@ -387,3 +387,23 @@ def test_a_windows_peak_is_the_resident_high_water_mark_since_its_start():
     del block
     peaks.reset()
     assert peaks.rss_high_water() <= during - 32 * MiB
+
+
+def test_a_report_read_back_keeps_the_measured_peak():
+    """diff and the directory pages read report.json through report/schema.py: the measured peak of
+    a fix that frees memory survives it, and the number's text says it there too."""
+    from perfsleuth.report.figures import number_text
+    from perfsleuth.report.schema import checked
+    from report_factory import make_report
+
+    report = make_report(findings=1)
+    peak = {"measure": "rss_bytes", "what": "RSS", "baseline_bytes": 675_569_664,
+            "variant_bytes": 608_417_792, "change_bytes": -67_151_872, "change": -0.0994,
+            "pairs": [[675_569_664, 608_423_936], [675_569_664, 608_411_648]]}
+    report["findings"][0]["verified"] = {"speedup": 1.0679, "low": 0.8, "high": 1.34, "pairs": 2,
+                                         "outcome": "noise", "peak": peak}
+    got = checked(report, "report.json")["findings"][0]
+    assert got["verified"]["peak"] == peak
+    assert number_text(got).startswith(
+        "measured 1.07× (0.80–1.34×, 2 pairs): no difference beyond noise; peak 644.27 MiB → "
+        "580.23 MiB (-9.9%, measured: process resident-set high-water mark, median of 2 pairs)")
