@@ -31,8 +31,9 @@ class RunConfig:
     # torch's memory profile (the categories at the peak) costs about 1-2.5 ms per recorded op and allocation event
     # on a loaded 2-core machine (many_params: 44,000 events, 34 s; LBFGS with 20 closure calls a step: 82,000,
     # 145 s; a 3-step window of a small MLP: 1,400, 1-2 s). Over this many events the categories are not computed,
-    # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay). Python function
-    # events (with_stack) are not counted: they cost it next to nothing (memory_window._events).
+    # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay).
+    # Python function events (with_stack) are not counted: they cost it next to nothing
+    # (memory_window._events).
     memory_categories_events: int = 30_000
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.

@@ -147,9 +147,10 @@ def test_directory_index_link_opens_the_trace_section(tmp_path):
 
 
 def test_the_memory_plot_renders_with_its_peak_marked_and_names_escaped(tmp_path):
-    """The memory section of a report from a hand-built trace (4 steps; aten::add, named with markup,
-    keeps 1 MiB a step): the SVG level is drawn, the peak's circle sits on the level's highest stretch
-    (the smallest y), inside the plot, and says its bytes and step; the hostile name is text."""
+    """The memory section of a report from a hand-built trace (4 steps; aten::add, named with
+    markup, keeps 1 MiB a step): the SVG level is drawn, the peak's circle sits on the level's
+    highest stretch (the smallest y), inside the plot, and says its bytes and step; the hostile
+    name is text."""
     from memorybuilder import leaky
     from tracebuilder_rules import analyze
 
@@ -181,7 +182,8 @@ def test_the_memory_plot_renders_with_its_peak_marked_and_names_escaped(tmp_path
         assert cy == top and any(y0 == y1 == top and x0 <= cx <= x1
                                  for (x0, y0), (x1, y1) in zip(points, points[1:] + points[-1:]))
         box = driver.execute_script(
-            "const r = arguments[0].getBoundingClientRect(), s = arguments[1].getBoundingClientRect();"
+            "const r = arguments[0].getBoundingClientRect(),"
+            " s = arguments[1].getBoundingClientRect();"
             "return [r.width > 0, r.left >= s.left, r.right <= s.right, r.top >= s.top,"
             " r.bottom <= s.bottom]", peak, plot)
         assert box == [True, True, True, True, True]

@@ -217,17 +217,18 @@ def test_a_script_too_short_for_its_windows_says_so(tmp_path, monkeypatch):
 
 
 def test_a_fix_that_frees_memory_measures_the_peak_of_each_window(tmp_path):
-    """zero_grad(set_to_none=True) on a script that keeps a 64 MiB gradient through every forward: each
-    window's peak (the process's resident-set high-water mark since the window's first timed step) is
-    measured, and the variant's is lower by about the gradient: the measurement says so in the JSON and
-    in the finding's text of the terminal, Markdown and HTML alike."""
+    """zero_grad(set_to_none=True) on a script that keeps a 64 MiB gradient through every forward:
+    each window's peak (the process's resident-set high-water mark since the window's first timed
+    step) is measured, and the variant's is lower by about the gradient: the measurement says so in
+    the JSON and in the finding's text of the terminal, Markdown and HTML alike."""
     out = tmp_path / "o"
     proc = perfsleuth_run(tmp_path, *QUICK, "--verify", "--verify-pairs", "2", "-o", str(out),
                           str(SCRIPTS / "zero_grad_fill.py"))
     assert proc.returncode == 0, proc.stderr
     rep = json.loads((out / "report.json").read_text())
     [e] = experiments(rep, "zero_grad")
-    assert e["status"] == "measured" and e["applied"].endswith("zero_grad(set_to_none=False) call(s)")
+    assert e["status"] == "measured"
+    assert e["applied"].endswith("zero_grad(set_to_none=False) call(s)")
     assert all(w["peak"]["rss_bytes"] > 64 << 20 for w in e["windows"])
     v = the(rep, "zero-grad")["verified"]
     peak = v["peak"]

@@ -340,7 +340,8 @@ def test_a_fix_that_frees_memory_measures_each_windows_peak():
     for w, alloc in zip(ws, (100, 80, 100, 80, 100, 80)):
         w["peak"]["cuda_allocated_bytes"] = alloc * MiB
     got = measured(ws, variant="x", how=TOGGLE, steps=2, forecast=None, step_us=None, peak=True)
-    assert (got["peak"]["measure"], got["peak"]["change_bytes"]) == ("cuda_allocated_bytes", -20 * MiB)
+    assert (got["peak"]["measure"], got["peak"]["change_bytes"]) == ("cuda_allocated_bytes",
+                                                                     -20 * MiB)
     # a fix that does not free memory has no peak; windows without one give None
     assert "peak" not in measured(ws, variant="x", how=TOGGLE, steps=2, forecast=None, step_us=None)
     bare = [window(0, "A", 10), window(1, "B", 10)]
@@ -369,8 +370,9 @@ def test_the_memory_fixes_in_the_plan(monkeypatch):
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     gpu, gpu_not = plan(findings, Context(gpu=True))
     assert not any(e["fix"] == "expandable_segments" for e in gpu)
-    assert {"rule": "allocator-fragmentation", "fix": "expandable_segments", "reason":
-            "expandable_segments: PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True already"} in gpu_not
+    already = "expandable_segments: PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True already"
+    assert {"rule": "allocator-fragmentation", "fix": "expandable_segments",
+            "reason": already} in gpu_not
 
 
 def test_a_windows_peak_is_the_resident_high_water_mark_since_its_start():
