@@ -28,7 +28,7 @@ ANALYSIS_MODULES = ("trace.model", "trace.selection", "analysis.attribution", "a
                     "analysis.steps", "analysis.tables", "analysis.verdict", "report.model", "engine.catalog",
                     "engine.evaluate", "engine.explain", "engine.forecast", "engine.reconsider", "facts.core",
                     "facts.forecasting", "facts.stacks", "analysis.forecast.forecaster",
-                    "analysis.efficiency.words")
+                    "analysis.efficiency.words", "report.timeline", "report.launches")
 
 
 def load_analysis() -> None:
@@ -109,7 +109,11 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)
+    from .report.launches import sources_from, way_in
+
+    way_in(report, facts.context)  # kernel -> op -> line, the step's timeline: the HTML's way in
     _join_lines(report, rules, facts, companion)
+    sources_from(report, companion)  # the kernels' lines, from the stacks window when it was loaded
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast

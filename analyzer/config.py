@@ -16,6 +16,14 @@ STALL_CATEGORIES = ("dataloader", "sync", "transfer", "host", "communication")
 MEMORY_TOP_OPS = 5
 MEMORY_UNAVAILABLE = "record with profile_memory=True (or use perfsleuth run)"
 
+# The HTML report's timeline of one steady step (report/timeline.py, docs/schema.md#timeline): at
+# most this many events; events shorter than this fraction of the step are merged per lane and
+# category; lanes this deep.
+TIMELINE_MAX_EVENTS = 800
+TIMELINE_MERGE_FRACTION = 1 / 1000  # under a pixel of the page's 830
+TIMELINE_MAX_DEPTH = 8
+TIMELINE_MAX_NAME = 300  # characters of an event name kept in the JSON
+
 
 def _default_material() -> dict:
     # A stall is "material" from this share of step time on. Host overhead gets a higher bar: some

@@ -11,18 +11,19 @@ matplotlib, which the project's own environment does not have). On x86_64 with P
 torchvision come from this machine's disk (PyPI's torchvision does not import beside the torch 2.13.0
 CPU file):
 
-    python3 -m venv /work/venvs/unseen-bench                     # not --system-site-packages
-    /work/venvs/unseen-bench/bin/pip install --upgrade pip
-    /work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1
-    /work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib
-    /work/venvs/unseen-bench/bin/pip install -e .                # perfsleuth, from this checkout
-    git clone https://github.com/pytorch/examples /work/ext/examples     # outside the project
+    VENV=venv-unseen EXAMPLES=pytorch-examples        # any two folders outside the project
+    python3 -m venv "$VENV"                                      # not --system-site-packages
+    "$VENV"/bin/pip install --upgrade pip
+    "$VENV"/bin/pip install torch==2.14.1 torchvision==0.29.1
+    "$VENV"/bin/pip install transformers accelerate lightning matplotlib
+    "$VENV"/bin/pip install -e .                # perfsleuth, from this checkout
+    git clone https://github.com/pytorch/examples "$EXAMPLES"     # outside the project
     (or, from a snapshot without train.txt: git --git-dir=SNAPSHOT archive HEAD -- imagenet dcgan
      word_language_model time_sequence_prediction regression mnist
-     ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C /work/ext/examples;
-     git --git-dir=SNAPSHOT rev-parse HEAD > /work/ext/examples/COMMIT)
+     ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C "$EXAMPLES";
+     git --git-dir=SNAPSHOT rev-parse HEAD > "$EXAMPLES"/COMMIT)
 
-and run this file with that venv's python (`/work/venvs/unseen-bench/bin/python benchmarks/unseen.py`).
+and run this file with that venv's python (`"$VENV"/bin/python benchmarks/unseen.py`).
 
 Per program (benchmarks/unseen_catalog.py), in a fresh copy of its folder in a temp dir:
 1. `perfsleuth run --json` of the program (with `--verify --verify-pairs N` when the installed
@@ -97,16 +98,17 @@ Set-up, outside the project (torch and torchvision from the machine's disk: PyPI
 import beside the torch 2.13.0 CPU file):
 
 ```
-python3 -m venv /work/venvs/unseen-bench
-/work/venvs/unseen-bench/bin/pip install --upgrade pip
-/work/venvs/unseen-bench/bin/pip install torch==2.14.1 torchvision==0.29.1
-/work/venvs/unseen-bench/bin/pip install transformers accelerate lightning matplotlib
-/work/venvs/unseen-bench/bin/pip install -e .
-git clone https://github.com/pytorch/examples /work/ext/examples    # or, from a snapshot without train.txt:
+VENV=venv-unseen EXAMPLES=pytorch-examples    # any two folders outside the project
+python3 -m venv "$VENV"
+"$VENV"/bin/pip install --upgrade pip
+"$VENV"/bin/pip install torch==2.14.1 torchvision==0.29.1
+"$VENV"/bin/pip install transformers accelerate lightning matplotlib
+"$VENV"/bin/pip install -e .
+git clone https://github.com/pytorch/examples "$EXAMPLES"    # or, from a snapshot without train.txt:
 #   git --git-dir=SNAPSHOT archive HEAD -- imagenet dcgan word_language_model time_sequence_prediction \\
-#     regression mnist ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C /work/ext/examples
-#   git --git-dir=SNAPSHOT rev-parse HEAD > /work/ext/examples/COMMIT
-/work/venvs/unseen-bench/bin/python benchmarks/unseen.py --examples /work/ext/examples --write docs/accuracy.md
+#     regression mnist ':(exclude)word_language_model/data/wikitext-2/train.txt' | tar -x -C "$EXAMPLES"
+#   git --git-dir=SNAPSHOT rev-parse HEAD > "$EXAMPLES"/COMMIT
+"$VENV"/bin/python benchmarks/unseen.py --examples "$EXAMPLES" --write docs/accuracy.md
 ```
 
 Adaptations, the same for every run of a program: word_language_model trains on `valid.txt` where
@@ -285,7 +287,7 @@ def main() -> None:
     ap.add_argument("--verify-budget", type=int, help="--verify-budget per program (default: perfsleuth's own)")
     ap.add_argument("--no-verify", action="store_true", help="run perfsleuth without --verify even if it has it")
     ap.add_argument("--perfsleuth", help="the perfsleuth command (default: this venv's perfsleuth), e.g. "
-                    "'env PYTHONPATH=DIR /work/venvs/unseen-bench/bin/python -m perfsleuth'")
+                    "'env PYTHONPATH=DIR VENV/bin/python -m perfsleuth'")
     ap.add_argument("--json", type=Path,
                     help=f"results file (default {RESULTS.relative_to(ROOT)}; smoke: the temp dir)")
     ap.add_argument("--keep", type=Path, help="work here (kept) instead of a temp dir")
@@ -311,7 +313,7 @@ def main() -> None:
         m = machine(opt.examples.resolve(), ps, own=not opt.perfsleuth)
         doc = {"recorded": time.strftime("%Y-%m-%d %H:%M"), "smoke": opt.smoke, "machine": m, "method": METHOD,
                "machine_line": machine_line(m, verify), "pairs": opt.pairs, "verify_available": verify[0],
-               "command": "python benchmarks/unseen.py " + shlex.join(sys.argv[1:]).replace(str(opt.examples), "DIR"),
+               "command": "python benchmarks/unseen.py " + portable(sys.argv[1:]),
                "rows": []}
         for p in (BY_NAME[n] for n in opt.programs) if opt.programs else PROGRAMS:
             t0 = time.monotonic()
@@ -325,6 +327,23 @@ def main() -> None:
     print(text)
     if opt.write:
         write_section(opt.write, text)
+
+
+def portable(argv: list) -> str:
+    """The command as docs/accuracy.md prints it: the folders of this machine as placeholders
+    (DIR, WORK, FILE, PERFSLEUTH), never a path of the machine it ran on
+    (tests/unit/test_docs_paths.py)."""
+    names = {"--examples": "DIR", "--keep": "WORK", "--json": "FILE", "--perfsleuth": "PERFSLEUTH"}
+    out, args = [], iter(argv)
+    for a in args:
+        flag, eq, value = a.partition("=")
+        if flag in names:
+            out += [f"{flag}={names[flag]}"] if eq else [a, names[flag]]
+            if not eq:
+                next(args, None)
+        else:
+            out.append(a)
+    return shlex.join(out)
 
 
 if __name__ == "__main__":

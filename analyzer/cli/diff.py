@@ -27,6 +27,7 @@ from ..config import CATEGORIES, Config
 from ..errors import TraceError, UsageError
 from ..report import numbers
 from ..render.efficiency_text import efficiency_change
+from ..render.diff_view import differences_sentence
 from ..render.memory_diff import memory_change
 from ..report.model import SET_SCHEMA
 from ..report.schema import checked, schema_of
@@ -48,6 +49,9 @@ class DiffConfig:
     # percentage: a change against 0 µs, or a denormal, is not a ratio anyone can read (the gate says so).
     min_base_us: float = 0.001
     top_changes: int = 10  # rows in each of the slower / faster kernel and op lists
+    # One side compares this many times the other's steps or more: the runs differ (a step or two set
+    # apart as warm-up on one side is the usual jitter, not a different experiment).
+    steps_ratio: float = 1.5
     # Analysing a trace for a diff lists every kernel and op, so a name missing on one side really
     # is absent there (a report.json lists only its top Config.top_n).
     analysis_top_n: int = 1_000_000
@@ -132,6 +136,7 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         profiled, basis=PROFILED)
     kernels = _named_changes(base, head, "top_kernels", config, full_lists)
     ops = _named_changes(base, head, "top_ops", config, full_lists)
+    differ = differences(base, head, step, config)
     return {
         "schema": DIFF_SCHEMA,
         "tool": {"name": "perfsleuth", "version": __version__},
@@ -145,7 +150,9 @@ def diff_reports(base: dict, head: dict, config: Optional[DiffConfig] = None,
         "kernels": kernels,
         "ops": ops,
         "memory": memory_change(base, head),  # peaks and growth per device (render/memory_diff.py)
-        "warnings": _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
+        "differences": differ,  # device, program, steps compared: said first in every output
+        "warnings": ([differences_sentence(differ)] if differ else [])
+        + _warnings(base, head, step, kernels["unmatched"] + ops["unmatched"], config),
         # FLOPs/step and HFU, each side (render/efficiency_text.py)
         "efficiency": efficiency_change(base, head),
     }
@@ -173,8 +180,36 @@ def _durations(report: dict) -> np.ndarray:
 
 def _side(report: dict) -> dict:
     t = report.get("trace") if isinstance(report.get("trace"), dict) else {}
-    return {"path": t.get("path"), "device": t.get("device"), "verdict": report["verdict"],
-            "steps": len(steady(report)), "steps_source": report.get("steps_source")}
+    return {"path": t.get("path"), "device": t.get("device"), "program": t.get("program"),
+            "verdict": report["verdict"], "steps": len(steady(report)),
+            "steps_source": report.get("steps_source")}
+
+
+def _device(report: dict) -> str:
+    """The device a report ran on, as a diff names it: the GPU's name, else its kind; "CPU only"
+    without one."""
+    t = report.get("trace") if isinstance(report.get("trace"), dict) else {}
+    kind = t.get("device_type")
+    return str(t.get("device") or ("CPU only" if kind in (None, "cpu") else kind))
+
+
+def differences(base: dict, head: dict, step: dict, config: Optional[DiffConfig] = None) -> list:
+    """What makes the two runs other than one program measured twice (issue 37: a CPU report
+    against an H100 report of another program read "×11: REGRESSION" and nothing else): the
+    device, the program (the script `perfsleuth run` recorded; unknown for other traces, and then
+    not compared) and the number of steps the step time compares (`steps_ratio` apart or more).
+    [{"what": "device" | "program" | "steps", "base": ..., "head": ...}], in that order."""
+    out = []
+    if _device(base) != _device(head):
+        out.append({"what": "device", "base": _device(base), "head": _device(head)})
+    programs = [(r.get("trace") or {}).get("program") if isinstance(r.get("trace"), dict) else None
+                for r in (base, head)]
+    if all(programs) and programs[0] != programs[1]:
+        out.append({"what": "program", "base": programs[0], "head": programs[1]})
+    n = sorted((step["base"]["n"], step["head"]["n"]))
+    if n[1] >= (config or DiffConfig()).steps_ratio * n[0]:
+        out.append({"what": "steps", "base": step["base"]["n"], "head": step["head"]["n"]})
+    return out
 
 
 def spread(values: np.ndarray) -> dict:
@@ -312,9 +347,6 @@ def _warnings(base: dict, head: dict, step: dict, unmatched: int, config: DiffCo
         apart = len(rep["steps"]) - len(steady(rep))
         if apart:
             out.append(f"{label}: {apart} warm-up or partial step{'s' if apart != 1 else ''} left out of the comparison")
-    bd, hd = (r.get("trace", {}).get("device") if isinstance(r.get("trace"), dict) else None for r in (base, head))
-    if bd and hd and bd != hd:
-        out.append(f"the traces come from different devices ({bd} vs {hd})")
     if unmatched:
         out.append(f"{unmatched} kernel/op names are in only one side's top list (a report.json lists its top "
                    f"{Config().top_n}) and were not compared; diff the traces to compare every name")

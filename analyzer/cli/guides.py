@@ -27,11 +27,23 @@ def topics() -> dict:
     return out
 
 
+# Guides for those who work on perfsleuth itself (its design, how it is measured and tested),
+# listed apart from the user guides; every other guide is a user guide.
+DEVELOPER = frozenset({"architecture", "accuracy", "perf", "robustness", "synth"})
+
+
 def listing() -> str:
+    """The user guides, then the developer docs, each `name  title` (issue 37: a user looking for
+    how to use a command should not have to tell them apart)."""
     known = topics()
     width = max(map(len, known), default=0)
-    return "\n".join([*(f"{name:<{width}}  {title}" for name, title in known.items()), "",
-                      "`perfsleuth docs TOPIC` prints one (Markdown); `perfsleuth rules SLUG` a rule's docs."])
+    rows = {name: f"  {name:<{width}}  {title}" for name, title in known.items()}
+    users = [row for name, row in rows.items() if name not in DEVELOPER]
+    developers = [row for name, row in rows.items() if name in DEVELOPER]
+    return "\n".join(["Guides:", *users, "",
+                      "For perfsleuth's developers (design, measurements, tests):", *developers, "",
+                      "`perfsleuth docs TOPIC` prints one (Markdown); "
+                      "`perfsleuth rules SLUG` a rule's docs."])
 
 
 def read_topic(name: str) -> str:

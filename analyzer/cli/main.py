@@ -113,7 +113,7 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
-@main.command()
+@main.command(short_help="Analyze a recorded trace, or a directory of traces.")
 @click.argument("path", type=click.Path())
 @output_options
 @click.option("--fail-on", "fail_on", multiple=True, metavar="NAMES",
@@ -211,7 +211,7 @@ def _jobs(jobs):
 # Further commands: rules, docs, diff below; run in cli/run.py (imported when used).
 
 
-@main.command("rules")
+@main.command("rules", short_help="List the rule catalog, or print one rule's docs.")
 @click.argument("slug", required=False)
 @click.option("--markdown", is_flag=True, help="Print the whole catalog as Markdown (rule docs, facts, tables).")
 @click.option("--rules", "rule_paths", multiple=True, type=click.Path(path_type=Path), metavar="PATH",
@@ -243,7 +243,7 @@ def exit_on_gate_failures(failures: list) -> None:
         sys.exit(EXIT_GATE)
 
 
-@main.command("docs")
+@main.command("docs", short_help="List the guides, or print one.")
 @click.argument("topic", required=False)
 @user_errors
 def docs_command(topic) -> None:
@@ -259,7 +259,7 @@ def docs_command(topic) -> None:
     click.echo(read_topic(topic) if topic else listing())
 
 
-@main.command("diff")
+@main.command("diff", short_help="Compare two runs (traces or report.json files).")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("head", type=click.Path(path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -267,13 +267,18 @@ def docs_command(topic) -> None:
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False),
               help="Write the diff as GitHub Markdown (a pull-request comment) to this file.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-@click.option("--fail-on-regression", "regression", metavar="PCT",
-              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and by more than noise.")
+@click.option("--fail-on-regression", "regression", multiple=True, metavar="PCT|CATEGORY:+Npp",
+              help="Exit 1 if the median step time grew by more than PCT (10% or 0.1) and "
+                   "by more than noise; CATEGORY:+Npp (e.g. dataloader:+10pp): if that "
+                   "category's share of the step grew by more than N percentage points and its "
+                   "time by more than noise. Categories are gated only when asked (repeatable, "
+                   "or comma-separated).")
 @click.option("--fail-on-memory-regression", "memory_regression", metavar="PCT",
               help="Exit 1 if a device's peak allocated memory grew by more than PCT (10% or 0.1), or a side has no "
                    "memory events.")
 @user_errors
-def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression, memory_regression=None) -> None:
+def diff_command(base: Path, head: Path, json_path, markdown_path, force, regression=(),
+                 memory_regression=None) -> None:
     """Compare two runs: BASE and HEAD are traces or report.json files.
 
     \b
@@ -288,9 +293,11 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
     from ..engine.settings import rule_settings
     from ..render.diff_view import check_diff_outputs, render_diff_terminal, write_diff_outputs
     from .diff import diff_paths
-    from .gates import check_regression, parse_threshold
+    from ..render.diff_view import differences_sentence
+    from .gates import (check_regression, check_shares, gate_notes, parse_regressions,
+                        parse_threshold)
 
-    threshold = None if regression is None else parse_threshold(regression)
+    gates = parse_regressions(regression)
     mem_threshold = None if memory_regression is None else parse_threshold(memory_regression,
                                                                              "--fail-on-memory-regression")
     protect_inputs(base, head)
@@ -302,7 +309,13 @@ def diff_command(base: Path, head: Path, json_path, markdown_path, force, regres
         say(f"wrote {p}")
     from ..render.memory_diff import memory_failures
 
-    exit_on_gate_failures(check_regression(result, threshold) + memory_failures(result.get("memory"), mem_threshold))
+    for note in gate_notes(result, gates):  # a pass within noise says so; ungated ones are named
+        say(f"perfsleuth: {note}", err=True)
+    failures = (check_regression(result, gates.step) + check_shares(result, gates.shares)
+                + memory_failures(result.get("memory"), mem_threshold))
+    if failures and result.get("differences"):  # the gate's line says what else differs (issue 37)
+        failures.append(differences_sentence(result["differences"]))
+    exit_on_gate_failures(failures)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -50,7 +50,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
     return VerifyConfig(pairs=pairs or VerifyConfig.pairs, steps=steps, budget_s=budget, compile=bool(compile_))
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", short_help="Profile a training script unchanged, and report.",
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-m", "module", is_flag=True, help="TARGET is a module, run like `python -m TARGET`.")
 @click.option("--measure", type=click.IntRange(2), default=None, metavar="N",
               help="Unprofiled steps to time, half before the recorded window and half after it: the step time "
@@ -77,6 +78,14 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
               help="Input shapes and dtypes in the analysed window too: the report's compute "
                    "efficiency (FLOPs, roofline; `perfsleuth docs efficiency`). Costs up to +50 % on "
                    "tiny ops.")
+@click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="TFLOPS",
+              help="The device's compute peak in TFLOP/s, for the efficiency section's percentages, as for "
+                   "`analyze` [default: [tool.perfsleuth] peak_tflops, the datasheet's dense peak of a known "
+                   "GPU, else this CPU's, measured once per machine].")
+@click.option("--peak-arch", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The device's peaks per precision and its memory bandwidth, as a TraceLens arch JSON "
+                   "(as for `analyze`).")
 @click.option("--no-memory", is_flag=True,
               help=f"No memory window: the {RunConfig.memory_steps} steps recorded with profile_memory (and stacks "
                    "and shapes) after the window, for the peak and what fills it, are skipped.")
@@ -92,7 +101,8 @@ def verify_config(verify, pairs, steps, budget, compile_) -> VerifyConfig:
 def run_command(target, script_args, module, measure, wait, warmup, active, after, no_stack, no_shapes, no_memory, full,
                 no_fallback,
                 out_dir, json_path, html_path, markdown_path, force, verify=False, verify_pairs=None, verify_steps=None,
-                verify_budget=None, verify_compile=False, record_shapes=False) -> None:
+                verify_budget=None, verify_compile=False, record_shapes=False, peak_tflops=None,
+                peak_arch=None) -> None:
     """Profile a training script unchanged and report (perfsleuth options go before TARGET).
 
     \b
@@ -117,21 +127,26 @@ def run_command(target, script_args, module, measure, wait, warmup, active, afte
     from .progress import PhaseLine
     from ..record.target import require_torch, resolve_target
 
+    from ..engine.settings import peak_settings
+
     wait, after = unprofiled_steps(measure, wait, after)
+    peaks = peak_settings(peak_tflops, peak_arch)  # a bad peak file: one line, before the script runs
     config = RunConfig(wait=wait, warmup=warmup, active=active, after=after,
                        stack_steps=0 if no_stack else RunConfig.stack_steps, stack_shapes=not no_shapes,
                        memory_steps=0 if no_memory else RunConfig.memory_steps,
                        stop_after_window=not full, fallback_window=not no_fallback,
-                       record_shapes=record_shapes)
+                       record_shapes=record_shapes, **peaks)
     checks = verify_config(verify, verify_pairs, verify_steps, verify_budget, verify_compile)
     job = resolve_target(target, script_args, module)
-    require_torch()
     folder = Path(out_dir) if out_dir else run_paths.default_out_dir(job.stem)
     if job.path is not None:
         protect_inputs(job.path)  # --json train.py --force never replaces the script
     run_paths.check_outputs(folder, (json_path, html_path, markdown_path), force)  # before the script runs
     before = run_outputs.snapshot(run_outputs.targets(folder, json_path, html_path, markdown_path))
     phases = PhaseLine()  # on stderr, when stdout and stderr are a terminal
+    # at once, before importing torch (seconds); then the session's phases (issue 37)
+    phases("starting", f"{job.program}; importing PyTorch")
+    require_torch()
     finishing = late_signals(folder)
     outcome = runner.run_script(job, config, folder, on_phase=phases if phases.enabled else None, finishing=finishing)
     interrupted = None
@@ -204,7 +219,8 @@ def _verify(outcome, job, folder: Path, config: VerifyConfig):
         progress(f"verify: not run: {why}")
     else:
         if config.pairs < VerifyConfig.pairs:
-            progress(f"verify: {config.pairs} pair(s) per fix, as asked: fewer than {VerifyConfig.pairs}, the spread "
-                     "says little")
+            pairs = "1 pair" if config.pairs == 1 else f"{config.pairs} pairs"
+            progress(f"verify: {pairs} per fix, as asked: fewer than {VerifyConfig.pairs}, the "
+                     "spread says little")
         return verify_report(outcome.report, job, folder, config, progress)
     return None

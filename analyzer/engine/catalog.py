@@ -44,7 +44,7 @@ _REQUIRED = {"slug": str, "title": str, "category": str, "severity": str, "condi
              "saving_us": str, "saving_basis": str, "evidence": list, "message": str, "fix": str,
              "thresholds": dict, "docs": dict}
 _OPTIONAL = {"severity_when": dict, "locations": str, "requires": list, "applies": str, "cpu": dict,
-             "forecast": str}
+             "forecast": str, "no_forecast": str}
 CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently for CPU-only traces
 
 
@@ -104,6 +104,8 @@ class Rule:
     applies: str = ""  # expression: the rule is relevant here (then an unmet requirement is "not checked")
     cpu: dict = field(default_factory=dict)  # title / saving_basis for CPU-only traces
     forecast: str = ""  # the forecast model (analysis/forecast/forecaster.py MODELS) of the fix; "" = no forecast
+    # without a forecast model: why none is defensible (its saving is a ceiling only); said with "no forecast"
+    no_forecast: str = ""
 
     @functools.cached_property
     def compiled(self) -> "_Compiled":
@@ -255,7 +257,8 @@ def build_rule(raw: dict, source: str, check: bool = True) -> Rule:
                 thresholds=dict(raw["thresholds"]), docs=dict(raw["docs"]), source=source,
                 severity_when=tuple((s, when[s]) for s in reversed(SEVERITIES) if s in when),
                 locations=raw.get("locations", ""), requires=tuple(raw.get("requires", ())),
-                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""))
+                applies=raw.get("applies", ""), cpu=dict(raw.get("cpu", {})), forecast=raw.get("forecast", ""),
+                no_forecast=raw.get("no_forecast", ""))
     if not check:
         return rule
     from jinja2 import TemplateError

@@ -80,6 +80,7 @@ def rule_markdown(r: Rule, heading: str = "#") -> str:
              if r.forecast and r.forecast in _window_models() else
              f"Forecast: model `{r.forecast}` — the steady step replayed with the fix applied "
              "([forecast.md](forecast.md))." if r.forecast else
+             f"Forecast: none — {r.no_forecast}; the finding says \"no forecast\" and why." if r.no_forecast else
              "Forecast: none — no model is good enough for this fix; the finding says \"no forecast\"."), ""]
     if r.requires:
         needs = "; ".join(f"`{name}`: {REQUIREMENTS[name][1]}" for name in r.requires)

@@ -99,8 +99,11 @@ def evaluate(rules: list, facts: Facts, forecasts: Optional[Forecasts] = None) -
         f = evaluate_rule(rule, facts)
         if f is None:
             continue
-        f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
-            rule.forecast, "evaluated without a replay")
+        if not rule.forecast and rule.no_forecast:  # a ceiling only, and why (rules/efficiency.toml)
+            f["forecast"] = {**no_forecast("", rule.no_forecast), "ceiling_only": True}
+        else:
+            f["forecast"] = forecasts.of(rule.forecast) if forecasts is not None else no_forecast(
+                rule.forecast, "evaluated without a replay")
         f["fix"] = forecast_setting_snippet(f["fix"], f["forecast"])
         record = unseen_record.of(rule.slug)
         if record is not None and isinstance(f["forecast"], dict):

@@ -13,13 +13,14 @@ from typing import Optional
 
 import numpy as np
 
+from ..analysis import intervals as iv
 from ..analysis.efficiency import flops as fl
 from ..analysis.efficiency import peaks as pk
-from ..analysis.efficiency.roofline import summarise
+from ..analysis.efficiency.roofline import summarise, with_mfu
 from ..analysis.efficiency.shapes import FAMILIES, modelled_names, op_models
 from ..trace.lookup import by_id
 from ..trace.model import CPU_OP, KERNEL, MEMSET, RUNTIME
-from ..trace.selection import of_kind
+from ..trace.selection import of_kind, rows
 from .common import Context, innermost_enclosing
 from .ops import outermost
 
@@ -96,6 +97,24 @@ def _device_time(ctx: Context, counted) -> tuple:
     return per_op, int(dur[~mine].sum())
 
 
+def _step_ops(ctx: Context, gpu: bool):
+    """The cpu ops of the steady steps: those that start in a step's window or, on a GPU, in its host
+    window (the step's own annotation). A host that runs ahead of its device launches step N+1's ops
+    while step N's window, extended to the end of its device work, is still open: step N+1's window
+    then starts after its ops (fixtures/traces/real/mi300_resnet_act_checkpoint: the host is two steps
+    ahead), and only its host window holds them. Their kernels' time counts wherever it runs."""
+    if not gpu:
+        return ctx.kind(CPU_OP)
+
+    def make():
+        fr = ctx.steps.frame[ctx.steps.steady_mask()]
+        host = iv.merge(fr["host_start"].to_numpy(np.int64), fr["host_end"].to_numpy(np.int64))
+        ev = of_kind(ctx.trace.events, CPU_OP)
+        return rows(ev, iv.covers(iv.union(ctx.windows, host), ev["ts"].to_numpy(np.int64)))
+
+    return ctx.cached("efficiency_step_ops", make)
+
+
 def efficiency(ctx: Context) -> dict:
     """{"efficiency": the section or None, "efficiency_unavailable": why (absent when
     available)}."""
@@ -105,14 +124,14 @@ def efficiency(ctx: Context) -> dict:
 def _efficiency(ctx: Context) -> dict:
     if not ctx.trace.has_shapes or "in_shape" not in ctx.trace.events:
         return {"efficiency": None, "efficiency_unavailable": NO_SHAPES}
-    ops = ctx.kind(CPU_OP)
+    gpu = _gpu(ctx)
+    ops = _step_ops(ctx, gpu)
     counted = outermost(ops, modelled_names(ops["name"])) if len(ops) else ops
     models = op_models(counted)
     keep = models.signature >= 0
     if not keep.any() or not ctx.n_steps:
         return {"efficiency": None,
                 "efficiency_unavailable": "no op with a FLOPs model ran in the analysed steps"}
-    gpu = _gpu(ctx)
     if gpu:
         per_op, unmodelled = _device_time(ctx, counted)
         unmodelled += int(per_op[~keep].sum())
@@ -121,6 +140,8 @@ def _efficiency(ctx: Context) -> dict:
         unmodelled = max(ctx.total_ns - int(per_op[keep].sum()), 0)
     peak = _peak(ctx, gpu)
     section = summarise(models, per_op, ctx.n_steps, ctx.total_ns, unmodelled, peak, gpu, top_n=500)
+    meta = ctx.trace.run_metadata
+    section = with_mfu(section, meta.get("model_flops") if isinstance(meta, dict) else None)
     if peak is None:
         section["peak_unavailable"] = (
             f"no peak for '{ctx.trace.device_name}': give --peak-tflops" if gpu else

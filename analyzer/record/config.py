@@ -4,7 +4,7 @@ analysed window records, the stacks window after it (docs/run.md)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from ..errors import UsageError
@@ -35,6 +35,15 @@ class RunConfig:
     # Python function events (with_stack) are not counted: they cost it next to nothing
     # (memory_window._events).
     memory_categories_events: int = 30_000
+    # With record_shapes: one step after the `after` steps (before the memory window) counted by torch's
+    # FlopCounterMode, the model's FLOPs per step for MFU (model_flops.py). Its cost: one step with every op
+    # through a Python dispatch mode, timed and recorded.
+    count_flops: bool = True
+    # The device's peak for the report's efficiency section, as `analyze --peak-tflops / --peak-arch` (or
+    # [tool.perfsleuth]) give it (engine/settings.peak_settings: the arch file already read). Given, this CPU's
+    # peak is not measured (cpu_peak.py).
+    peak_tflops: Optional[float] = None
+    peak_arch: Optional[dict] = field(default=None, hash=False)
     # End the user's code once the window is recorded. Off for `perfsleuth.profile()`: a library never cuts
     # a training run short unless asked. `perfsleuth run` turns it on unless --full.
     stop_after_window: bool = False

@@ -87,7 +87,7 @@ def conclude(o: RunOutcome, ended: str, window_done: bool, config: RunConfig) ->
         if o.exit_code in (0, None):
             o.exit_code = EXIT_OUTPUT
     if have and o.rank in (None, 0):
-        own = analyze(o.trace_path.absolute(), o.warnings)
+        own = analyze(o.trace_path.absolute(), o.warnings, config)
         o.report, note = run_ranks.with_other_ranks(own, o.trace_path.absolute(), o.warnings)
         o.message = "; ".join(m for m in (o.message, note) if m) or None
 
@@ -103,10 +103,14 @@ def os_exit_line(code, site: Optional[dict], steps: int, profiled: int, kept: Op
     return f"perfsleuth: the script called os._exit({code}){at} at step {steps}: the process ends now, without a report; {what}"
 
 
-def analyze(trace_path: Path, warnings: Sequence[str] = ()):
+def analyze(trace_path: Path, warnings: Sequence[str] = (), run: Optional[RunConfig] = None):
+    """The report of a run's trace; `run`'s peak (--peak-tflops, --peak-arch) for its efficiency section."""
     from ..api import analyze_path
+    from ..config import Config
 
-    report = analyze_path(trace_path, jobs=1)  # no fork from a process running torch
+    given = run is not None and (run.peak_tflops is not None or run.peak_arch is not None)
+    config = Config(peak_tflops=run.peak_tflops, peak_arch=run.peak_arch) if given else None
+    report = analyze_path(trace_path, config, jobs=1)  # no fork from a process running torch
     if WHOLE_RUN_WARNING in warnings:  # says the same as the analysis's whole-trace warning, and why
         report.steps.warnings[:] = [w for w in report.steps.warnings if "analysed as one window" not in w]
     report.steps.warnings.extend(warnings)

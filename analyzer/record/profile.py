@@ -222,7 +222,7 @@ class Profile:
                     raise RuntimeError("nothing to analyse: the profiled code ran no torch operation")
                 raise RuntimeError(f"no profiled step completed: {s.steps} step(s) seen, the window starts "
                                    f"after {s.config.wait + s.config.warmup}; lower wait/warmup or call prof.step()")
-            report = analyze(s.trace_path, [WHOLE_RUN_WARNING] if s.whole_run else [])
+            report = analyze(s.trace_path, [WHOLE_RUN_WARNING] if s.whole_run else [], s.config)
             self._report = ProfiledReport.of(report, s.trace_path, self._temp)
         return self._report
 

@@ -27,6 +27,7 @@ def run_script(target: Target, config: RunConfig, out_dir: Path, on_phase: Optio
     outcome = RunOutcome(out_dir=out_dir, trace_path=out_dir / trace_name(rank), rank=rank)
     session = ProfileSession(config, outcome.trace_path.absolute(), raise_on_complete=config.stop_after_window)
     session.on_phase = on_phase if rank in (None, 0) else None  # rank 0 speaks for the job
+    session.program = target.program
     ended = "finished"
     exits = forks.watching_os_exit(forks.Owner(), lambda code, here: forks.os_exit_notice(session, code, here))
     with script_environment(target), as_interrupts(), exits:

@@ -22,13 +22,14 @@ from typing import Any, Callable, Optional
 
 from ..trace.companion import companion_name
 from . import code_sites, cpu_peak, forks, memory_window, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
+from . import model_flops
 from .config import RunConfig
 from .outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
 from .paths import rank_info
 from .compile_facts import CompileWatch
-from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, WAIT, WARMUP, StacksBudget, StacksSchedule, StepClock,
-                         phase_words)
+from .step_clock import (ACTIVE, AFTER, MEMORY, REST, STACKS, STARTING, WAIT, WARMUP,
+                         StacksBudget, StacksSchedule, StepClock, phase_words)
 from .step_hooks import StepHooks
 from .target import Target, execute, script_environment, format_user_traceback, require_torch  # noqa: F401
 
@@ -75,6 +76,7 @@ class ProfileSession:
             steps, self.trace_path, self.step_clock, self.profiled_steps, self.hooks.closure_calls_per_step))
         self.hooks.on_closure = self._closure_returned
         self._memory = memory_window.schedule(self)  # the memory window, before the stacks one
+        self._flops = model_flops.schedule(self)  # one step under FlopCounterMode, before the memory window
         self._prof: Any = None  # the scheduled profiler, from the first boundary on (from the start with wait=0)
         self._light: Any = None  # the light recorder, until the first boundary
         self._keep_light = False
@@ -90,6 +92,7 @@ class ProfileSession:
         self._compile = CompileWatch()  # which steps torch.compile compiled in, and why (compile_facts.py)
         self.on_phase: Optional[Callable[[str, str], None]] = None  # progress.PhaseLine under `perfsleuth run`
         self._said: Optional[tuple] = None  # the phase last told to on_phase
+        self.program: Optional[str] = None  # the script's file name or module (diff compares it)
 
     @property
     def source(self) -> Optional[str]:
@@ -130,7 +133,7 @@ class ProfileSession:
             self._light = self._profiler(light=True)
             self._light.start()
         self._clock.tick(0, self.config.wait + self.config.warmup)
-        self._say_phase(WAIT if self.config.wait else WARMUP)
+        self._say_phase(STARTING)  # said before the script's imports and set-up (they can be long)
         self._user_dir = code_sites.script_dir()  # before the script can change sys.path
         self._record_metadata()
         self.hooks.install(modules=True)
@@ -172,6 +175,7 @@ class ProfileSession:
                              "record_shapes": c.record_shapes, "stack_steps": c.stacks_window,
                              "stack_shapes": c.stack_shapes, "memory_steps": c.memory_steps},
                 "stacks_trace": self.stacks_path.name if self.stacks_path else None,
+                **({"program": self.program} if self.program else {}),
                 "optimizers": self.hooks.optimizers, "code": code_sites.code_facts(self._user_dir),
                 **({"compile": compiled} if (compiled := self._compile.facts()) else {}), **extra}
 
@@ -227,6 +231,8 @@ class ProfileSession:
             self._after_left -= 1
             if not self._after_left:
                 self._main_over()
+        elif self._flops.pending:  # the step FlopCounterMode counted is over: then the memory window
+            self._flops.step() and self._main_over(flops_over=True)
         elif self._memory.pending:  # the memory window, then the trace is finished with its facts
             self._memory.step() and self._main_over(memory_over=True)
         elif self._stacks.pending:  # the short stacks window after the analysed one
@@ -258,11 +264,14 @@ class ProfileSession:
             if not self._after_left:
                 self._main_over()
 
-    def _main_over(self, memory_over: bool = False) -> None:
-        """The recorded window and the `after` steps are over: the memory window (memory_window.py); then the trace is
+    def _main_over(self, memory_over: bool = False, flops_over: bool = False) -> None:
+        """The recorded window and the `after` steps are over: one step counted by FlopCounterMode (model_flops.py), the
+        memory window (memory_window.py); then the trace is
         finished with their times and its facts; then the stacks window (from this boundary on when steps passed
         since the last profiler session: step_clock.OpenAnnotations)."""
-        if not memory_over and self._memory.main_done(start_now=bool(self.config.after)):
+        if not (memory_over or flops_over) and self._flops.main_done():
+            return
+        if not memory_over and self._memory.main_done(start_now=bool(self.config.after) or flops_over):
             return
         self._finish_trace()
         if self._stacks.main_done():
@@ -298,9 +307,11 @@ class ProfileSession:
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
         # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
-        peak = cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
+        given = self.config.peak_tflops is not None or self.config.peak_arch is not None  # not measured then
+        peak = None if given else cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
         final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
         written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {}),
+                                                                    "model_flops": self._flops.final(),
                                                                     **self._memory.final()})
         self.trace_written = written is not None
         self.trace_path = written or self.trace_path
@@ -331,6 +342,7 @@ class ProfileSession:
         if prof is not None:
             prof.__exit__(None, None, None)
         self._after_left = 0
+        self._flops.finish()  # a count still running: its step did not complete
         self._memory.finish()  # what the memory window recorded, its facts into the main trace
         self._finish_trace()  # with the unprofiled steps after the window timed so far
         self._stacks.finish()

@@ -41,11 +41,13 @@ from .outputs import write_trace
 log = logging.getLogger(__name__)
 WAIT, WARMUP, ACTIVE, AFTER, STACKS, REST = "wait", "warmup", "active", "after", "stacks", "rest"
 MEMORY = "memory"  # the memory window (memory_window.py), between the after steps and the stacks window
+STARTING = "starting"  # the script's start up to its first step (its imports, its data set-up)
 
 
 def phase_words(c: Any, phase: str) -> Optional[tuple]:
     """(what, detail) of a phase for the line on the terminal (progress.PhaseLine); `c` a RunConfig."""
-    return {WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
+    return {STARTING: ("running", "the script, up to its first step (its imports and set-up)"),
+            WAIT: ("waiting", f"{c.wait} steps unprofiled, timed (the baseline)"),
             WARMUP: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
             ACTIVE: ("profiling", f"{c.warmup} warm-up + {c.active} recorded steps"),
             AFTER: ("waiting", f"{c.after} steps unprofiled after the window, timed"),

@@ -33,6 +33,12 @@ class Target:
     path: Optional[Path] = None  # the script, or the module's file
 
     @property
+    def program(self) -> str:
+        """What ran, as the trace records it: the module's name, or the script's file name (no
+        folder: a path of this machine is no part of a report)."""
+        return self.name if self.module else Path(self.name).name
+
+    @property
     def stem(self) -> str:
         return self.name.rsplit(".", 1)[-1] if self.module else Path(self.name).stem
 

@@ -18,6 +18,7 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
                                 "stack_shapes", "memory_steps"},
                    "stacks_trace": "trace.stacks.pt.trace.json.gz" | null,     # the companion (source lines)
+                   "program": "train.py",                     # run's script (file name) or module
                    "optimizers": [{"class", "file", "line", "function", "foreach", "fused", "count",
                                    "zero_grad": [{"file", "line", "function"}]}],  # code_sites.py: where the
                                                                                    # user's code built them
@@ -28,6 +29,9 @@ the same file later knows them too: a trace alone says nothing about free cores 
                    "role": "stacks" | "memory", "main_trace": "..."}           # only in a companion
 
     "perfsleuth_final": {"clock": {...}, "compile": {...},                     # see below
+                         "peak": {...} | absent,                               # cpu_peak.py: this CPU's
+                         "model_flops": {"flops_per_step", "source", "by_op",  # model_flops.py: one step
+                                         "step_s", "unprofiled_step_s", "unavailable"},  # under FlopCounterMode
                          "memory_trace": "trace.memory.pt.trace.json.gz" | null,  # memory_window.py: the window
                          "memory": {"device": "cpu" | "cuda:0", "source": "export_memory_timeline",
                                     "peak_bytes": int | null,                  # torch's memory profile, window

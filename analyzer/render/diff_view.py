@@ -76,6 +76,18 @@ def _headline_text(d: dict) -> str:
             f"{st['call']}")
 
 
+def differences_sentence(items: list) -> str:
+    """One sentence for what differs between the two runs (cli/diff.py `differences`), or ''."""
+    words = {"device": "device {base} vs {head}", "program": "program {base} vs {head}",
+             "steps": "{base} vs {head} steps compared"}
+    said = [words[x["what"]].format(base=one_line(x["base"]), head=one_line(x["head"]))
+            for x in items if x.get("what") in words]
+    if not said:
+        return ""
+    return (f"the runs differ ({'; '.join(said)}): a change between them need not come from "
+            "the code; compare one program on one machine, over as many steps")
+
+
 def _noise_sentence(st: dict) -> str:
     band = fmt_us(st["noise_us"])
     if st["call"] == "within noise":
@@ -97,11 +109,16 @@ def render_diff_terminal(d: dict) -> str:
     lines = [f"perfsleuth diff — base: {_plain(shown_path(base) if base else base)}",
              f"{'':16}head: {_plain(shown_path(head) if head else head)}", "",
              f"step time: {_headline_text(d)}".replace(": regression", ": REGRESSION")
-             .replace("median step ", "median ", 1),
-             f"  {_noise_sentence(st)}"]
+             .replace("median step ", "median ", 1)]
+    differ = differences_sentence(d.get("differences") or [])
+    if differ:  # right under the headline: what the change may come from instead (issue 37)
+        lines.append(f"warning: {_plain(differ, 400)}")
+    lines.append(f"  {_noise_sentence(st)}")
     for label in ("base", "head"):
         s = st[label]
-        lines.append(f"  {label}: {s['n']} steps, MAD {fmt_us(s['mad'])}, range {fmt_us(s['min'])} – {fmt_us(s['max'])}")
+        steps = f"{s['n']} step{'s' if s['n'] != 1 else ''}"
+        lines.append(f"  {label}: {steps}, MAD {fmt_us(s['mad'])}, range {fmt_us(s['min'])} – "
+                     f"{fmt_us(s['max'])}")
     verdict = (f"{_plain(v['base'], 40)} → {_plain(v['head'], 40)} (changed)" if v["changed"]
                else f"{_plain(v['head'], 40)} (unchanged)")
     lines += [f"verdict: {verdict}", "",
@@ -110,6 +127,8 @@ def render_diff_terminal(d: dict) -> str:
         per_step = f"{fmt_us(c['base_us_per_step'])} → {fmt_us(c['head_us_per_step'])}"
         lines.append(f"{c['category']:<14}{fmt_pct(c['base_share']):>7}{fmt_pct(c['head_share']):>7}"
                      f"{_pp(c['share_change']):>10}   {per_step:<24}  {_call(c['call'])}")
+    if _ungated_note(d):
+        lines.append(_ungated_note(d))
     f = d["findings"]
     for label, key in (("findings appeared", "appeared"), ("findings gone", "gone")):
         if f[key]:
@@ -128,7 +147,8 @@ def render_diff_terminal(d: dict) -> str:
         lines += _terminal_changes(what, d[key])
     lines += [_plain(x, 400) for x in efficiency_diff_lines(d)]
     for w in d.get("warnings") or []:
-        lines.append(f"warning: {_plain(w, 300)}")
+        if w != differ:  # said under the headline
+            lines.append(f"warning: {_plain(w, 300)}")
     return "\n".join(lines)
 
 
@@ -177,8 +197,11 @@ def _md_headline(d: dict) -> str:
     verdict = (f"verdict {md_code(v['base'], 40)} → {md_code(v['head'], 40)}" if v["changed"]
                else f"verdict {md_code(v['head'], 40)} (unchanged)")
     basis = " without the profiler" if st.get("basis") == "unprofiled" else ""
+    differ = differences_sentence(d.get("differences") or [])
+    warning = f"\n\n> **Warning:** {md_text(differ, 400)}" if differ else ""
     return (f"### perfsleuth diff: median step{basis} **{_step_pct(st)}** "
-            f"({md_text(_call(st['call']))}) · {verdict}\n\n> {md_text(_noise_sentence(st))}")
+            f"({md_text(_call(st['call']))}) · {verdict}{warning}\n\n"
+            f"> {md_text(_noise_sentence(st))}")
 
 
 def _md_step_table(d: dict) -> str:
@@ -196,7 +219,8 @@ def _md_step_table(d: dict) -> str:
 
 
 def _md_warnings(d: dict) -> str:
-    ws = d.get("warnings") or []
+    differ = differences_sentence(d.get("differences") or [])
+    ws = [w for w in d.get("warnings") or [] if w != differ]  # that one is under the headline
     if not ws:
         return ""
     lines = [f"- {md_text(w, 300)}" for w in ws[:MAX_WARNINGS]]
@@ -211,7 +235,19 @@ def _md_categories(d: dict) -> str:
         label = CATEGORY_LABELS.get(c["category"], md_text(c["category"], 40))
         rows.append(f"| {label} | {fmt_pct(c['base_share'])} | {fmt_pct(c['head_share'])} | {_pp(c['share_change'])} "
                     f"| {fmt_us(c['base_us_per_step'])} → {fmt_us(c['head_us_per_step'])} | {md_text(_call(c['call']))} |")
-    return "\n".join(rows)
+    note = _ungated_note(d)
+    return "\n".join(rows) + (f"\n\n_{md_text(note)}_" if note else "")
+
+
+def _ungated_note(d: dict) -> str:
+    """Under the category table when a category's share grew with its time beyond noise: a ▲ there
+    fails no build unless a gate names it (issue 37: nothing said that categories are not gated)."""
+    grew = [c for c in d["categories"] if c.get("call") == "regression"
+            and (number(c.get("share_change")) or 0) > 0]
+    if not grew:
+        return ""
+    return (f"▲ is a change beyond noise; a category fails no gate unless named "
+            f"(--fail-on-regression {grew[0]['category']}:+10pp)")
 
 
 def _changed_numbers(f: dict) -> list:

@@ -79,6 +79,11 @@ def roofline_svg(e: dict) -> str:
     return "".join(out)
 
 
+def _num(v) -> str:
+    """A number for data-v ('' when it is none)."""
+    return repr(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+
+
 def efficiency_html(report: dict) -> str:
     """The section's HTML ('' when the report has no efficiency object and no reason for its
     absence)."""
@@ -90,15 +95,20 @@ def efficiency_html(report: dict) -> str:
                 f'</section>') if why else ""
     rows = []
     for o in e.get("ops") or []:
-        rows.append("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in (
-            o.get("name"), o.get("shape"), o.get("dtype"), o.get("count"), fmt_us(o.get("time_us")),
-            rate(o.get("flops_per_s")), pct(o.get("pct_of_roofline")), o.get("bound") or "-",
-            fmt_us(o.get("lost_us_per_step")))) + "</tr>")
+        cells = ((o.get("name"), None), (o.get("shape"), None), (o.get("dtype"), None),
+                 (o.get("count"), o.get("count")), (fmt_us(o.get("time_us")), o.get("time_us")),
+                 (rate(o.get("flops_per_s")), o.get("flops_per_s")),
+                 (pct(o.get("pct_of_roofline")), o.get("pct_of_roofline")),
+                 (o.get("bound") or "-", None),
+                 (fmt_us(o.get("lost_us_per_step")), o.get("lost_us_per_step")))
+        # data-v: the number a click on the column's name sorts by (templates/report.js)
+        rows.append("<tr>" + "".join(f'<td data-v="{_e(_num(raw))}">{_e(v)}</td>' if raw is not None
+                                     else f"<td>{_e(v)}</td>" for v, raw in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("op", "shapes", "dtype", "calls", "each", "FLOP/s",
                                               "% of roofline",
                                               "bound", "lost per step"))
     return ('<section class="efficiency"><h2>Compute efficiency</h2><ul>'
             + "".join(f"<li>{_e(x)}</li>" for x in headline(e)) + "</ul>" + roofline_svg(e)
-            + f'<table class="data"><thead><tr>{head}</tr></thead>'
+            + f'<table class="data sortable"><thead><tr>{head}</tr></thead>'
             + f'<tbody>{"".join(rows)}</tbody></table>'
             + "</section>")

@@ -20,9 +20,11 @@ def headline(e: dict) -> list:
              f"{e.get('time_basis')}), "
              f"rate {rate(e.get('step_flops_per_s'))} over the step"]
     if e.get("hfu") is not None:
-        lines.append(f"{pct(e['hfu'])} of {peak_text(e)} (HFU)")
+        lines.append(f"HFU {pct(e['hfu'])} of {peak_text(e)}: the FLOPs counted from the "
+                     f"trace's shapes / the mean step time{_step(e)}")
     elif e.get("peak_unavailable"):
         lines.append(f"no percentages: {e['peak_unavailable']}")
+    lines.append(mfu_line(e))
     if e.get("modelled_time_share") is not None:
         lines.append(f"ops with a FLOPs model: {pct(e['modelled_time_share'])} of the time; "
                      "the rest is unknown")
@@ -32,6 +34,33 @@ def headline(e: dict) -> list:
     if e.get("warning"):
         lines.append(f"warning: {e['warning']}")
     return lines
+
+
+def _step(e: dict) -> str:
+    return f" ({fmt_us(e['step_time_us'])})" if e.get("step_time_us") else ""
+
+
+def _cost(e: dict) -> str:
+    """'; the counted step took 2.24 s, an unprofiled one 3.96 s' ('' when not recorded)."""
+    c = e.get("model_flops_cost") if isinstance(e.get("model_flops_cost"), dict) else {}
+    if not isinstance(c.get("step_s"), (int, float)):
+        return ""
+    plain = c.get("unprofiled_step_s")
+    than = (f", an unprofiled one {fmt_us(plain * 1e6)}" if isinstance(plain, (int, float)) else "")
+    return f"; the counted step took {fmt_us(c['step_s'] * 1e6)}{than}"
+
+
+def mfu_line(e: dict) -> str:
+    """MFU beside HFU: the model's FLOPs (FlopCounterMode's count of one step) over the same step
+    time and peak; or why there is none."""
+    if e.get("mfu") is not None:
+        return (f"MFU {pct(e['mfu'])} of the same peak: the model's FLOPs, "
+                f"{count(e.get('model_flops_per_step'))}/step counted by FlopCounterMode on one "
+                f"step (matmul, convolution, attention) / the mean step time{_cost(e)}")
+    if e.get("model_flops_per_step"):
+        return (f"model FLOPs {count(e['model_flops_per_step'])}/step (FlopCounterMode); "
+                f"no MFU: {e.get('mfu_unavailable') or 'no peak'}")
+    return f"MFU not available: {e.get('mfu_unavailable') or 'the model FLOPs were not counted'}"
 
 
 def op_line(o: dict, esc: Callable[[Any], str]) -> str:
@@ -88,13 +117,14 @@ def efficiency_change(base: dict, head: dict) -> dict:
     for label, r in (("base", base), ("head", head)):
         e = r.get("efficiency") if isinstance(r.get("efficiency"), dict) else None
         sides[label] = None if e is None else {k: e.get(k) for k in (
-            "flops_per_step", "step_flops_per_s", "hfu", "precision", "peak_name",
-            "peak_flops_per_s")}
+            "flops_per_step", "step_flops_per_s", "hfu", "model_flops_per_step", "mfu",
+            "precision", "peak_name", "peak_flops_per_s")}
     b, h = sides["base"], sides["head"]
     both = b is not None and h is not None
     ratio = (h["flops_per_step"] / b["flops_per_step"]) if both and b["flops_per_step"] else None
     hfu = (h["hfu"] - b["hfu"]) if both and b["hfu"] is not None and h["hfu"] is not None else None
-    return {**sides, "flops_per_step_ratio": ratio, "hfu_change": hfu}
+    mfu = (h["mfu"] - b["mfu"]) if both and b["mfu"] is not None and h["mfu"] is not None else None
+    return {**sides, "flops_per_step_ratio": ratio, "hfu_change": hfu, "mfu_change": mfu}
 
 
 def diff_lines(d: dict) -> list:
@@ -111,4 +141,10 @@ def diff_lines(d: dict) -> list:
     if e.get("hfu_change") is not None:
         line += (f", HFU {pct(b.get('hfu'))} → {pct(h.get('hfu'))} of the {h.get('peak_name')}'s "
                  f"{h.get('precision')} peak")
+    if e.get("mfu_change") is not None:
+        line += (f", MFU {pct(b.get('mfu'))} → {pct(h.get('mfu'))} (model FLOPs/step "
+                 f"{count(b.get('model_flops_per_step'))} → {count(h.get('model_flops_per_step'))},"
+                 " FlopCounterMode)")
+    elif b.get("mfu") is not None or h.get("mfu") is not None:
+        line += f", MFU {pct(b.get('mfu'))} → {pct(h.get('mfu'))}"
     return ["", line]

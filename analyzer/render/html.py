@@ -20,6 +20,7 @@ from ..report.escape import html_id, shorten, visible
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_html import efficiency_html
 from .memory_html import memory_view
+from .timeline_html import shown_path, timeline_html
 
 MAX_BARS = 600  # more steps than this are averaged in groups, one bar per group
 SEGMENT_TITLES_UP_TO = 60  # above this many bars: one path per category + one tooltip box per bar
@@ -64,26 +65,28 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_html(report: dict) -> str:
-    """The report as one HTML document (a str); needs nothing but the file to display.
+def render_html(report: dict, base: str | None = None) -> str:
+    """The report as one HTML document (a str); needs nothing but the file to display. `base`: the
+    folder the page is written to (trace paths are shown relative to it; None: by file name only).
 
     A report-set@1 dict (a directory of traces) has its own page (set_page.render_set_html), chosen by
     the output step (outputs.py).
     """
     env = _environment()
-    v = view(report)
+    v = view(report, base=base)
     body = Markup(env.get_template("_body.html.j2").render(v))  # our own autoescaped output
-    title = f"perfsleuth: {v['verdict']} — {shorten(str(v['trace'].get('path') or 'trace'), 80)}"
+    title = f"perfsleuth: {v['verdict']} — {shorten(v['trace_shown'] or 'trace', 80)}"
     return env.get_template("report.html.j2").render(
         page_title=title, bodies=[body], index=None, ranks=None,
         version=str((report.get("tool") or {}).get("version") or ""),
         schema=str(report.get("schema") or "perfsleuth/report@1"))
 
 
-def view(report: dict, pid: str = "") -> dict:
+def view(report: dict, pid: str = "", base: str | None = None) -> dict:
     """Everything the templates show, with defaults for missing keys and numbers made safe.
 
-    `pid` prefixes every element id, so several reports can share one page."""
+    `pid` prefixes every element id, so several reports can share one page; `base` is the page's
+    folder: the trace's path is shown relative to it (timeline_html.shown_path), never absolute."""
     trace = {k: None for k in ("path", "device", "device_type")} | (report.get("trace") or {})
     summary = report.get("summary") or {}
     step_time = summary.get("step_time_us") or {}
@@ -95,6 +98,7 @@ def view(report: dict, pid: str = "") -> dict:
         "pid": pid,
         "report": report,
         "trace": trace,
+        "trace_shown": shown_path(str(trace.get("path") or ""), base),
         "tool": report.get("tool") or {},
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
@@ -132,7 +136,10 @@ def view(report: dict, pid: str = "") -> dict:
         "ops_more": max(0, len(report.get("top_ops") or []) - MAX_TABLE_ROWS),
         "warnings": [shorten(w, 500) for w in warnings[:MAX_WARNINGS]],
         "warnings_more": max(0, len(warnings) - MAX_WARNINGS),
-        "meta": _meta(report, trace),
+        "meta": _meta(report, {**trace,
+                               "path": shown_path(str(trace.get("path") or ""), base) or None}),
+        # escaped there (render/timeline_html.py)
+        "timeline_html": Markup(timeline_html(report, pid, base)),
         # escaped there (render/efficiency_html.py)
         "efficiency_html": Markup(efficiency_html(report)),
         "memory": memory_view(report),
@@ -197,7 +204,10 @@ def _rows(rows: Any) -> list[dict]:
         if not isinstance(row, dict):
             continue
         name = str(row.get("name") or "")
-        out.append({**row, "short": shorten(name, MAX_NAME), "full": shorten(name, MAX_TOOLTIP)})
+        op, src = row.get("op"), row.get("source") if isinstance(row.get("source"), dict) else None
+        out.append({**row, "short": shorten(name, MAX_NAME), "full": shorten(name, MAX_TOOLTIP),
+                    "op_short": shorten(str(op), MAX_NAME) if op else "",
+                    "source_text": present.location_text(src) if src else ""})
     return out
 
 

@@ -37,7 +37,8 @@ def write_outputs(
     file as it was.
     """
     targets = check_outputs(out_dir=out_dir, html=html, markdown=markdown, json_path=json_path, force=force)
-    contents = [(path, _RENDERERS[kind](report)) for kind, path in targets]
+    contents = [(path, _render_html(report, str(path.parent)) if kind == "html"
+                 else _RENDERERS[kind](report)) for kind, path in targets]
     return safe_write.write_set(contents, force, kinds=[kind for kind, _ in targets])
 
 
@@ -116,15 +117,16 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
-def _render_html(report: dict) -> str:
-    """A report's page, or a report set's (an index, then a section per trace, within a size budget)."""
+def _render_html(report: dict, base: str | None = None) -> str:
+    """A report's page, or a report set's (an index, then a section per trace, within a size
+    budget). `base`: the page's folder, which the trace paths it shows are relative to."""
     if "reports" in report:
         from .set_page import render_set_html
 
-        return render_set_html(report)
+        return render_set_html(report, base)
     from .html import render_html
 
-    return render_html(report)
+    return render_html(report, base)
 
 
 def _render_markdown(report: dict) -> str:

@@ -17,12 +17,15 @@ from ..report.escape import shorten
 from .html import _environment, _verdict_class, view
 from ..report.present import member_path, set_order
 from .ranks_html import ranks_view
+from .timeline_html import shown_path
 
 MAX_PAGE_BYTES = 1_000_000  # the whole page, index and every section (docs/reports.md)
 COMPACT_FINDINGS = 5  # findings listed in a compact section (title, its number, rule)
 
 
-def render_set_html(data: dict) -> str:
+def render_set_html(data: dict, folder: str | None = None) -> str:
+    """The set's page; `folder`: its folder (the paths it shows are relative to it, never
+    absolute)."""
     env = _environment()
     reports = set_order([r for r in data.get("reports") or [] if isinstance(r, dict)])
     rows = [index_row(r, f"r{i + 1}-", str(data.get("path") or "")) for i, r in enumerate(reports)]
@@ -32,7 +35,8 @@ def render_set_html(data: dict) -> str:
     ranks = ranks_view(data)  # the cross-rank section (ranks_html.py), above the sections
 
     def page(kept_rows: list, sections: list, counts: dict) -> str:
-        index = {"path": str(data.get("path") or ""), "count": len(reports), "rows": kept_rows, "skipped": skipped,
+        index = {"path": shown_path(str(data.get("path") or ""), folder),
+                 "count": len(reports), "rows": kept_rows, "skipped": skipped,
                  "budget": f"{MAX_PAGE_BYTES / 1e6:g} MB", **counts}
         title = f"perfsleuth: {len(reports)} traces — {shorten(index['path'], 80)}"
         return env.get_template("report.html.j2").render(
@@ -56,7 +60,7 @@ def render_set_html(data: dict) -> str:
     left = MAX_PAGE_BYTES - base
     sections, views = [], []
     for rep, row in zip(reports, rows):  # compact sections while they fit
-        v = view(rep, pid=row["pid"])
+        v = view(rep, pid=row["pid"], base=folder)
         small = render(v, row, "compact")
         if _size(small) > left:
             break

@@ -105,6 +105,7 @@ class Report:
             "schema": SCHEMA,
             "tool": {"name": "perfsleuth", "version": __version__},
             "trace": {"path": t.path, "device": t.device_name, "device_type": t.device_type,
+                      "program": t.run_metadata.get("program"),
                       "compute_capability": caps[0] if caps else None, "rank": t.rank,
                       "world_size": t.world_size, "events": int(t.event_count),
                       "has_stacks": t.has_stacks, "has_shapes": t.has_shapes, "stacks_trace": self.stacks_trace,

@@ -279,6 +279,11 @@ def fmt_forecast(fc: Any, reason_chars: int = 0) -> str:
             return "no reliable forecast: " + (reason if len(reason) <= reason_chars else reason[: reason_chars - 1] + "…")
         return "no reliable forecast"
     if kind == "none":
+        if fc.get("ceiling_only"):  # the rule's saving is a ceiling, and no model is defensible
+            reason = " ".join(str(fc.get("reason") or "").split())
+            if reason_chars and reason:
+                return "no forecast: " + (reason if len(reason) <= reason_chars else reason[: reason_chars - 1] + "…")
+            return "no forecast (its saving is a ceiling only)"
         return "no forecast"
     x, lo, hi = number(fc.get("speedup")), number(fc.get("low")), number(fc.get("high"))
     rng = f" ({lo:.2f}–{hi:.2f}×)" if lo is not None and hi is not None else ""

@@ -25,6 +25,7 @@ class TraceDoc(msgspec.Struct):
     path: Optional[str] = None
     device: Optional[str] = None
     device_type: Optional[str] = None
+    program: Optional[str] = None
 
 
 # One field per category (config.CATEGORIES), so that a message names the bad one: `$.steps[0].time_us.host`.
@@ -142,6 +143,8 @@ class EfficiencyDoc(msgspec.Struct):
     flops_per_step: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     step_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     hfu: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    mfu: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
+    model_flops_per_step: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None
     precision: Optional[str] = None
     peak_name: Optional[str] = None
     peak_flops_per_s: Optional[Annotated[float, msgspec.Meta(ge=0)]] = None

@@ -4,7 +4,7 @@ A value of the wrong type is never used: the section is dropped with a warning t
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import msgspec
 
@@ -72,6 +72,18 @@ class MemoryRun(msgspec.Struct):
     unavailable: Optional[str] = None
 
 
+class ModelFlops(msgspec.Struct):
+    """`perfsleuth.model_flops`: the model's FLOPs for one step, counted by FlopCounterMode
+    (record/model_flops.py)."""
+
+    flops_per_step: Optional[Annotated[int, msgspec.Meta(ge=0)]] = None
+    source: Optional[str] = None
+    by_op: Optional[dict[str, int]] = None
+    step_s: Optional[float] = None
+    unprofiled_step_s: Optional[float] = None
+    unavailable: Optional[str] = None
+
+
 class RunMetadata(msgspec.Struct):
     """The trace's top-level `perfsleuth` object. Keys not listed here are kept as recorded (a newer
     perfsleuth may add some); the listed ones must have these types."""
@@ -80,6 +92,7 @@ class RunMetadata(msgspec.Struct):
     host: HostFacts = msgspec.field(default_factory=HostFacts)
     loaders: list[LoaderFacts] = msgspec.field(default_factory=list)
     memory_trace: Optional[str] = None  # the memory companion beside the trace (a file name)
+    program: Optional[str] = None  # the script's file name or the module `perfsleuth run` ran
 
 
 def run_metadata(value, warnings: list) -> dict:
@@ -92,6 +105,12 @@ def run_metadata(value, warnings: list) -> dict:
         except (msgspec.ValidationError, RecursionError) as exc:  # only the memory section goes
             warnings.append(f"the trace's perfsleuth memory metadata was ignored: {str(exc)[:200]}")
             value = {k: v for k, v in value.items() if k != "memory"}
+    if isinstance(value, dict) and value.get("model_flops") is not None:
+        try:
+            msgspec.convert(value["model_flops"], ModelFlops)
+        except (msgspec.ValidationError, RecursionError) as exc:  # only this section goes
+            warnings.append(f"the trace's perfsleuth model_flops metadata was ignored: {str(exc)[:200]}")
+            value = {k: v for k, v in value.items() if k != "model_flops"}
     try:
         msgspec.convert(value, RunMetadata)
     except (msgspec.ValidationError, RecursionError) as exc:

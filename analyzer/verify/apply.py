@@ -63,7 +63,8 @@ class Loader(Patch):
         DataLoader.__init__ = __init__
 
     def applied(self) -> Optional[str]:
-        return f"{self.count} DataLoader argument(s) set" if self.count else None
+        n = self.count
+        return f"{n} DataLoader argument{'s' if n != 1 else ''} set" if n else None
 
 
 class Fused(Patch):
@@ -125,7 +126,8 @@ class OptimizerFlag(Patch):
             self._apply(opt)
 
     def applied(self) -> Optional[str]:
-        return f"{self.with_key} optimizer(s)" if self.with_key else None
+        n = self.with_key
+        return f"{n} optimizer{'s' if n != 1 else ''}" if n else None
 
 
 class ZeroGrad(Patch):
@@ -150,7 +152,8 @@ class ZeroGrad(Patch):
         cls.zero_grad = zero_grad
 
     def applied(self) -> Optional[str]:
-        return f"{self.fills} zero_grad(set_to_none=False) call(s)" if self.fills else None
+        n = self.fills
+        return f"{n} zero_grad(set_to_none=False) call{'s' if n != 1 else ''}" if n else None
 
 
 class Cudnn(Patch):

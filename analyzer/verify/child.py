@@ -197,6 +197,16 @@ def _die_with_parent() -> None:
         pass
 
 
+def window_banner(job: dict) -> str:
+    """The log's line before a job's windows: each window by number and what it runs, the
+    baseline named as such (issue 37: baseline windows were labelled with the fix's name)."""
+    fix = str(job.get("variant") or "the fix")
+    names = ["baseline" if w == "A" else fix for w in job["windows"]]
+    first = job["first"]
+    where = f"window {first}" if len(names) == 1 else f"windows {first}-{first + len(names) - 1}"
+    return f"--- perfsleuth verify: {where}: {', '.join(names)} ---"
+
+
 def _forked(job: dict) -> int:
     try:
         _die_with_parent()
@@ -204,8 +214,7 @@ def _forked(job: dict) -> int:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         sys.stdin = open(os.devnull, encoding="utf-8")  # not the server's buffered requests
-        print(f"--- perfsleuth verify: window(s) {job['first']}..: {' '.join(job['windows'])} "
-              f"({job.get('variant')}) ---", flush=True)
+        print(window_banner(job), flush=True)
         return run_job(job)
     except BaseException:
         traceback.print_exc()

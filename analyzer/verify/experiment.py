@@ -29,10 +29,10 @@ from ..record.signals import exit_code, signal_name
 from .config import VerifyConfig
 from .fixes import FRESH, TOGGLE, Context
 from .server import Results, Server, ServerDied
+from .words import busy_warning, cost_sentence, plural
 
 log = logging.getLogger(__name__)
 SERVER_START_S = 3.0  # the child's own start-up (importing torch) before it is measured
-BUSY_SHARE = 0.25  # other processes busy on this share of the cores during the windows: said (verify.warning)
 
 
 class _BudgetSpent(Exception):
@@ -139,7 +139,8 @@ class Verifier:
 
     def _experiment(self, i: int, n: int, exp: dict, entry: dict) -> None:
         label = f"verify {i}/{n}: {exp['variant']}"
-        self.say(f"{label} ({exp['how']}) ...")
+        pairs = plural(self.config.pairs, "pair", "pairs")
+        self.say(f"{label}: baseline and {exp['variant']} alternating, {pairs} ({exp['how']}) ...")
         t0 = self.clock()
         try:
             if exp["how"] == TOGGLE:
@@ -244,7 +245,9 @@ class Verifier:
     def _summary(self, done: list, not_tried: list, budget: float, spent: float) -> dict:
         experiments = []
         for e in done:
-            e["windows"] = [{"window": w["window"], "variant": w["variant"], "steps": len(w.get("step_us") or []),
+            e["windows"] = [{"window": w["window"], "variant": w["variant"],
+                             "label": "baseline" if w["variant"] == "A" else e["variant"],
+                             "steps": len(w.get("step_us") or []),
                              "mean_us": round(verify_stats.window_mean(w) or 0.0, 3), "warmup_us": w.get("warmup_us"),
                              "load": w.get("load"), "others_cores": w.get("others_cores"),
                              "peak": w.get("peak")} for w in e["windows"]]
@@ -253,33 +256,12 @@ class Verifier:
                     "reason": x["reason"], "verified": None} for x in not_tried]
         fresh = sum(e["processes"] for e in experiments if e["how"] == FRESH)
         one = sum(e["processes"] for e in experiments if e["how"] == TOGGLE)
-        startup = f"; a process's start-up took about {max(self.startup_s):.1f} s, not timed" if self.startup_s else ""
-        cost = (f"the script ran again {fresh + one} time(s) without the profiler ({one} toggling a fix between "
-                f"windows, {fresh} fresh process(es) of one window each) in {spent:.0f} s{startup}; its side effects "
-                f"(log lines, files it writes) happened again each time; its output is in {self.log_path}")
+        startup_s = max(self.startup_s) if self.startup_s else None
+        cost = cost_sentence(one, fresh, spent, startup_s, self.log_path)
         return {"budget_s": round(budget, 1), "spent_s": round(spent, 1), "pairs": self.config.pairs,
                 "steps_per_window": self.steps, "folder": str(self.folder), "log": str(self.log_path),
                 "interrupted": self.signal, "experiments": experiments + skipped, "cost": cost,
                 "warning": busy_warning(experiments)}
-
-
-def busy_warning(experiments: list) -> Optional[str]:
-    """A line when other processes kept a quarter of the cores or more busy, on average, during the windows
-    (the CPU time /proc/stat counts beyond the experiment's own processes): the pairs then measure them too,
-    as pyperf and hyperfine say of their own runs."""
-    windows = [w for e in experiments for w in e["windows"]]
-    others = [w["others_cores"] for w in windows if isinstance(w.get("others_cores"), (int, float))]
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if not others or sum(others) / len(others) < BUSY_SHARE * cores:
-        return None
-    loads = [x for w in windows for x in (w.get("load") or []) if isinstance(x, (int, float))]
-    load = f", load average up to {max(loads):.1f}" if loads else ""
-    return (f"the machine was busy during the experiments: other processes kept {sum(others) / len(others):.1f} of "
-            f"{cores} cores busy on average{load}; their work is in the windows and moves the pairs apart: rerun "
-            "on a quiet machine")
 
 
 def plan_for(report, config: VerifyConfig) -> tuple:

@@ -40,10 +40,21 @@ def test_no_help_text_points_at_a_file_the_user_does_not_have():
 def test_docs_lists_and_prints_the_guides():
     result = CliRunner().invoke(main, ["docs"], catch_exceptions=False)
     assert result.exit_code == 0
-    lines = result.output.splitlines()
-    assert lines[0].split(None, 1) == ["accuracy", "Accuracy"]
-    assert any(line.split(None, 1) == ["run", "`perfsleuth run`: profile a training script without changing it"]
-               for line in lines)
+    users, developers = result.output.split(
+        "\n\nFor perfsleuth's developers (design, measurements, tests):\n")
+    # user guides first, apart from the developer docs (issue 37)
+    assert [line.split(None, 1)[0] for line in users.splitlines()] == [
+        "Guides:", "attribution", "ci", "compile", "efficiency", "forecast", "hta", "ranks",
+        "reports", "rules", "run", "schema"]
+    run = "  run           `perfsleuth run`: profile a training script without changing it"
+    assert run in users.splitlines()
+    assert developers.splitlines() == [
+        "  accuracy      Accuracy", "  architecture  Architecture",
+        "  perf          Performance on large traces",
+        "  robustness    Robustness: what perfsleuth promises about bad input, and how that is "
+        "kept",
+        "  synth         Synthetic GPU traces (`fixtures/synth`)", "",
+        "`perfsleuth docs TOPIC` prints one (Markdown); `perfsleuth rules SLUG` a rule's docs."]
     result = CliRunner().invoke(main, ["docs", "run"], catch_exceptions=False)
     assert result.exit_code == 0 and result.output == (ROOT / "docs" / "run.md").read_text(encoding="utf-8") + "\n"
     result = CliRunner().invoke(main, ["docs", "rnu"])
@@ -60,3 +71,24 @@ def test_rule_docs_name_commands_not_files():
     for slug in slugs:
         result = CliRunner().invoke(main, ["rules", slug], catch_exceptions=False)
         assert result.exit_code == 0 and not re.search(r"docs/\w+\.md", result.output), slug
+
+
+def test_every_command_line_of_the_help_is_whole():
+    """`perfsleuth --help` lists each command with a description that is a whole sentence: click
+    cuts a docstring's first sentence at about 45 characters ("... report (perfsleuth..."), so
+    every command sets its own short help, which click prints whole (issue 37)."""
+    commands = {name: main.get_command(None, name) for name in main.list_commands(None)}
+    for name, command in commands.items():
+        short = command.short_help
+        assert short and short.endswith("."), (name, short)
+        assert short.count("(") == short.count(")"), (name, short)
+        assert command.get_short_help_str(limit=10) == short, name  # never cut, however narrow
+    for width in (80, 60):
+        listing = CliRunner().invoke(main, ["--help"], terminal_width=width,
+                                     catch_exceptions=False).output
+        rows = listing.split("Commands:\n", 1)[1]
+        assert "..." not in rows
+        joined = " ".join(rows.split())  # rows wrapped at a narrow width read as one text
+        for name, command in commands.items():
+            assert f"{name} {command.short_help}" in joined, (width, name, rows)
+    assert set(commands) == {"analyze", "diff", "docs", "rules", "run"}

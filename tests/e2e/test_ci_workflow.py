@@ -127,7 +127,7 @@ def test_every_perfsleuth_command_in_the_doc_parses(workflow):
         cmd = main.get_command(None, argv[0])  # `run` is loaded lazily (cli/main.py LazyGroup)
         ctx = cmd.make_context(argv[0], argv[1:])  # raises on an option the CLI does not have
         if argv[0] == "diff":
-            assert ctx.params["regression"] == "10%" and ctx.params["markdown_path"] == "diff.md"
+            assert ctx.params["regression"] == ("10%",) and ctx.params["markdown_path"] == "diff.md"
             assert ctx.params["json_path"] == "diff.json"
         if argv[0] == "analyze":  # gates a CPU runner can trip (no sync, no item-sync without a GPU)
             assert ctx.params["fail_on"] == ("dataloader-bound,num-workers",)

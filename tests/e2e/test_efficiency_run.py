@@ -52,7 +52,7 @@ if __name__ == "__main__":
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = batch()
-    for _ in range(12):
+    for _ in range(40):  # perfsleuth run stops it after its windows (the FLOPs step follows the after steps)
         step(model, opt, x, y)
 '''
 
@@ -94,6 +94,42 @@ def test_run_flops_per_step_match_flop_counter(tmp_path):
     assert e["peak_source"] == "given by PERFSLEUTH_CPU_PEAK"
     assert e["hfu"] is not None and e["hfu"] > 0
     assert not (tmp_path / "cache").exists()  # injected: nothing measured, nothing cached
+    # MFU: the run counted one step of its own with FlopCounterMode, after the timed steps: exactly the count
+    # of one step of the same model here, over the analysed steps' mean time and the same peak as HFU
+    assert e["model_flops_per_step"] == theirs
+    assert e["model_flops_source"] == "torch.utils.flop_counter.FlopCounterMode"
+    assert e["mfu"] == pytest.approx(theirs / (e["step_time_us"] / 1e6) / 0.05e12)
+    assert e["hfu"] == pytest.approx(e["flops_per_step"] / (e["step_time_us"] / 1e6) / 0.05e12)
+    assert "MFU " in proc.stdout and "HFU " in proc.stdout
+
+
+def test_run_without_shapes_says_why_there_is_no_mfu_and_takes_a_given_peak(tmp_path):
+    """Without --record-shapes nothing is counted (and the trace says why); with --peak-tflops the peak is
+    the user's, not measured (nothing cached)."""
+    import gzip
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PERFSLEUTH_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PERFSLEUTH_CPU_PEAK", None)
+    for args, name in ((["--no-memory"], "plain"), (["--record-shapes", "--peak-tflops", "2"], "given")):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, "-m", "perfsleuth", "run", "--no-stack", *args, "-o", str(out),
+                               str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        report = json.loads((out / "report.json").read_text())
+        trace = next(out.glob("*.pt.trace.json.gz"))
+        final = json.loads(gzip.decompress(trace.read_bytes()))["perfsleuth_final"]
+        if name == "plain":
+            assert report["efficiency"] is None
+            assert final["model_flops"]["unavailable"] == "not counted: shapes were not recorded (--record-shapes)"
+        else:
+            e = report["efficiency"]
+            assert e["peak_kind"] == "user" and e["peak_flops_per_s"] == 2e12
+            assert e["model_flops_per_step"] == final["model_flops"]["flops_per_step"] > 0
+            assert final["model_flops"]["step_s"] > 0 and final["model_flops"]["unprofiled_step_s"] > 0
+            assert "peak" not in final  # given: not measured
+    assert not (tmp_path / "cache").exists()
 
 
 def test_cpu_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):

@@ -420,13 +420,16 @@ def test_run_says_which_phase_it_is_in(tmp_path):
     config = RunConfig(wait=2, warmup=1, active=3, after=2, stop_after_window=True)
     outcome = run_script(target, config, tmp_path / "o", on_phase=lambda phase, detail: said.append((phase, detail)))
     assert outcome.exit_code == 0 and outcome.report is not None
-    assert said == [("waiting", "2 steps unprofiled, timed (the baseline)"),
+    assert said == [("running", "the script, up to its first step (its imports and set-up)"),
+                    ("waiting", "2 steps unprofiled, timed (the baseline)"),
                     ("profiling", "1 warm-up + 3 recorded steps"),
                     ("waiting", "2 steps unprofiled after the window, timed"),
                     ("profiling", "3 steps with memory (what fills it)"),
                     ("writing", "the trace (trace.pt.trace.json.gz)"),
                     ("profiling", "2 steps with Python stacks (source lines)"),
                     ("analysing", "trace.pt.trace.json.gz")]
+    # the trace names its program (the file name, no folder): `perfsleuth diff` compares it
+    assert outcome.report.to_dict()["trace"]["program"] == "compute_mlp.py"
 
 
 def test_telling_the_phases_records_nothing_the_script_did_not(tmp_path):
@@ -437,4 +440,4 @@ def test_telling_the_phases_records_nothing_the_script_did_not(tmp_path):
     outcome = run_script(Target(str(script), (), path=script), RunConfig(wait=1, warmup=1, active=3), tmp_path / "o",
                          on_phase=lambda phase, detail: said.append(phase))
     assert outcome.report is None and "the script ran no torch operation" in outcome.message
-    assert said == ["waiting"]
+    assert said == ["running"]

@@ -126,7 +126,7 @@ def test_an_in_process_toggle_and_the_scripts_files_are_left_alone(tmp_path):
     rep = json.loads((out / "perfsleuth-report" / "report.json").read_text())
     assert rep["verify"]["folder"] == str(out / "verify-2")  # a new folder: the script's `verify/` is left as is
     [e] = experiments(rep, "foreach")
-    assert e["status"] == "measured" and e["how"] == TOGGLE and e["processes"] == 1 and e["applied"] == "1 optimizer(s)"
+    assert e["status"] == "measured" and e["how"] == TOGGLE and e["processes"] == 1 and e["applied"] == "1 optimizer"
     f = the(rep, "fused-optimizer")
     v = f["verified"]
     assert v["how"] == TOGGLE and v["pairs"] == 3 and v["speedup"] > 1.0, v

@@ -126,3 +126,27 @@ def test_a_long_folder_in_a_log_gets_a_count_now_and_then():
     assert out.getvalue().splitlines() == [
         f"perfsleuth: analysing the folder: 3 of 6 traces in {LOG_AFTER_S:.0f} s",
         f"perfsleuth: analysing the folder: 5 of 6 traces in {LOG_AFTER_S + LOG_EVERY_S:.0f} s"]
+
+
+def test_run_says_what_it_does_before_importing_torch(monkeypatch, tmp_path):
+    """issue 37: `run` printed nothing of its own for 10-20 s (torch's import, the script's
+    start). On a terminal its first line comes at once, before torch is imported: here the import
+    is made to fail, and the line is already there, ahead of the error."""
+    from click.testing import CliRunner
+    from perfsleuth.cli.main import main
+    from perfsleuth.errors import UsageError
+    from perfsleuth.record import target
+
+    def no_torch():
+        raise UsageError("torch was imported here")
+
+    monkeypatch.setattr(target, "require_torch", no_torch)
+    monkeypatch.setattr("perfsleuth.cli.progress.on_terminal", lambda *streams: True)
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    result = CliRunner().invoke(main, ["run", "-o", str(tmp_path / "out"), str(script),
+                                       "--lr", "0.1"])
+    assert result.exit_code == 2
+    assert result.stderr == ("perfsleuth: starting: train.py; importing PyTorch\n"
+                             "perfsleuth: error: torch was imported here\n")
+    assert result.stdout == ""

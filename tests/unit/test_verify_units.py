@@ -314,6 +314,58 @@ def test_the_snippet_shows_the_count_the_forecast_advises():
     assert forecast_setting_snippet(SNIPPET, {"kind": "none"}) == SNIPPET
 
 
+# ---------------------------------------------------------------- what --verify says (issue 37)
+
+
+@pytest.mark.parametrize("toggling,fresh,said", [
+    (1, 0, "the script ran again once without the profiler (1 process toggling a fix between "
+           "windows) in 42 s; its side effects (log lines, files it writes) happened again; its "
+           "output is in LOG"),
+    (0, 6, "the script ran again 6 times without the profiler (6 fresh processes of one window "
+           "each) in 42 s; its side effects (log lines, files it writes) happened again each "
+           "time; its output is in LOG"),
+    (2, 1, "the script ran again 3 times without the profiler (2 processes toggling a fix "
+           "between windows, 1 fresh process of one window each) in 42 s; its side effects (log "
+           "lines, files it writes) happened again each time; its output is in LOG"),
+])
+def test_the_cost_is_said_in_words(toggling, fresh, said):
+    from perfsleuth.verify.words import cost_sentence
+
+    assert cost_sentence(toggling, fresh, 42.4, None, "LOG") == said
+    assert cost_sentence(toggling, fresh, 42.4, 2.04, "LOG") == said.replace(
+        " in 42 s;", " in 42 s; a process's start-up took about 2.0 s, not timed;")
+
+
+def test_the_log_names_baseline_windows_baseline():
+    from perfsleuth.verify.child import window_banner
+
+    assert window_banner({"first": 0, "windows": ["A"], "variant": "num_workers=2"}) == (
+        "--- perfsleuth verify: window 0: baseline ---")
+    assert window_banner({"first": 3, "windows": ["B"], "variant": "num_workers=2"}) == (
+        "--- perfsleuth verify: window 3: num_workers=2 ---")
+    toggled = {"first": 0, "windows": ["A", "B", "A", "B"], "variant": "foreach=True"}
+    assert window_banner(toggled) == (
+        "--- perfsleuth verify: windows 0-3: baseline, foreach=True, baseline, foreach=True ---")
+
+
+def test_the_report_labels_each_window_and_says_the_cost(tmp_path):
+    from perfsleuth.record.target import Target
+    from perfsleuth.verify.experiment import Verifier
+
+    v = Verifier(Target("train.py"), tmp_path, VerifyConfig(), 1000.0, lambda line: None)
+    rows = [window(0, "A", 10.0, 12.0), window(1, "B", 8.0, 8.0)]
+    entry = {"fix": "num_workers", "variant": "num_workers=2", "how": FRESH, "processes": 2,
+             "windows": rows}
+    extra = v._summary([entry], [], budget=60.0, spent=42.4)
+    [e] = extra["experiments"]
+    assert [(w["window"], w["variant"], w["label"], w["mean_us"]) for w in e["windows"]] == [
+        (0, "A", "baseline", 11.0), (1, "B", "num_workers=2", 8.0)]
+    assert extra["cost"] == (
+        "the script ran again 2 times without the profiler (2 fresh processes of one window "
+        "each) in 42 s; its side effects (log lines, files it writes) happened again each time; "
+        f"its output is in {tmp_path / 'verify' / 'children.log'}")
+
+
 def test_a_fix_that_frees_memory_measures_each_windows_peak():
     """zero_grad(set_to_none=True) (fixes.py `peak`): the peak of the baseline and variant windows
     (verify/peaks.py: the process's resident-set high-water mark on a CPU), median of the pairs, in

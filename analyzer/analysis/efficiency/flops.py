@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from . import rnn
+
 # bytes per element of each `Input type`, and the precision a tensor core / vector unit runs it at
 DTYPES = {"float": (4, "fp32"), "double": (8, "fp64"), "c10::BFloat16": (2, "bf16"),
           "c10::Half": (2, "fp16"), "c10::Float8_e4m3fn": (1, "fp8"),
@@ -82,7 +84,7 @@ def family_of(name: str) -> Optional[str]:
     if not name.startswith("aten::"):
         return None
     op = name[6:]
-    if op in MATMULS:
+    if op in MATMULS or op in rnn.OPS:
         return MATMUL
     if op in ("convolution", "convolution_backward"):
         return CONV
@@ -183,6 +185,9 @@ def _dtype(types: list, at: int = 0) -> str:
 
 
 def _matmul(op: str, dims: list, types: list, concrete: list):
+    if op in rnn.OPS:  # recurrent layers (rnn.py)
+        got = rnn.rnn_layer(op, dims, [_bpe(t) if _is_shape(d) else 0 for d, t in zip(dims, types)])
+        return None if got is None else (*got, _dtype(types))
     if op in ("mm", "_scaled_mm"):
         (m, k), (k2, n) = dims[0], dims[1]
         a, b, bias, batch, at = 0, 1, None, 1, 0

@@ -112,6 +112,7 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
         "bytes_per_step": int(round(bytes_total / n_steps)) if n_steps else 0,
         "achieved_flops_per_s": flops_total / (busy_total / 1e9) if busy_total else None,
         "step_flops_per_s": step_rate,
+        "step_time_us": round(step_s * 1e6, 3) if step_s else None,
         "peak_flops_per_s": peak_flops,
         "peak_bytes_per_s": peak_bytes,
         "peak_source": peak.get("source") if peak else None,
@@ -131,6 +132,32 @@ def summarise(models: OpModels, time_ns: np.ndarray, n_steps: int, step_ns: int,
                     "does not hold)")
         if len(over) else None,
     }
+
+
+NOT_RUN = ("no model FLOPs: only `perfsleuth run --record-shapes` counts them (one step under "
+           "torch's FlopCounterMode)")
+
+
+def with_mfu(section: dict, model_flops: Optional[dict]) -> dict:
+    """The section with MFU: the model's FLOPs per step (FlopCounterMode's count of one step, from
+    `perfsleuth run`'s metadata: record/model_flops.py) / the mean step time / the same peak as HFU.
+    `mfu_unavailable` says why it is null."""
+    mf = model_flops if isinstance(model_flops, dict) else {}
+    flops = mf.get("flops_per_step")
+    cost = {"step_s": mf.get("step_s"), "unprofiled_step_s": mf.get("unprofiled_step_s")}
+    out = {**section, "model_flops_per_step": flops if flops else None,
+           "model_flops_source": mf.get("source") if flops else None,
+           "model_flops_cost": cost if flops else None, "mfu": None, "mfu_unavailable": None}
+    step_us, peak = section.get("step_time_us"), section.get("peak_flops_per_s")
+    if not flops:
+        out["mfu_unavailable"] = mf.get("unavailable") or NOT_RUN
+    elif not peak:
+        out["mfu_unavailable"] = "no peak for the device"
+    elif step_us:  # the step time HFU divides by
+        out["mfu"] = flops / (step_us / 1e6) / peak
+    else:
+        out["mfu_unavailable"] = "no step time"
+    return out
 
 
 def _op_row(t, i, f_call, b_call, calls, busy, pct, compute_bound, roof_ns, lost, n_steps) -> dict:
