@@ -228,7 +228,7 @@ def test_a_fix_that_frees_memory_measures_the_peak_of_each_window(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     [e] = experiments(rep, "zero_grad")
     assert e["status"] == "measured"
-    assert e["applied"].endswith("zero_grad(set_to_none=False) call(s)")
+    assert e["applied"].endswith("zero_grad(set_to_none=False) calls")
     assert all(w["peak"]["rss_bytes"] > 64 << 20 for w in e["windows"])
     v = the(rep, "zero-grad")["verified"]
     peak = v["peak"]
