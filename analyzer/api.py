@@ -102,7 +102,9 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     report.extra.update(efficiency_section(facts, config.efficiency_top_n))
     memory = memory_of(facts.context)  # the report's memory section (analysis/memory/)
     report.memory, report.memory_unavailable = memory.section, memory.unavailable
-    companion = Companion(report.trace, config.companion_free_bytes)  # perfsleuth run's stacks window, lazily
+    # perfsleuth run's stacks window, lazily; a memory companion already read is not read again
+    loaded = (memory.trace, memory.steps) if memory.trace is not report.trace else None
+    companion = Companion(report.trace, config.companion_free_bytes, loaded)
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)

@@ -88,10 +88,10 @@ def write_files(data: dict, *, out_dir, json_path, html_path, markdown_path, for
 
 
 def protect_inputs(*paths) -> None:
-    """The inputs (a trace and its stacks companion, a folder's traces, diff's reports, run's script) can never be
-    written over, --force or not (render/safe_write.protect)."""
+    """The inputs (a trace and its stacks and memory companions, a folder's traces, diff's reports,
+    run's script) can never be written over, --force or not (render/safe_write.protect)."""
     from ..render.safe_write import protect
-    from ..trace.companion import companion_name
+    from ..trace.companion import companion_name, memory_name
     from ..trace.sources import SUFFIXES
 
     found = []
@@ -99,7 +99,9 @@ def protect_inputs(*paths) -> None:
         if os.path.isdir(p):
             found += [os.path.join(d, n) for d, _, names in os.walk(p) for n in names if n.endswith(SUFFIXES)]
         else:
-            found += [p, os.path.join(os.path.dirname(p), companion_name(os.path.basename(p)))]
+            folder, name = os.path.dirname(p), os.path.basename(p)
+            found += [p, os.path.join(folder, companion_name(name)),
+                      os.path.join(folder, memory_name(name))]
     protect(found)
 
 

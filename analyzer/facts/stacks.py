@@ -44,8 +44,11 @@ def _mb(n: int) -> str:
 class Companion:
     """The stacks companion of `trace`, loaded at most once, on first use; `note` says why it was not."""
 
-    def __init__(self, trace: Trace, free_bytes: int):
+    def __init__(self, trace: Trace, free_bytes: int, loaded: Optional[tuple] = None):
         self.trace, self.free_bytes = trace, free_bytes
+        # (Trace, Steps) of a companion the analysis has already read (the memory companion, when a
+        # run names one file for both): that file is not read a second time
+        self.preloaded = loaded
         self.path: Optional[Path] = None
         if not (trace.has_stacks and trace.has_shapes):
             self.path = companion_of(trace.path, trace.run_metadata)
@@ -78,15 +81,26 @@ class Companion:
             return None
         from .core import compute_facts
 
-        try:
-            comp = load_trace(self.path)
-        except TraceError as exc:
-            log.warning("source lines: %s", exc)
-            return None
-        steps = find_steps(comp)
+        if self._same_as_preloaded():
+            comp, steps = self.preloaded
+        else:
+            try:
+                comp = load_trace(self.path)
+            except TraceError as exc:
+                log.warning("source lines: %s", exc)
+                return None
+            steps = find_steps(comp)
         self._facts = compute_facts(comp, steps, attribute(comp, steps))
         self.loaded = True
         return self._facts
+
+    def _same_as_preloaded(self) -> bool:
+        if not self.preloaded or self.preloaded[0] is None or self.preloaded[1] is None:
+            return False
+        try:
+            return os.path.samefile(self.path, self.preloaded[0].path)
+        except (OSError, TypeError):
+            return False
 
     def join_dtypes(self, facts) -> bool:
         """The companion's dtype fractions of GEMM time onto `facts` when the trace has no input types and GEMM

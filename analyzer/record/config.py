@@ -32,6 +32,8 @@ class RunConfig:
     # on a loaded 2-core machine (many_params: 44,000 events, 34 s; LBFGS with 20 closure calls a step: 82,000,
     # 145 s; a 3-step window of a small MLP: 1,400, 1-2 s). Over this many events the categories are not computed,
     # and `memory.unavailable` says so (the memory trace and the optimizers' exact bytes stay).
+    # Python function events (with_stack) are not counted: they cost it next to nothing
+    # (memory_window._events).
     memory_categories_events: int = 30_000
     # With record_shapes: one step after the `after` steps (before the memory window) counted by torch's
     # FlopCounterMode, the model's FLOPs per step for MFU (model_flops.py). Its cost: one step with every op

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import numbers
-from .present import fmt_forecast, fmt_us, forecast_kind, forecast_of, number
+from .present import fmt_forecast, fmt_ibytes, fmt_us, forecast_kind, forecast_of, number
 
 MEASURED_NOTE = ("measured = the fix tried on this machine by `perfsleuth run --verify`: the median of the "
                  "baseline/fix pair ratios, and their range")
@@ -64,7 +64,30 @@ def measured_text(verified: dict) -> str:
         text += f" with {verified['variant']}"
     words = OUTCOME_WORDS.get(outcome(verified))
     text = f"{text}: {words}" if words else text
+    peak = peak_text(verified)
+    text = f"{text}; {peak}" if peak else text
     return f"{text}; settings: {curve}" if curve else text
+
+
+PEAK_WORDS = {"cuda_allocated_bytes": "torch.cuda.max_memory_allocated",
+              "rss_bytes": "process resident-set high-water mark"}
+
+
+def peak_text(verified: dict) -> str:
+    """A fix that frees memory (verify/peaks.py): `peak 812.00 MiB → 640.00 MiB (-21.2%, measured:
+    process resident-set high-water mark, median of 3 pairs)`; '' without a measured peak."""
+    p = verified.get("peak")
+    if not isinstance(p, dict):
+        return ""
+    base, variant = number(p.get("baseline_bytes")), number(p.get("variant_bytes"))
+    if base is None or variant is None:
+        return ""
+    change = number(p.get("change"))
+    pairs = len(p.get("pairs") or [])
+    inside = ([f"{change:+.1%}"] if change is not None else []) + [
+        f"measured: {PEAK_WORDS.get(str(p.get('measure')), str(p.get('measure')))}"
+        + (f", median of {pairs} pair{'s' if pairs != 1 else ''}" if pairs else "")]
+    return f"peak {fmt_ibytes(base)} → {fmt_ibytes(variant)} ({', '.join(inside)})"
 
 
 def curve_text(verified: dict) -> str:

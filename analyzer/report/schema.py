@@ -82,6 +82,18 @@ class TriedDoc(msgspec.Struct):
     outcome: Optional[str] = None
 
 
+class PeakDoc(msgspec.Struct):
+    """The peak memory of a fix that frees it (verify/peaks.py): median of the A and B windows."""
+
+    measure: str  # rss_bytes | cuda_allocated_bytes
+    baseline_bytes: SignedBytes
+    variant_bytes: SignedBytes
+    change_bytes: Optional[SignedBytes] = None
+    change: Optional[Signed] = None
+    what: Optional[str] = None
+    pairs: list[list[SignedBytes]] = []
+
+
 class VerifiedDoc(msgspec.Struct):
     """A fix measured by `perfsleuth run --verify` (issue 25): the best setting tried (issue 40)."""
 
@@ -94,6 +106,7 @@ class VerifiedDoc(msgspec.Struct):
     variant: Optional[str] = None
     params: Optional[dict] = None  # the best setting's parameters ({"num_workers": 2})
     tried: list[TriedDoc] = []  # every setting tried for the finding, in the order of its parameter
+    peak: Optional[PeakDoc] = None  # a fix that frees memory: its measured peak
 
 
 class CeilingDoc(msgspec.Struct):

@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+from . import peaks
 from ..record.step_clock import StepClock
 from ..record.step_hooks import StepHooks
 from ..record.target import Target, execute, script_environment, format_user_traceback
@@ -206,6 +207,8 @@ class Windows:
             self.load[k] = (loadavg(), cpu_seconds(), time.perf_counter())
             if self.toggle:
                 self.patch.set(self.kinds[k] == "B")
+        if r == self.warmup:
+            peaks.reset()  # the window's peak memory over its timed steps (verify/peaks.py)
         self.phase = (k, "warmup" if r < self.warmup else "timed")
 
     def _write(self, k: int) -> None:
@@ -217,7 +220,8 @@ class Windows:
                "warmup_us": round(warm + (lead + (self.startup_us or 0.0) if k == 0 and not self.toggle else 0.0), 3),
                "startup_us": self.startup_us if k == 0 else None, "load": [load, loadavg()],
                "others_cores": others_cores(cpu, cpu_seconds(), time.perf_counter() - began),
-               "applied": self.patch.applied() if self.kinds[k] == "B" else None}
+               "applied": self.patch.applied() if self.kinds[k] == "B" else None,
+               "peak": peaks.read()}
         self.out.write(json.dumps(row) + "\n")
         self.out.flush()
         self.written += 1

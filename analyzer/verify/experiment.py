@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..engine.measured import apply_verified
+from ..report.figures import peak_text
 from . import fixes as verify_fixes, stats as verify_stats
 from .stats import OUTCOME_RANK, verified_by_rule  # noqa: F401  (the best setting per rule)
 from ..record.outputs import _new_folder
@@ -271,7 +272,8 @@ class Verifier:
     def _conclude(self, label: str, exp: dict, entry: dict) -> None:
         forecast = next((v for v in exp["forecast"].values() if v), None)
         v = verify_stats.measured(entry["windows"], variant=exp["variant"], how=exp["how"], steps=self.steps,
-                                  forecast=forecast, step_us=self.step_us)
+                                  forecast=forecast, step_us=self.step_us,
+                                  peak=bool(exp.get("peak")))
         if v is not None and v["pairs"] >= min(2, self.config.pairs) and entry["status"] != "failed":
             entry["verified"] = v
         if entry["status"] == "failed":
@@ -279,7 +281,8 @@ class Verifier:
         elif entry["verified"]:
             v = entry["verified"]
             self.say(f"{label}: {v['speedup']:.2f}x ({v['low']:.2f}-{v['high']:.2f}x, {v['pairs']} pairs): "
-                     f"{v['outcome']}" + (f"; {entry['reason']}" if entry["reason"] else ""))
+                     f"{v['outcome']}" + (f"; {peak_text(v)}" if peak_text(v) else "")
+                     + (f"; {entry['reason']}" if entry["reason"] else ""))
         else:
             self.say(f"{label}: {entry['status']}: {entry['reason']}")
 
@@ -291,7 +294,8 @@ class Verifier:
                              "label": "baseline" if w["variant"] == "A" else e["variant"],
                              "steps": len(w.get("step_us") or []),
                              "mean_us": round(verify_stats.window_mean(w) or 0.0, 3), "warmup_us": w.get("warmup_us"),
-                             "load": w.get("load"), "others_cores": w.get("others_cores")} for w in e["windows"]]
+                             "load": w.get("load"), "others_cores": w.get("others_cores"),
+                             "peak": w.get("peak")} for w in e["windows"]]
             experiments.append(e)
         skipped = [{"fix": x["fix"], "variant": None, "rules": [x["rule"]], "how": None, "status": "not tried",
                     "reason": x["reason"], "verified": None} for x in not_tried]

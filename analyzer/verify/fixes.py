@@ -9,6 +9,7 @@ nothing here imports torch.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
@@ -31,6 +32,7 @@ class Fix:
     gpu_only: bool = False  # never tried, nor mentioned, on a CPU run
     tier: int = 1  # 2: tried after every tier-1 experiment, when the budget allows
     flag: Optional[str] = None  # tried only with this option (--verify-compile)
+    peak: bool = False  # it frees memory: each window's peak is measured too (verify/peaks.py)
 
 
 FIXES = (
@@ -42,7 +44,10 @@ FIXES = (
     Fix("omp_threads", ("cpu-threads",), "env", FRESH, "OMP_NUM_THREADS={OMP_NUM_THREADS} at start", "omp", tier=2),
     Fix("foreach", ("fused-optimizer",), "optimizer", TOGGLE, "optimizer foreach=True", "foreach"),
     Fix("fused", ("fused-optimizer",), "fused", FRESH, "optimizer fused=True", "nothing", gpu_only=True),
-    Fix("zero_grad", ("zero-grad",), "zero-grad", TOGGLE, "zero_grad(set_to_none=True)", "nothing"),
+    Fix("zero_grad", ("zero-grad",), "zero-grad", TOGGLE, "zero_grad(set_to_none=True)", "nothing",
+        peak=True),
+    Fix("expandable_segments", ("allocator-fragmentation",), "env", FRESH,
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "expandable", gpu_only=True, peak=True),
     Fix("cudnn_benchmark", ("cudnn-benchmark",), "cudnn", TOGGLE, "torch.backends.cudnn.benchmark=True", "nothing",
         gpu_only=True),
     Fix("tf32", ("amp",), "tf32", TOGGLE, 'torch.set_float32_matmul_precision("high")', "nothing", gpu_only=True),
@@ -159,12 +164,21 @@ def _foreach(c: Context) -> Union[list, str]:
     return [{"key": "foreach", "value": True}]
 
 
+def _expandable(c: Context) -> Union[list, str]:
+    now = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if "expandable_segments:true" in now.replace(" ", "").lower():
+        return "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True already"
+    setting = ",".join(x for x in (now, "expandable_segments:True") if x)
+    return [{"PYTORCH_CUDA_ALLOC_CONF": setting}]
+
+
 def _nothing(c: Context) -> list:
     return [{}]
 
 
 VARIANTS: dict = {"workers": _workers, "persistent": _persistent, "prefetch": _prefetch, "pin": _pin,
-                  "threads": _threads, "omp": _omp, "foreach": _foreach, "nothing": _nothing}
+                  "threads": _threads, "omp": _omp, "foreach": _foreach, "nothing": _nothing,
+                  "expandable": _expandable}
 
 
 def label(fix: Fix, params: dict) -> str:
@@ -198,7 +212,8 @@ def plan(findings: list, ctx: Context) -> tuple:
                 key = (fix.key, tuple(sorted(params.items())))
                 exp = experiments.setdefault(key, {
                     "fix": fix.key, "kind": fix.kind, "how": fix.how, "params": dict(params),
-                    "variant": label(fix, params), "rules": [], "tier": fix.tier, "forecast": {}})
+                    "variant": label(fix, params), "rules": [], "tier": fix.tier, "forecast": {},
+                    "peak": fix.peak})
                 exp["rules"].append(rule)
                 exp["forecast"][rule] = (f.get("forecast") or {}).get("speedup")
     ordered = sorted(experiments.values(), key=lambda e: e["tier"])  # stable: the findings' order within a tier

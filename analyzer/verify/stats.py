@@ -58,9 +58,10 @@ def _median(values: list) -> Optional[float]:
 
 
 def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Optional[float],
-             step_us: Optional[float]) -> Optional[dict]:
-    """The `verified` object of an experiment's windows (None without a complete pair). `step_us`: the
-    run's unprofiled median step, for the saving; `forecast`: the finding's forecast speed-up."""
+             step_us: Optional[float], peak: bool = False) -> Optional[dict]:
+    """The `verified` object of an experiment's windows (None without a complete pair). `step_us`:
+    the run's unprofiled median step, for the saving; `forecast`: the finding's forecast speed-up;
+    `peak`: the fix frees memory, and the windows' peaks go into `peak` (peak_change)."""
     done = pairs(windows)
     if not done:
         return None
@@ -83,6 +84,7 @@ def measured(windows: list, *, variant: str, how: str, steps: int, forecast: Opt
         "step_us": {"baseline": _median([window_mean(a) for a in bases]),
                     "variant": _median([window_mean(b) for b in variants])},
         "saving_us": round(step_us * (1 - 1 / speedup), 3) if step_us else None,
+        **({"peak": peak_change(done)} if peak else {}),
     }
 
 
@@ -137,3 +139,30 @@ def _setting_order(t: dict) -> tuple:
     values = list(t["params"].values())
     n = values[0] if len(values) == 1 and isinstance(values[0], (int, float)) else 0
     return (t["fix"], n, t["variant"])
+
+
+PEAK_MEASURES = {  # a window's peak (verify/peaks.py), the most exact first
+    "cuda_allocated_bytes": "torch.cuda.max_memory_allocated in each window",
+    "rss_bytes": ("the process's resident-set high-water mark (Linux VmHWM) in each window: the "
+                  "whole process in pages, not its DataLoader workers; memory the C allocator "
+                  "keeps after a free stays counted"),
+}
+
+
+def peak_change(done: list) -> Optional[dict]:
+    """The fix's effect on peak memory over the pairs (a measurement): the median peak of the
+    baseline windows and of the variant windows, each pair's change; None when no pair has a peak on
+    both sides."""
+    for key, what in PEAK_MEASURES.items():
+        both = [(a.get("peak", {}).get(key), b.get("peak", {}).get(key)) for a, b in done
+                if isinstance(a.get("peak"), dict) and isinstance(b.get("peak"), dict)]
+        both = [(int(x), int(y)) for x, y in both if isinstance(x, int) and isinstance(y, int)]
+        if not both:
+            continue
+        base = int(statistics.median(x for x, _ in both))
+        variant = int(statistics.median(y for _, y in both))
+        return {"measure": key, "what": what, "baseline_bytes": base, "variant_bytes": variant,
+                "change_bytes": variant - base,
+                "change": round(variant / base - 1, 4) if base else None,
+                "pairs": [[x, y] for x, y in both]}
+    return None

@@ -144,3 +144,56 @@ def test_directory_index_link_opens_the_trace_section(tmp_path):
         assert folded.get_attribute("open") is not None
     finally:
         driver.quit()
+
+
+def test_the_memory_plot_renders_with_its_peak_marked_and_names_escaped(tmp_path):
+    """The memory section of a report from a hand-built trace (4 steps; aten::add, named with
+    markup, keeps 1 MiB a step): the SVG level is drawn, the peak's circle sits on the level's
+    highest stretch (the smallest y), inside the plot, and says its bytes and step; the hostile
+    name is text."""
+    from memorybuilder import leaky
+    from tracebuilder_rules import analyze
+
+    evil = "aten::add<script>alert(1)</script>"
+    tb = leaky(steps=4, leak=1 << 20, temp=100, base=0, capacity=1 << 30)
+    for e in tb.events:
+        if e.get("name") == "aten::add":
+            e["name"] = evil
+    tb.run_metadata = {"version": 1, "memory": {"device": "cuda:0", "categories_at_peak": {
+        "parameter": 100, "gradient": 100, "optimizer_state": 200, "activation": 600, "input": 0,
+        "temporary": 0, "other": 0}}}
+    report = analyze(tb, tmp_path)[0]
+    write_outputs(report, out_dir=tmp_path / "report")
+    driver = chromium()
+    try:
+        driver.get((tmp_path / "report" / "report.html").as_uri())
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        section = driver.find_element(By.ID, "memory")
+        driver.execute_script("arguments[0].scrollIntoView()", section)
+        plot = section.find_element(By.CSS_SELECTOR, "svg.memory-plot")
+        assert visible(plot) and plot.size["width"] > 300
+        level = section.find_element(By.CSS_SELECTOR, "polyline.mem-level")
+        assert driver.execute_script("return arguments[0].getBBox().width", level) > 100
+        points = [tuple(map(float, p.split(","))) for p in level.get_attribute("points").split()]
+        top = min(y for _, y in points)
+        peak = section.find_element(By.CSS_SELECTOR, "circle.mem-peak")
+        cx, cy = float(peak.get_attribute("cx")), float(peak.get_attribute("cy"))
+        # on the level's highest stretch: a point of it, or a flat segment of it at that height
+        assert cy == top and any(y0 == y1 == top and x0 <= cx <= x1
+                                 for (x0, y0), (x1, y1) in zip(points, points[1:] + points[-1:]))
+        box = driver.execute_script(
+            "const r = arguments[0].getBoundingClientRect(),"
+            " s = arguments[1].getBoundingClientRect();"
+            "return [r.width > 0, r.left >= s.left, r.right <= s.right, r.top >= s.top,"
+            " r.bottom <= s.bottom]", peak, plot)
+        assert box == [True, True, True, True, True]
+        label = section.find_element(By.CSS_SELECTOR, "text.mem-peak-label")
+        assert visible(label) and label.text == "peak 4.00 MiB in ProfilerStep#4"
+        assert len(section.find_elements(By.CSS_SELECTOR, "line.step-edge")) == 4
+        bars = section.find_elements(By.CSS_SELECTOR, "svg.memory-categories rect")
+        assert len(bars) == 4 and all(visible(b) for b in bars)
+        # the name is text on the page, never markup: ours is the page's only script
+        assert evil in section.text
+        assert driver.execute_script("return document.scripts.length") == 1
+    finally:
+        driver.quit()

@@ -214,3 +214,33 @@ def test_a_script_too_short_for_its_windows_says_so(tmp_path, monkeypatch):
     assert e["reason"] == ("the script ended after step 41 (as `run` counts them), before its windows were timed "
                            "(3 of 6); fewer steps per window: --verify-steps")  # 40 optimizer steps after the first batch
     assert [w["variant"] for w in e["windows"]] == ["A", "B", "A"]  # what was timed is kept
+
+
+def test_a_fix_that_frees_memory_measures_the_peak_of_each_window(tmp_path):
+    """zero_grad(set_to_none=True) on a script that keeps a 64 MiB gradient through every forward:
+    each window's peak (the process's resident-set high-water mark since the window's first timed
+    step) is measured, and the variant's is lower by about the gradient: the measurement says so in
+    the JSON and in the finding's text of the terminal, Markdown and HTML alike."""
+    out = tmp_path / "o"
+    proc = perfsleuth_run(tmp_path, *QUICK, "--verify", "--verify-pairs", "2", "-o", str(out),
+                          str(SCRIPTS / "zero_grad_fill.py"))
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads((out / "report.json").read_text())
+    [e] = experiments(rep, "zero_grad")
+    assert e["status"] == "measured"
+    assert e["applied"].endswith("zero_grad(set_to_none=False) calls")
+    assert all(w["peak"]["rss_bytes"] > 64 << 20 for w in e["windows"])
+    v = the(rep, "zero-grad")["verified"]
+    peak = v["peak"]
+    assert peak["measure"] == "rss_bytes" and len(peak["pairs"]) == 2
+    # the gradient is 64 MiB: the variant's peak is lower by at least half of it, in every pair
+    assert all(b <= a - (32 << 20) for a, b in peak["pairs"]), peak
+    assert peak["change_bytes"] == peak["variant_bytes"] - peak["baseline_bytes"] < -(32 << 20)
+    from perfsleuth.report.figures import peak_text
+    from perfsleuth.report.present import fmt_ibytes
+
+    text = peak_text(v)
+    assert text.startswith(f"peak {fmt_ibytes(peak['baseline_bytes'])} → "
+                           f"{fmt_ibytes(peak['variant_bytes'])} (")
+    assert text in proc.stdout  # the terminal report
+    assert text in (out / "summary.md").read_text() and text in (out / "report.html").read_text()

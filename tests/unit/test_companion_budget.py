@@ -103,3 +103,45 @@ def test_a_window_cut_inside_a_step_scales_its_per_step_numbers(tmp_path):
     item = next(f for f in report["findings"] if f["rule"] == "item-sync")
     assert "Most frequent call site: `train.py:57` in `train_step` (4 per step)" in item["message"]
     assert item["locations"][0]["count"] == 1  # what was recorded
+
+
+def test_a_memory_companion_that_is_the_stacks_companion_is_read_once(tmp_path, loads, monkeypatch):
+    """A run that names one file as both its stacks and its memory companion: the memory section and
+    the source lines come from it, and it is read from disk once (the memory analysis reads it; the
+    stacks companion takes that trace)."""
+    from memorybuilder import MemoryTraceBuilder
+    from perfsleuth import analysis
+
+    memory_loads = []
+    real = analysis.memory.load_trace
+
+    def load(path, *a, **kw):
+        memory_loads.append(path.name)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(analysis.memory, "load_trace", load)
+    main = RuleTraceBuilder()
+    for i in range(3):
+        main.step(7 + i, i * 1000, 1000)
+        waited_item(main, i * 1000)
+    doc = main.build()
+    doc["perfsleuth"] = {"version": 1, "stacks_trace": COMPANION, "memory_trace": COMPANION}
+    path = tmp_path / "trace.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    comp = MemoryTraceBuilder(device_type=0, device_id=-1)
+    comp.step(1, 0, 1000)
+    waited_item(comp, 0)
+    frame = comp.py("train.py(57): train_step", 90, 300)
+    comp.py("<built-in method item of Tensor object at 0x7f>", 99, 222, parent=frame)
+    comp.alloc(120, 4096, addr=1)
+    comp.alloc(130, 1024, addr=2)
+    comp.free(140, addr=1)
+    comp.run_metadata = {"version": 1, "role": "stacks"}
+    comp.write(tmp_path / COMPANION)
+
+    report = analyze_file(path).to_dict()
+    item = next(f for f in report["findings"] if f["rule"] == "item-sync")
+    assert item["locations"][0]["file"] == "train.py" and item["locations"][0]["line"] == 57
+    assert report["memory"]["trace"] == COMPANION
+    assert report["memory"]["devices"][0]["peak_allocated_bytes"] == 5120
+    assert memory_loads == [COMPANION] and loads == []

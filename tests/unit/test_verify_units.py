@@ -364,3 +364,100 @@ def test_the_report_labels_each_window_and_says_the_cost(tmp_path):
         "the script ran again 2 times without the profiler (2 fresh processes of one window "
         "each) in 42 s; its side effects (log lines, files it writes) happened again each time; "
         f"its output is in {tmp_path / 'verify' / 'children.log'}")
+
+
+def test_a_fix_that_frees_memory_measures_each_windows_peak():
+    """zero_grad(set_to_none=True) (fixes.py `peak`): the peak of the baseline and variant windows
+    (verify/peaks.py: the process's resident-set high-water mark on a CPU), median of the pairs, in
+    the measurement and in its text in every output (report/figures.py)."""
+    from perfsleuth.report.figures import measured_text
+
+    MiB = 1 << 20
+    ws = [window(0, "A", 10, 10), window(1, "B", 10, 10), window(2, "A", 10, 10),
+          window(3, "B", 10, 10), window(4, "A", 10, 10), window(5, "B", 10, 10)]
+    for w, rss in zip(ws, (300, 250, 310, 240, 290, 260)):
+        w["peak"] = {"rss_bytes": rss * MiB}
+    v = measured(ws, variant="zero_grad(set_to_none=True)", how=TOGGLE, steps=2, forecast=None,
+                 step_us=None, peak=True)
+    p = v["peak"]
+    assert (p["measure"], p["baseline_bytes"], p["variant_bytes"]) == ("rss_bytes", 300 * MiB,
+                                                                       250 * MiB)
+    assert p["change_bytes"] == -50 * MiB and p["change"] == -0.1667
+    assert p["pairs"] == [[300 * MiB, 250 * MiB], [310 * MiB, 240 * MiB], [290 * MiB, 260 * MiB]]
+    assert "resident-set high-water mark" in p["what"] and "not its DataLoader workers" in p["what"]
+    assert measured_text({**v, "outcome": "noise"}) == (
+        "measured 1.00× (1.00–1.00×, 3 pairs): no difference beyond noise; peak 300.00 MiB → "
+        "250.00 MiB (-16.7%, measured: process resident-set high-water mark, median of 3 pairs)")
+    # on a GPU, torch's allocator measures exactly and comes first
+    for w, alloc in zip(ws, (100, 80, 100, 80, 100, 80)):
+        w["peak"]["cuda_allocated_bytes"] = alloc * MiB
+    got = measured(ws, variant="x", how=TOGGLE, steps=2, forecast=None, step_us=None, peak=True)
+    assert (got["peak"]["measure"], got["peak"]["change_bytes"]) == ("cuda_allocated_bytes",
+                                                                     -20 * MiB)
+    # a fix that does not free memory has no peak; windows without one give None
+    assert "peak" not in measured(ws, variant="x", how=TOGGLE, steps=2, forecast=None, step_us=None)
+    bare = [window(0, "A", 10), window(1, "B", 10)]
+    assert measured(bare, variant="x", how=TOGGLE, steps=1, forecast=None, step_us=None,
+                    peak=True)["peak"] is None
+
+
+def test_the_memory_fixes_in_the_plan(monkeypatch):
+    """zero_grad(set_to_none=True) measures the peak; expandable_segments is a GPU fix: on a CPU run
+    it is never tried nor named, on a GPU run tried in a fresh process with the variable set."""
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    findings = [{"rule": "zero-grad"}, {"rule": "allocator-fragmentation"}]
+    cpu, cpu_not = plan(findings, Context(gpu=False))
+    assert [(e["fix"], e["peak"]) for e in cpu] == [("zero_grad", True)]
+    assert cpu_not == [{"rule": "allocator-fragmentation", "fix": None, "reason": CODE_CHANGE}]
+    gpu, _ = plan(findings, Context(gpu=True))
+    exp = next(e for e in gpu if e["fix"] == "expandable_segments")
+    assert (exp["kind"], exp["how"], exp["peak"], exp["rules"]) == ("env", FRESH, True,
+                                                                     ["allocator-fragmentation"])
+    assert exp["params"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert exp["variant"] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+    gpu, _ = plan(findings, Context(gpu=True))
+    assert next(e for e in gpu if e["fix"] == "expandable_segments")["params"] == {
+        "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True"}
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    gpu, gpu_not = plan(findings, Context(gpu=True))
+    assert not any(e["fix"] == "expandable_segments" for e in gpu)
+    already = "expandable_segments: PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True already"
+    assert {"rule": "allocator-fragmentation", "fix": "expandable_segments",
+            "reason": already} in gpu_not
+
+
+def test_a_windows_peak_is_the_resident_high_water_mark_since_its_start():
+    """verify/peaks.py on this (Linux) process: 64 MiB touched after a reset raise the mark by at
+    least that; a reset after they are freed brings it back down."""
+    from perfsleuth.verify import peaks
+
+    MiB = 1 << 20
+    peaks.reset()
+    before = peaks.rss_high_water()
+    block = b"\x01" * (64 * MiB)
+    during = peaks.read()["rss_bytes"]
+    assert during - before >= 63 * MiB and len(block) == 64 * MiB
+    del block
+    peaks.reset()
+    assert peaks.rss_high_water() <= during - 32 * MiB
+
+
+def test_a_report_read_back_keeps_the_measured_peak():
+    """diff and the directory pages read report.json through report/schema.py: the measured peak of
+    a fix that frees memory survives it, and the number's text says it there too."""
+    from perfsleuth.report.figures import number_text
+    from perfsleuth.report.schema import checked
+    from report_factory import make_report
+
+    report = make_report(findings=1)
+    peak = {"measure": "rss_bytes", "what": "RSS", "baseline_bytes": 675_569_664,
+            "variant_bytes": 608_417_792, "change_bytes": -67_151_872, "change": -0.0994,
+            "pairs": [[675_569_664, 608_423_936], [675_569_664, 608_411_648]]}
+    report["findings"][0]["verified"] = {"speedup": 1.0679, "low": 0.8, "high": 1.34, "pairs": 2,
+                                         "outcome": "noise", "peak": peak}
+    got = checked(report, "report.json")["findings"][0]
+    assert got["verified"]["peak"] == peak
+    assert number_text(got).startswith(
+        "measured 1.07× (0.80–1.34×, 2 pairs): no difference beyond noise; peak 644.27 MiB → "
+        "580.23 MiB (-9.9%, measured: process resident-set high-water mark, median of 2 pairs)")
