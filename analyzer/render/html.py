@@ -15,7 +15,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..config import CATEGORIES
-from ..report import figures, present
+from ..report import figures, numbers, present
 from ..report.escape import html_id, shorten, visible
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_html import efficiency_html
@@ -115,7 +115,8 @@ def view(report: dict, pid: str = "") -> dict:
         else None,
         "device_busy": number(summary.get("device_busy")),
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
-        "top_finding": findings[0] if findings else None,
+        "top_finding": numbers.top_finding(findings),  # findings[0] when it earns the top
+        "no_top": numbers.NO_TOP if findings and numbers.top_finding(findings) is None else "",
         "chart": chart(report.get("steps") or [], step_time.get("median")),
         "shares": shares(summary.get("time_share") or {}, present.steady_steps(report)),
         "apart": [{**a, "reason": shorten(a["reason"], 500)} for a in present.set_apart(report)[:MAX_TABLE_ROWS]],
@@ -167,7 +168,7 @@ def _finding(i: int, f: dict) -> dict:
         "message": present.fix_blocks(shorten(str(f.get("message") or ""), MAX_FIX)),
         "thresholds": _thresholds(f.get("thresholds")),
         "docs": shorten(str(f.get("docs") or ""), 200),
-        "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),
+        "fix": present.fix_blocks(shorten(figures.fix_shown(f), MAX_FIX)),
         "locations": [present.location_text(loc) for loc in locations[:20]],
     }
 

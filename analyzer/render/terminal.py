@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
-from ..report import figures
+from ..report import figures, numbers
 from ..report.escape import shorten, terminal
 from ..report.present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
@@ -84,7 +84,8 @@ def render_terminal(report: dict) -> str:
     if best:
         lines.append(f"  {_clean(best)}")
     if findings:
-        lines += ["", "findings:"]
+        top = numbers.top_finding(findings)
+        lines += ["", "findings:" if top else f"findings (none is the top one: {numbers.NO_TOP}):"]
         for f in findings[:8]:
             lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f.get('rule', '?'))}: {_clean(f.get('title', ''))}  "
                          f"({_clean(figures.number_text(f, REASON_CHARS))})")
@@ -115,9 +116,9 @@ def set_index_rows(data: dict) -> list:
     rows = []
     for rep in set_order(data.get("reports") or []):
         t, findings = rep.get("trace") or {}, rep.get("findings") or []
-        top = "-"
-        if findings and isinstance(findings[0], dict):
-            top = f"{findings[0].get('rule', '?')} ({figures.short_text(findings[0])})"
+        first = numbers.top_finding(findings)
+        top = f"{first.get('rule', '?')} ({figures.short_text(first)})" if first else (
+            f"- ({numbers.NO_TOP})" if any(isinstance(f, dict) for f in findings) else "-")
         rank = "-" if t.get("rank") is None else str(t["rank"])
         median = ((rep.get("summary") or {}).get("step_time_us") or {}).get("median")
         rows.append((rank, str(rep.get("verdict") or "?"), _fmt_us(median), top,

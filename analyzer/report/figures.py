@@ -167,3 +167,15 @@ def shown_warnings(report: dict, headline: tuple = ()) -> list:
             continue
         out.append(text)
     return out
+
+
+def fix_shown(finding: Any) -> str:
+    """What stands where a finding's fix block would be: the fix, except for a fix measured slower on this
+    machine, which is not advised again (issue 37): `tried: slower on this machine; don't apply (measured
+    0.79× (0.75–0.82×, 3 pairs))`. The fix that was tried stays in the JSON."""
+    v = verified_of(finding)
+    if v is not None and outcome(v) == "slower":
+        x, lo, hi = (number(v.get(k)) for k in ("speedup", "low", "high"))
+        rng = f" ({lo:.2f}–{hi:.2f}×)" if lo is not None and hi is not None else ""
+        return f"{OUTCOME_WORDS['slower']} (measured {x:.2f}×{rng})"
+    return str(finding.get("fix") or "") if isinstance(finding, dict) else ""
