@@ -256,7 +256,7 @@ def chart(steps: list, median: Any) -> dict:
         "compact": compact, "paths": _compact_paths(bars) if compact else [], "count": len(steps), "group": group,
         "apart": sum(1 for b in bars if b.get("apart")),
         "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", _tick_label(v)) for v in ticks],
-        "xticks": _xticks(bars_src, slot, group),
+        "xticks": _xticks(bars_src, slot, group, step_numbers(steps)),
         "median_y": f"{_H - _BOTTOM - med * scale:.1f}" if med is not None and n else None,
         "median_label": fmt_us(med),
     }
@@ -340,8 +340,9 @@ def _axis(raw_max: float) -> tuple[float, list[float]]:
     return top, [k * step for k in range(int(round(top / step)) + 1)]
 
 
-def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
-    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9."""
+def _xticks(bars_src: list, slot: float, group: int, numbers_of: list = ()) -> list[tuple[str, str]]:
+    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9; each said as
+    the trace numbers the step (`numbers_of`: step_numbers) where it does."""
     n = len(bars_src)
     if not n:
         return []
@@ -349,4 +350,21 @@ def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
     every = next(m for m in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
                  if m * 8 >= steps or m == 10**6)
     labels = [1] + [k for k in range(every, steps + 1, every) if k - 1 >= every / 2]
-    return [(f"{_LEFT + ((k - 1) // group + 0.5) * slot:.1f}", str(k)) for k in labels if (k - 1) // group < n]
+    return [(f"{_LEFT + ((k - 1) // group + 0.5) * slot:.1f}", _step_label(numbers_of, k))
+            for k in labels if (k - 1) // group < n]
+
+
+def _step_label(numbers_of: list, k: int) -> str:
+    """The k-th step (from 1) as the trace numbers it (ProfilerStep#8 -> 8, issue 37: one step numbering in the
+    evidence, the chart and the text); k itself where the trace gives no number."""
+    return str(numbers_of[k - 1]) if k - 1 < len(numbers_of) and numbers_of[k - 1] is not None else str(k)
+
+
+def step_numbers(steps: list) -> list:
+    """Each step's own number from its name (`ProfilerStep#8` -> 8), None where the name has none; [] unless every
+    step has one."""
+    out = []
+    for s in steps:
+        head, sep, tail = str(s.get("name") or "").rpartition("#")
+        out.append(int(tail) if sep and head and tail.isdigit() else None)
+    return out if out and all(x is not None for x in out) else []
