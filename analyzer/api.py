@@ -151,6 +151,7 @@ def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> No
     checked = reconsider(verdict, reason, share, report.findings, config, gpu)
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
+    report.verdict_notes = checked.notes
     from .analysis.memory import out_of_memory_text
 
     oom = out_of_memory_text(report.memory)  # an out-of-memory trace says so first (rules/memory.toml)

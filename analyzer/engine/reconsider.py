@@ -37,6 +37,9 @@ class Verdict:
     text: str
     degree: str
     ruled_out: list = field(default_factory=list)  # [{"category", "share", "rule", "speedup", "kind"}]
+    # What the reason says that `text` does not (issue 37: the verdict said once): why a stall was passed over,
+    # why a category under its material share is the verdict, no fix helps, the largest saving lies elsewhere.
+    notes: list = field(default_factory=list)
 
 
 def _best(findings: list, category: str) -> Optional[tuple]:
@@ -73,12 +76,22 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it is "
                    f"{_said(kind)} at {speedup:.2f}× ({rule}): {where}")
         current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
-    reason = "; ".join(why + [reason])
-    for extra in (_no_fix_helps(current, findings), _elsewhere(current, findings)):
-        if extra:
-            reason = f"{reason}; {extra}"
+    extras = [e for e in (_no_fix_helps(current, findings), _elsewhere(current, findings)) if e]
+    notes = why + ([] if _said_by_text(current, share, config) else [reason]) + extras
+    reason = "; ".join(why + [reason] + extras)
     return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu),
-                   degree=degree(current, share), ruled_out=excluded)
+                   degree=degree(current, share), ruled_out=excluded, notes=notes)
+
+
+def _said_by_text(verdict: str, share: dict, config: Config) -> bool:
+    """Does the verdict's text (analysis/verdict.verdict_text) already say what decide's reason says: a
+    kernel-bound verdict, or a stall at or above its material share. Not a stall that is the verdict only
+    because kernels fill under half the step, nor device-unread (its reason is what the trace lacks)."""
+    category = verdict.removesuffix("-bound")
+    if verdict == "kernel-bound":
+        return True
+    material = config.material_share.get(category)
+    return material is not None and float(share.get(category, 0.0)) >= material
 
 
 def _no_fix_helps(verdict: str, findings: list) -> str:

@@ -98,9 +98,9 @@ def view(report: dict, pid: str = "") -> dict:
         "tool": report.get("tool") or {},
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
-        "verdict_reason": report.get("verdict_reason") or "",
+        "verdict_reason": "; ".join(figures.verdict_said(report)[1]),  # the verdict said once (issue 37)
         "degree": str(report.get("degree") or ""),
-        "verdict_text": str(report.get("verdict_text") or ""),
+        "verdict_text": figures.verdict_said(report)[0],
         "host_statement": shorten(str((report.get("host_time") or {}).get("statement") or ""), 2000)
         if isinstance(report.get("host_time"), dict) else "",
         "not_checked": [{"rule": str(n.get("rule") or "?"), "title": str(n.get("title") or ""),

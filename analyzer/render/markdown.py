@@ -110,7 +110,8 @@ def _headline(report: dict) -> str:
     measured, flag = present.measurement_lines(report)
     if flag:
         lines.append(f"> ⚠️ **{md_text(flag, 600)}**")
-    said = [md_text(report[k], 600) for k in ("verdict_text", "verdict_reason") if report.get(k)]
+    text, notes = figures.verdict_said(report)
+    said = [md_text(x, 600) for x in [text, *notes] if x]
     if said:
         lines.append("> " + "  \n> ".join(said))
     if measured:

@@ -72,10 +72,9 @@ def render_terminal(report: dict) -> str:
         if len(apart) > MAX_APART:
             lines.append(f"  … {len(apart) - MAX_APART} more in report.json")
     degree = f" ({_clean(report['degree'])})" if report.get("degree") else ""
-    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}"]
-    if report.get("verdict_text"):
-        lines.append(f"  {_clean(report['verdict_text'])}")
-    lines.append(f"  {_clean(report.get('verdict_reason', ''))}")
+    said, notes = figures.verdict_said(report)
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}" + (f": {_clean(said)}" if said else "")]
+    lines += [f"  {_clean(n)}" for n in notes]
     statement = (report.get("host_time") or {}).get("statement")
     if statement:
         lines.append(f"  {_clean(statement)}")

@@ -366,3 +366,4 @@ def fmt_ibytes(n) -> str:
             return f"{sign}{v:.0f} {unit}" if unit == "B" else f"{sign}{v:.2f} {unit}"
         v /= 1024
     return f"{sign}{v:.2f} TiB"  # pragma: no cover
+
