@@ -69,6 +69,8 @@ def test_gpu_traces_keep_the_gpu_advice(slug, words):
     facts = facts_for("cuda", with_sites=False)
     if slug == "step-outliers":
         facts.values["step_slowest_index"] = 0
+    if slug == "dataloader-slow":  # its workers branch (the other: tests/unit/test_rules_dataloader.py)
+        facts.values["dataloader_single_process"] = False
     f = forced(rule, facts)
     text = "\n".join((f["title"], f["message"], f["fix"]))
     for w in words:
