@@ -21,13 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..analysis.verdict import decide, degree, verdict_text
+from ..analysis.verdict import UNREAD, decide, degree, verdict_text
 from ..config import Config
 from ..report import numbers
 from ..report.present import fmt_us
 
 
 WAITS = ("sync", "transfer")  # stalls whose findings' fixes remove the wait itself (see the module docstring)
+# Findings that say the verdict describes something else than a steady step (issue 37: what the data cannot show).
+QUALIFY = {"first-calls": "the trace records first calls (start-up), not steady steps: this verdict describes "
+                          "start-up (first-calls)"}
 
 
 @dataclass
@@ -58,7 +61,8 @@ def _said(kind: str) -> str:
     return "measured" if kind == "measured" else "forecast"
 
 
-def reconsider(verdict: str, reason: str, share: dict, findings: list, config: Config, gpu: bool) -> Verdict:
+def reconsider(verdict: str, reason: str, share: dict, findings: list, config: Config, gpu: bool,
+               device: str = "GPU") -> Verdict:
     """The verdict (and its `reason`, from analysis/verdict.decide) after the findings' numbers have had
     their say (see the module docstring)."""
     excluded: list = []
@@ -76,10 +80,12 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it is "
                    f"{_said(kind)} at {speedup:.2f}× ({rule}): {where}")
         current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
-    extras = [e for e in (_no_fix_helps(current, findings), _elsewhere(current, findings)) if e]
+    extras = [e for e in (_no_fix_helps(current, findings), _elsewhere(current, findings)) if e] \
+        if current != UNREAD else []  # no category is the verdict: nothing is "elsewhere"
+    extras += [said for rule, said in QUALIFY.items() if any(f.get("rule") == rule for f in findings)]
     notes = why + ([] if _said_by_text(current, share, config) else [reason]) + extras
     reason = "; ".join(why + [reason] + extras)
-    return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu),
+    return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu, device),
                    degree=degree(current, share), ruled_out=excluded, notes=notes)
 
 

@@ -34,6 +34,7 @@ from .efficiency import EFFICIENCY_FACTS, efficiency_facts
 from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
+from .limits import LIMIT_FACTS, limit_facts
 from .loader import LOADER_FACTS, loader_facts
 from .memory import MEMORY_FACTS, memory_facts
 from .ops import OP_FACTS, op_facts
@@ -83,7 +84,8 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
 FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
-               **COMPILE_FACTS, **EFFICIENCY_FACTS, **MEMORY_FACTS, **LOADER_FACTS}
+               **COMPILE_FACTS, **EFFICIENCY_FACTS, **MEMORY_FACTS, **LOADER_FACTS,
+               **LIMIT_FACTS}
 
 
 @dataclass
@@ -103,7 +105,7 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown, peak: Option
     ctx.peak = peak
     facts = Facts(context=ctx)
     for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts,
-                     efficiency_facts, memory_facts, loader_facts):
+                     efficiency_facts, memory_facts, loader_facts, limit_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)

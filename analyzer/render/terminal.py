@@ -62,7 +62,9 @@ def render_terminal(report: dict) -> str:
         share, each = s["time_share"][c], per_step(steps, c)
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(each['median']):>11}  {_fmt_us(each['mean']):>10}  {bar(share)}")
     lines.append("(median/step: like the step time above; share and mean/step: of all the steps' time together)")
-    if t["device_type"] == "cpu":
+    if report.get("verdict") == "device-unread":
+        lines.append("(device-unread: the device's time is not in the trace; the host's op time is counted as host)")
+    elif t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     apart = set_apart(report)
     if apart:
