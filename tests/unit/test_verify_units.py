@@ -312,3 +312,23 @@ def test_the_snippet_shows_the_count_the_forecast_advises():
     assert "num_workers=2, persistent_workers=True,   # the least slow forecast\n" in forecast_setting_snippet(
         SNIPPET, least)
     assert forecast_setting_snippet(SNIPPET, {"kind": "none"}) == SNIPPET
+
+
+def test_a_single_process_dataloader_slow_is_not_measured_with_workers():
+    """Issue 37: dataloader-slow on a loader in the training process advises batching its per-sample work, a code
+    change; the worker experiments are num-workers' alone, so their number never lands on dataloader-slow."""
+    ctx = Context(gpu=False, loaders=[{"num_workers": 0, "pin_memory": False}], cores=2.0, free_cores=2.0,
+                  torch_threads=1)
+    experiments, not_tried = plan([num_workers_finding(2), {"rule": "dataloader-slow"}], ctx)
+    assert [(e["variant"], e["rules"]) for e in experiments] == [
+        ("num_workers=2", ["num-workers"]), ("num_workers=1", ["num-workers"]), ("num_workers=3", ["num-workers"])]
+    reasons = {(x["rule"], x["reason"]) for x in not_tried}
+    assert ("dataloader-slow", "num_workers: the loader runs in the training process and its per-sample tensor ops "
+            "are what is slow: the fix batches that work, a code change (num-workers' experiment tries worker "
+            "processes)") in reasons
+    assert ("dataloader-slow", "persistent_workers: no DataLoader with worker processes") in reasons
+    # with workers, dataloader-slow's experiments are as before
+    ctx = Context(gpu=False, loaders=[{"num_workers": 1, "prefetch_factor": 2}], cores=4.0, free_cores=4.0)
+    experiments, _ = plan([{"rule": "dataloader-slow"}], ctx)
+    assert [e["variant"] for e in experiments][:1] == ["num_workers=2"] and all(
+        e["rules"] == ["dataloader-slow"] for e in experiments)
