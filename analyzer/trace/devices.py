@@ -73,8 +73,8 @@ def capture(ev, runtime_names, runtime_kind: int, device_kinds: tuple) -> int:
     under CAPTURE_DEVICE_SHARE of its span: a capture, not graphs replayed (0 otherwise)."""
     if not any(_CAPTURE.search(str(n)) for n in runtime_names):
         return 0
-    rt = ev.loc[ev["kind"] == runtime_kind, "name"]
-    begun = int(rt.astype(str).str.contains(_CAPTURE).sum())
+    counts = ev.loc[ev["kind"] == runtime_kind, "name"].value_counts()  # per distinct name
+    begun = int(sum(n for name, n in counts.items() if _CAPTURE.search(str(name))))
     dev = ev[ev["kind"].isin(device_kinds)]
     span = int(ev["end"].max() - ev["ts"].min()) if len(ev) else 0
     device_ns = int(dev["dur"].sum()) if len(dev) else 0
