@@ -1,6 +1,7 @@
-"""What fills a user frame's time (issue 37: the loader's real cause): the innermost frames the python stacks hold
-under it (built-in calls, and Python functions that call nothing traced), each classed as tensor ops, sleeping or
-waiting, I/O, decoding or Python, and the frame's own time Python. Vectorised over frames; loops over depth only."""
+"""What fills a user frame's time (issue 37: the loader's real cause): under it, each frame the
+python stacks hold adds its own time to a class -- tensor ops, sleeping or waiting, I/O, decoding or
+Python -- by its name, or, for Python code, by the nearest enclosing frame that is not Python.
+Vectorised over frames; loops over stack depth only."""
 
 from __future__ import annotations
 
@@ -13,28 +14,31 @@ from ..trace.names import name_mask
 
 MAX_DEPTH = 512
 CLASSES = ("tensor ops", "sleeping or waiting", "I/O", "decoding", "Python")
+_CALL = r"built-in (?:function|method) "
 _RULES = (  # first match wins
-    ("sleeping or waiting", re.compile(r"built-in (?:function|method) (?:sleep|wait|acquire|select|poll)\b")),
-    ("I/O", re.compile(r"built-in (?:function|method) (?:read|readinto|readline|open|recv\w*|load|fromfile)\b"
+    ("sleeping or waiting", re.compile(_CALL + r"(?:sleep|wait|acquire|select|poll)\b")),
+    ("I/O", re.compile(_CALL + r"(?:read|readinto|readline|open|recv\w*|load|fromfile)\b"
                        r"|\bio\.|(?:^|/)(?:pickle|gzip|zipfile|tarfile|h5py|lmdb)\b")),
-    ("decoding", re.compile(r"decode|imread|(?:^|/)PIL/|Image|cv2|jpeg|png|frombuffer|tobytes|torchvision/io",
-                            re.IGNORECASE)),
-    ("tensor ops", re.compile(r"built-in method \w+ of (?:type object|Tensor object|PyCapsule)|^aten::|torch/_ops")),
+    ("decoding", re.compile(r"decode|imread|(?:^|/)PIL/|Image|cv2|jpeg|png|frombuffer|tobytes"
+                            r"|torchvision/io", re.IGNORECASE)),
+    ("tensor ops", re.compile(r"built-in method \w+ of (?:type object|Tensor object|PyCapsule)"
+                              r"|^aten::|torch/_ops")),
 )
 
 
 def classify(name: str) -> str:
-    """The class of an innermost frame's time, from its name."""
+    """The class of a frame's own time, from its name."""
     return next((what for what, rx in _RULES if rx.search(name)), "Python")
 
 
 def inside_of(py: pd.DataFrame, parent_row: np.ndarray, top: np.ndarray, within=None) -> dict:
-    """{frame name: "sleeping or waiting 50%, decoding 20%, Python 20%, tensor ops 10%"}: for the top frames (rows
-    of `py`, the python_function events) by name, the share of their time each class takes, largest first,
-    shares under 1 % left out. Each frame under a top frame adds its own time (less its children's) to its class:
-    its name's (`classify`), or, for a Python frame, the nearest enclosing frame's that is not Python (a helper
-    inside PIL decodes); the top frames' own time is Python. `within`: the frames that may lie under a top
-    frame (those inside the windows the top frames were found in), so that the climb walks only those."""
+    """{frame name: "sleeping or waiting 50%, decoding 20%, Python 20%, tensor ops 10%"}: for the
+    top frames (rows of `py`, the python_function events) by name, the share of their time each
+    class takes, largest first, shares under 1 % left out. Each frame under a top frame adds its own
+    time (less its children's) to its class: its name's (`classify`), or, for a Python frame, the
+    nearest enclosing frame's that is not Python (a helper inside PIL decodes); the top frames' own
+    time is Python. `within`: the frames that may lie under a top frame (inside the windows the top
+    frames were found in), so that the climb walks only those."""
     n = len(py)
     if not len(top) or not n:
         return {}
@@ -45,8 +49,8 @@ def inside_of(py: pd.DataFrame, parent_row: np.ndarray, top: np.ndarray, within=
     is_top = np.zeros(n, dtype=bool)
     is_top[top] = True
     own_cls[is_top] = python
-    owner = np.where(is_top, np.arange(n), -1)  # the top frame each frame lies under (itself for the top ones)
-    cls = np.where(own_cls != python, own_cls, -1)  # the nearest class that is not Python, above or at the frame
+    owner = np.where(is_top, np.arange(n), -1)  # the top frame each frame lies under (or itself)
+    cls = np.where(own_cls != python, own_cls, -1)  # the nearest class not Python, at or above it
     cur = parent_row.copy()
     pending = ~is_top if within is None else (~is_top & within)
     for _ in range(MAX_DEPTH):

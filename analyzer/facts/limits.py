@@ -1,6 +1,7 @@
-"""Facts about what a trace cannot show (issue 37, item 3): a device whose activity it does not hold (a graph
-capture included: trace/devices.py), first calls recorded instead of steady steps (launch calls that load
-their kernel's code take milliseconds, not microseconds), and stretches of a step with no event at all."""
+"""Facts about what a trace cannot show (issue 37, item 3): a device whose activity it does not hold
+(a graph capture included: trace/devices.py), first calls recorded instead of steady steps (launch
+calls that load their kernel's code take milliseconds, not microseconds), and stretches of a step
+with no event at all."""
 
 from __future__ import annotations
 
@@ -11,20 +12,22 @@ from ..trace.model import RUNTIME
 from ..trace.names import name_mask
 from .common import Context
 
-SLOW_LAUNCH_NS = 1_000_000  # a launch call this long loads its kernel's code: a first call (a warm one takes µs)
-FIRST_CALL_SHARE = 0.25  # first calls fill at least this share of the step: the trace is start-up, not steady state
+SLOW_LAUNCH_NS = 1_000_000  # a launch this long loads its kernel's code: a first call (warm: µs)
+FIRST_CALL_SHARE = 0.25  # first calls fill this share of the step: start-up, not steady state
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "ModuleLoad", "runFunction")
 
 LIMIT_FACTS = {
-    "device_unread": ("bool", "the trace holds none of its device's activity, or only a graph capture "
-                              "(trace/devices.py): the device's share of the step is unknown"),
-    "first_call_launches_per_step": ("count/step", f"launch calls of {SLOW_LAUNCH_NS // 1_000_000} ms or more (a "
-                                                   "warm launch takes microseconds: these load their kernel's code)"),
+    "device_unread": ("bool", "the trace holds none of its device's activity, or only a graph "
+                              "capture (trace/devices.py): the device's share of the step is "
+                              "unknown"),
+    "first_call_launches_per_step": ("count/step", "launch calls of 1 ms or more (a warm launch "
+                                                   "takes microseconds: these load their code)"),
     "first_call_us_per_step": ("us/step", "time in those launch calls per step"),
     "first_call_share": ("share", "first_call_us_per_step / step_us"),
-    "first_calls": ("bool", f"first calls fill at least {FIRST_CALL_SHARE:.0%} of the step: the trace records "
-                            "start-up (warm-up), not steady steps"),
-    "longest_gap_us": ("us", "the longest stretch of a steady step that holds no event at all (charged to `other`)"),
+    "first_calls": ("bool", f"first calls fill at least {FIRST_CALL_SHARE:.0%} of the step: the "
+                            "trace records start-up (warm-up), not steady steps"),
+    "longest_gap_us": ("us", "the longest stretch of a steady step that holds no event at all "
+                             "(charged to `other`)"),
 }
 
 
@@ -34,7 +37,8 @@ def limit_facts(ctx: Context) -> tuple[dict, dict]:
     if slow.any():  # the names of the slow calls only (a million-event trace has few)
         slow[slow] = name_mask(rt["name"][slow], lambda n: any(w in n for w in _LAUNCH_WORDS))
     slow_rt = rt[slow]
-    slow_ns = iv.total(iv.merge(slow_rt["ts"].to_numpy(np.int64), slow_rt["end"].to_numpy(np.int64)))
+    slow_ns = iv.total(iv.merge(slow_rt["ts"].to_numpy(np.int64),
+                                slow_rt["end"].to_numpy(np.int64)))
     share = ctx.share(slow_ns)
     gaps = ctx.breakdown.signals.get("as_other")
     longest = int((gaps[1] - gaps[0]).max()) if gaps is not None and len(gaps[0]) else 0
