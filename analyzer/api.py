@@ -71,7 +71,8 @@ def _analyze(trace: Trace, config: Config) -> Report:
     verdict, reason = decide(share, config, gpu, unread=trace.unread_device)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
-                    degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu, device_word(trace.device_type)))
+                    degree=degree(verdict, share),
+                    verdict_text=verdict_text(verdict, share, gpu, device_word(trace.device_type)))
     _findings(report, config, share, gpu)
     report.rank_summary = summarize_rank(trace, report.breakdown, report.verdict)
     if config.hta:
@@ -148,7 +149,8 @@ def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> No
     from .engine.reconsider import reconsider
 
     verdict, reason = decide(share, config, gpu, unread=report.trace.unread_device)
-    checked = reconsider(verdict, reason, share, report.findings, config, gpu, device_word(report.trace.device_type))
+    checked = reconsider(verdict, reason, share, report.findings, config, gpu,
+                         device_word(report.trace.device_type))
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
     report.verdict_notes = checked.notes

@@ -133,12 +133,13 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
 
 
 def _priority(sig: dict, has_device: bool, windows: iv.Intervals, unread: bool = False) -> list:
-    """(category, Intervals) in priority order: the first that covers a segment takes it. `unread`: the trace
-    holds none of its device's activity (trace/devices.py): the host's op time is the host's, never `kernel`."""
+    """(category, Intervals) in priority order: the first that covers a segment takes it. `unread`:
+    the trace holds none of its device's activity (trace/devices.py): the host's op time is the
+    host's, never `kernel`."""
     if not has_device:
         compute = [] if unread else [("kernel", sig["cpu_compute"])]
-        return [("dataloader", sig["host_dataloader"]), *compute, ("communication", sig["cpu_comm"]),
-                ("host", sig["host_busy"])]
+        return [("dataloader", sig["host_dataloader"]), *compute,
+                ("communication", sig["cpu_comm"]), ("host", sig["host_busy"])]
     # A sync costs only while the host waited on a busy device, and its drain only when that wait
     # drained the device (syncwait.py); a sync on an idle device is host time (host_busy covers it).
     waited, drain = charge(sig["host_sync_calls"], sig["device_pending"], sig["device_any"], windows)

@@ -69,12 +69,12 @@ def _ceiling_saving(finding: dict) -> float:
 
 
 def sort_key(finding: dict) -> tuple:
-    """Findings whose number (measured, else forecast; an inconclusive measurement no more than the forecast:
-    numbers.ranked) buys at least numbers.TOP_AT_LEAST (1.05x) first, by that saving per step; then findings
-    without a number, medium and high before low, each by their ceiling; then those whose number buys less,
-    next to nothing or costs time (a reason not to apply the fix, never a lead: numbers.rank_group). Ties:
-    severity (high first), then slug. The first finding is the top one only when it earns it
-    (numbers.top_finding)."""
+    """Findings whose number (measured, else forecast; an inconclusive measurement no more than the
+    forecast: numbers.ranked) buys at least numbers.TOP_AT_LEAST (1.05x) first, by that saving per
+    step; then findings without a number, medium and high before low, each by their ceiling; then
+    those whose number buys less, next to nothing or costs time (a reason not to apply the fix,
+    never a lead: numbers.rank_group). Ties: severity (high first), then slug. The first finding is
+    the top one only when it earns it (numbers.top_finding)."""
     group = numbers.rank_group(finding)
     if group in (1, 2):
         amount = _ceiling_saving(finding)

@@ -28,9 +28,10 @@ from ..report.present import fmt_us
 
 
 WAITS = ("sync", "transfer")  # stalls whose findings' fixes remove the wait itself (see the module docstring)
-# Findings that say the verdict describes something else than a steady step (issue 37: what the data cannot show).
-QUALIFY = {"first-calls": "the trace records first calls (start-up), not steady steps: this verdict describes "
-                          "start-up (first-calls)"}
+# Findings that say the verdict describes something else than a steady step (issue 37: what the data
+# cannot show).
+QUALIFY = {"first-calls": "the trace records first calls (start-up), not steady steps: this "
+                          "verdict describes start-up (first-calls)"}
 
 
 @dataclass
@@ -40,8 +41,9 @@ class Verdict:
     text: str
     degree: str
     ruled_out: list = field(default_factory=list)  # [{"category", "share", "rule", "speedup", "kind"}]
-    # What the reason says that `text` does not (issue 37: the verdict said once): why a stall was passed over,
-    # why a category under its material share is the verdict, no fix helps, the largest saving lies elsewhere.
+    # What the reason says that `text` does not (issue 37: the verdict said once): why a stall was
+    # passed over, why a category under its material share is the verdict, no fix helps, the largest
+    # saving lies elsewhere.
     notes: list = field(default_factory=list)
 
 
@@ -82,7 +84,8 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
     extras = [e for e in (_no_fix_helps(current, findings), _elsewhere(current, findings)) if e] \
         if current != UNREAD else []  # no category is the verdict: nothing is "elsewhere"
-    extras += [said for rule, said in QUALIFY.items() if any(f.get("rule") == rule for f in findings)]
+    fired = {f.get("rule") for f in findings}
+    extras += [said for rule, said in QUALIFY.items() if rule in fired]
     notes = why + ([] if _said_by_text(current, share, config) else [reason]) + extras
     reason = "; ".join(why + [reason] + extras)
     return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu, device),
@@ -90,9 +93,10 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
 
 
 def _said_by_text(verdict: str, share: dict, config: Config) -> bool:
-    """Does the verdict's text (analysis/verdict.verdict_text) already say what decide's reason says: a
-    kernel-bound verdict, or a stall at or above its material share. Not a stall that is the verdict only
-    because kernels fill under half the step, nor device-unread (its reason is what the trace lacks)."""
+    """Does the verdict's text (analysis/verdict.verdict_text) already say what decide's reason
+    says: a kernel-bound verdict, or a stall at or above its material share. Not a stall that is the
+    verdict only because kernels fill under half the step, nor device-unread (its reason is what the
+    trace lacks)."""
     category = verdict.removesuffix("-bound")
     if verdict == "kernel-bound":
         return True

@@ -54,11 +54,13 @@ CORE_FACTS = {
                                 "perfsleuth's own ranges left out of both"),
     "step_slowest_index": ("index", "position of the slowest step among the complete steps (0 = first)"),
     "step_slowest_is_warmup": ("bool", "the slowest complete step is a warm-up step"),
-    "step_slowest_name": ("text", "the slowest complete step as the trace names it (ProfilerStep#8): the one step "
-                                  "numbering of every output"),
-    "machine_busy": ("bool", "the run found the machine busy (perfsleuth run's clock: steps waited for a core, or "
-                             "other processes kept the cores busy; analysis/measurement.py); false for other traces"),
-    "machine_busy_reason": ("text", "why the run found the machine busy, with its numbers ('' when not busy)"),
+    "step_slowest_name": ("text", "the slowest complete step as the trace names it "
+                                  "(ProfilerStep#8): the one step numbering of every output"),
+    "machine_busy": ("bool", "the run found the machine busy (perfsleuth run's clock: steps waited "
+                             "for a core, or other processes kept the cores busy; "
+                             "analysis/measurement.py); false for other traces"),
+    "machine_busy_reason": ("text", "why the run found the machine busy, with its numbers ('' when "
+                                    "not busy)"),
     "step_excess_us_per_step": ("us/step", "mean over complete steps of max(0, step - median steady step): the time "
                                            "outlier steps add (perfsleuth's own ranges left out)"),
     "device_is_gpu": ("bool", "the trace has device work on a CUDA or ROCm GPU"),
@@ -137,7 +139,8 @@ def _busy(ctx: Context) -> dict:
     """Whether the run that recorded the trace found the machine busy (analysis/measurement.py)."""
     m = measure(ctx.trace.run_metadata, ctx.steps)
     busy = bool(m and m.get("busy"))
-    return {"machine_busy": busy, "machine_busy_reason": str(m.get("busy_reason") or "") if busy else ""}
+    reason = str(m.get("busy_reason") or "") if busy else ""
+    return {"machine_busy": busy, "machine_busy_reason": reason}
 
 
 def core_facts(ctx: Context) -> tuple[dict, dict]:
@@ -166,7 +169,8 @@ def core_facts(ctx: Context) -> tuple[dict, dict]:
         "step_max_ratio": round(float(whole.max()) / median, 4) if len(whole) > 1 and median > 0 else 1.0,
         "step_slowest_index": slowest,
         "step_slowest_is_warmup": bool(len(whole) and "phase" in complete and complete["phase"].iloc[slowest] == WARMUP),
-        "step_slowest_name": str(complete["name"].iloc[slowest]) if len(whole) and "name" in complete else "",
+        "step_slowest_name": str(complete["name"].iloc[slowest])
+        if len(whole) and "name" in complete else "",
         **_busy(ctx),
         "step_excess_us_per_step": round(float(np.clip(whole - median, 0, None).mean()), 3) if len(whole) else 0.0,
         "device_is_gpu": gpu,

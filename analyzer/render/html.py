@@ -98,7 +98,8 @@ def view(report: dict, pid: str = "") -> dict:
         "tool": report.get("tool") or {},
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
-        "verdict_reason": "; ".join(figures.verdict_said(report)[1]),  # the verdict said once (issue 37)
+        # the verdict said once (issue 37)
+        "verdict_reason": "; ".join(figures.verdict_said(report)[1]),
         "degree": str(report.get("degree") or ""),
         "verdict_text": figures.verdict_said(report)[0],
         "host_statement": shorten(str((report.get("host_time") or {}).get("statement") or ""), 2000)
@@ -340,9 +341,10 @@ def _axis(raw_max: float) -> tuple[float, list[float]]:
     return top, [k * step for k in range(int(round(top / step)) + 1)]
 
 
-def _xticks(bars_src: list, slot: float, group: int, numbers_of: list = ()) -> list[tuple[str, str]]:
-    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9; each said as
-    the trace numbers the step (`numbers_of`: step_numbers) where it does."""
+def _xticks(bars_src: list, slot: float, group: int,
+            numbers_of: list = ()) -> list[tuple[str, str]]:
+    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9;
+    each said as the trace numbers the step (`numbers_of`: step_numbers) where it does."""
     n = len(bars_src)
     if not n:
         return []
@@ -355,14 +357,15 @@ def _xticks(bars_src: list, slot: float, group: int, numbers_of: list = ()) -> l
 
 
 def _step_label(numbers_of: list, k: int) -> str:
-    """The k-th step (from 1) as the trace numbers it (ProfilerStep#8 -> 8, issue 37: one step numbering in the
-    evidence, the chart and the text); k itself where the trace gives no number."""
-    return str(numbers_of[k - 1]) if k - 1 < len(numbers_of) and numbers_of[k - 1] is not None else str(k)
+    """The k-th step (from 1) as the trace numbers it (ProfilerStep#8 -> 8, issue 37: one step
+    numbering in the evidence, the chart and the text); k itself where the trace gives no number."""
+    known = k - 1 < len(numbers_of) and numbers_of[k - 1] is not None
+    return str(numbers_of[k - 1]) if known else str(k)
 
 
 def step_numbers(steps: list) -> list:
-    """Each step's own number from its name (`ProfilerStep#8` -> 8), None where the name has none; [] unless every
-    step has one."""
+    """Each step's own number from its name (`ProfilerStep#8` -> 8), None where the name has none;
+    [] unless every step has one."""
     out = []
     for s in steps:
         head, sep, tail = str(s.get("name") or "").rpartition("#")

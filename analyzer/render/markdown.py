@@ -125,8 +125,9 @@ def _headline(report: dict) -> str:
         lines.append(f"**Measured on this machine:** {md_text(best, 600)}")
     if findings:
         top = numbers.top_finding(findings)
-        lines.append(f"**Top finding:** {md_text(top.get('title') or top.get('rule'), 200)} — {_impact(top)}"
-                     if top else f"**Top finding:** none ({numbers.NO_TOP})")
+        title = md_text(top.get("title") or top.get("rule"), 200) if top else ""
+        lines.append(f"**Top finding:** {title} — {_impact(top)}" if top
+                     else f"**Top finding:** none ({numbers.NO_TOP})")
         combined = (report.get("forecast") or {}).get("combined")
         if isinstance(combined, dict) and number(combined.get("speedup")) is not None:
             lines.append(_forecast_block(combined, "All top fixes together (" + ", ".join(

@@ -63,7 +63,8 @@ def render_terminal(report: dict) -> str:
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(each['median']):>11}  {_fmt_us(each['mean']):>10}  {bar(share)}")
     lines.append("(median/step: like the step time above; share and mean/step: of all the steps' time together)")
     if report.get("verdict") == "device-unread":
-        lines.append("(device-unread: the device's time is not in the trace; the host's op time is counted as host)")
+        lines.append("(device-unread: the device's time is not in the trace; the host's op time "
+                     "is counted as host)")
     elif t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     apart = set_apart(report)
@@ -75,7 +76,8 @@ def render_terminal(report: dict) -> str:
             lines.append(f"  … {len(apart) - MAX_APART} more in report.json")
     degree = f" ({_clean(report['degree'])})" if report.get("degree") else ""
     said, notes = figures.verdict_said(report)
-    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}" + (f": {_clean(said)}" if said else "")]
+    said = f": {_clean(said)}" if said else ""
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}{said}"]
     lines += [f"  {_clean(n)}" for n in notes]
     statement = (report.get("host_time") or {}).get("statement")
     if statement:

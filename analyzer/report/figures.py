@@ -170,9 +170,9 @@ def shown_warnings(report: dict, headline: tuple = ()) -> list:
 
 
 def fix_shown(finding: Any) -> str:
-    """What stands where a finding's fix block would be: the fix, except for a fix measured slower on this
-    machine, which is not advised again (issue 37): `tried: slower on this machine; don't apply (measured
-    0.79× (0.75–0.82×, 3 pairs))`. The fix that was tried stays in the JSON."""
+    """What stands where a finding's fix block would be: the fix, except for a fix measured slower
+    on this machine, which is not advised again (issue 37): `tried: slower on this machine; don't
+    apply (measured 0.79× (0.75–0.82×, 3 pairs))`. The fix that was tried stays in the JSON."""
     v = verified_of(finding)
     if v is not None and outcome(v) == "slower":
         x, lo, hi = (number(v.get(k)) for k in ("speedup", "low", "high"))
@@ -185,10 +185,10 @@ _ADVERBS = ("slightly ", "moderately ", "")
 
 
 def verdict_said(report: dict) -> tuple[str, list]:
-    """(what the verdict says, the notes that add to it): the verdict once (issue 37: it repeated itself in
-    two lines). The first is `verdict_text` without its leading "moderately dataloader-bound: " (the heading
-    says it); the notes are `verdict_notes` (engine/reconsider.py), or the whole `verdict_reason` for a
-    report written before them."""
+    """(what the verdict says, the notes that add to it): the verdict once (issue 37: it repeated
+    itself in two lines). The first is `verdict_text` without its leading "moderately
+    dataloader-bound: " (the heading says it); the notes are `verdict_notes` (engine/reconsider.py),
+    or the whole `verdict_reason` for a report written before them."""
     verdict, text = str(report.get("verdict") or ""), str(report.get("verdict_text") or "")
     for adverb in _ADVERBS:
         head = f"{adverb}{verdict}: "

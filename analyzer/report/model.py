@@ -44,8 +44,9 @@ class Report:
     # Stalls the verdict passed over because removing them is forecast to buy nothing (engine/reconsider.py):
     # [{"category", "share", "rule", "speedup", "kind"}]
     verdict_ruled_out: list = field(default_factory=list)
-    # What verdict_reason says beyond verdict_text (engine/reconsider.py): the outputs print the verdict once,
-    # then these (issue 37); None where the analysis did not check the verdict (a report built by hand).
+    # What verdict_reason says beyond verdict_text (engine/reconsider.py): the outputs print the
+    # verdict once, then these (issue 37); None where the analysis did not check the verdict (a
+    # report built by hand).
     verdict_notes: Optional[list] = None
     not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
     host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement

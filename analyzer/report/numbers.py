@@ -117,8 +117,9 @@ _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 def rank_group(finding: Any) -> int:
     """Where a finding stands in the report's order (issue 37: the headline is earned):
     0 its number (`ranked`) buys at least TOP_AT_LEAST with a saving; 1 no number, medium or high;
-    2 no number, low; 3 a number that buys less than TOP_AT_LEAST, nothing, or costs time (a measured
-    slowdown never leads). Groups 0 and 1 may be the top finding (`earns_top`), the others never."""
+    2 no number, low; 3 a number that buys less than TOP_AT_LEAST, nothing, or costs time (a
+    measured slowdown never leads). Groups 0 and 1 may be the top finding (`earns_top`), the others
+    never."""
     h = ranked(finding)
     if h["kind"] is None:
         severity = finding.get("severity") if isinstance(finding, dict) else None
@@ -128,14 +129,14 @@ def rank_group(finding: Any) -> int:
 
 
 def earns_top(finding: Any) -> bool:
-    """May this finding be the report's top finding: the largest saving that buys at least 1.05x, or a
-    medium/high finding without a number."""
+    """May this finding be the report's top finding: the largest saving that buys at least 1.05x, or
+    a medium/high finding without a number."""
     return rank_group(finding) in (0, 1)
 
 
 def top_finding(findings: Any) -> Optional[dict]:
-    """The first finding (the report's order: engine/evaluate.order) that earns the top; None when none does
-    (then every output says NO_TOP instead of a top finding)."""
+    """The first finding (the report's order: engine/evaluate.order) that earns the top; None when
+    none does (then every output says NO_TOP instead of a top finding)."""
     for f in findings or []:
         if isinstance(f, dict):
             return f if earns_top(f) else None

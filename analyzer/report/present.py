@@ -289,8 +289,9 @@ UNRELIABLE = "no reliable forecast"
 
 
 def unreliable_reason(fc: dict) -> str:
-    """The reason of a forecast withheld as unreliable, without the label it already starts with (the
-    label is said once: "no reliable forecast: no reliable forecast: ..." was printed, issue 37)."""
+    """The reason of a forecast withheld as unreliable, without the label it already starts with
+    (the label is said once: "no reliable forecast: no reliable forecast: ..." was printed, issue
+    37)."""
     reason = " ".join(str(fc.get("reason") or "").split())
     while reason.lower().startswith(UNRELIABLE + ":"):
         reason = reason[len(UNRELIABLE) + 1:].lstrip()

@@ -102,7 +102,8 @@ class Forecaster:
         """The replayed step with the fixes applied, their assumptions, and what they act on per step."""
         p = self.base.fresh()
         assumptions: dict = {}
-        for name in sorted(models, key=lambda m: m in LOADER_MODELS):  # the loader model sees the rest
+        # the loader model sees the rest
+        for name in sorted(models, key=lambda m: m in LOADER_MODELS):
             said = MODELS[name](self.inputs, p, variant) or {}
             assumptions.update(said if len(models) == 1 else {f"{name}: {k}": v for k, v in said.items()})
         key = p.fingerprint()
