@@ -48,8 +48,9 @@ def test_a_graph_capture_is_device_unread(tmp_path):
     """It got HOST-BOUND (high) 100 % and tiny-ops."""
     text, report, md, _ = analyze(CAPTURE, tmp_path)
     assert report["verdict"] == "device-unread"
-    assert report["verdict_reason"].startswith("the trace records a HIP graph capture on AMD Instinct MI300X (1 capture "
-                                               "begun, next to no device time)")
+    assert report["verdict_reason"].startswith(
+        "the trace records a HIP graph capture on AMD Instinct MI300X (1 capture begun, next to no "
+        "device time)")
     assert "tiny-ops" not in [f["rule"] for f in report["findings"]]
     assert "findings (none is the top one: no finding buys more than 5 %):" in text
     assert "**Top finding:** none (no finding buys more than 5 %)" in md

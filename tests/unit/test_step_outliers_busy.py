@@ -5,7 +5,8 @@ named as the trace names it (ProfilerStep#N) in the evidence, the message and th
 from perfsleuth.render.html import chart
 from tracebuilder_rules import RuleTraceBuilder, analyze, fired, run_metadata
 
-BUSY_REASON = "other processes kept 1.50 of the 2 CPUs this run could use busy during the recorded window (this run: 1.00)"
+BUSY_REASON = ("other processes kept 1.50 of the 2 CPUs this run could use busy during the recorded "
+               "window (this run: 1.00)")
 
 
 def outlier_trace(first: int = 7, busy: bool = False) -> RuleTraceBuilder:

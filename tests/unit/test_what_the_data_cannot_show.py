@@ -103,7 +103,8 @@ def test_a_step_without_events_is_explained(tmp_path):
 
 def test_a_withheld_forecast_says_no_reliable_forecast_once():
     fc = {"kind": "unreliable", "speedup": None, "low": 2.89, "high": 14.65, "model": "cuda-graphs",
-          "reason": "no reliable forecast: its assumptions give 2.89-14.65x (more than 3x apart; the central one 14.65x)"}
+          "reason": "no reliable forecast: its assumptions give 2.89-14.65x (more than 3x apart; "
+                    "the central one 14.65x)"}
     assert fmt_forecast(fc, 200) == ("no reliable forecast: its assumptions give 2.89-14.65x (more than 3x apart; "
                                      "the central one 14.65x)")
     assert ("no reliable forecast", "its assumptions give 2.89-14.65x (more than 3x apart; the central one 14.65x)") \
