@@ -13,7 +13,8 @@ numbers (measured, else forecast: report/numbers.py), three things are checked:
 - The other stalls are work, not waits: loading data, Python and dispatch, collectives. A fix that does
   not pay (workers on busy cores, CUDA graphs where Python dominates) does not make that work vanish,
   so the verdict stays, and its reason says that no fix found for it is forecast to help.
-- When the largest saving lies in another category than the verdict's, the reason says so.
+- When the largest saving (one that buys at least 1.05×) lies in another category than the
+  verdict's, the reason says so.
 """
 
 from __future__ import annotations
@@ -119,12 +120,13 @@ def _no_fix_helps(verdict: str, findings: list) -> str:
 
 def _elsewhere(verdict: str, findings: list) -> str:
     """'the largest forecast saving is in host: cuda-graphs est. 1.30×, 2.10 ms per step' when the finding
-    with the largest saving (one that buys more than NO_GAIN) is of another category; '' otherwise."""
+    with the largest saving (one that buys at least TOP_AT_LEAST, 1.05x: the headline's bar) is of
+    another category; '' otherwise."""
     category = verdict.removesuffix("-bound")
     top = None
     for f in findings:
         h = numbers.ranked(f)
-        if h["speedup"] is None or h["speedup"] <= numbers.NO_GAIN or h["saving_us"] is None:
+        if h["speedup"] is None or h["speedup"] < numbers.TOP_AT_LEAST or h["saving_us"] is None:
             continue
         if top is None or h["saving_us"] > top[1]["saving_us"]:
             top = (f, h)
