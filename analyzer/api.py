@@ -61,7 +61,7 @@ def _analyze(trace: Trace, config: Config) -> Report:
     from .analysis.ranks.summary import summarize_rank
     from .analysis.steps import find_steps
     from .analysis.tables import time_share, top_kernels, top_ops
-    from .analysis.verdict import decide, degree, verdict_text
+    from .analysis.verdict import decide, degree, device_word, verdict_text
     from .report.model import Report
 
     steps = find_steps(trace)
@@ -71,7 +71,8 @@ def _analyze(trace: Trace, config: Config) -> Report:
     verdict, reason = decide(share, config, gpu, unread=trace.unread_device)
     report = Report(trace=trace, steps=steps, breakdown=breakdown, verdict=verdict, verdict_reason=reason,
                     top_kernels=top_kernels(trace, steps, config.top_n), top_ops=top_ops(trace, steps, config.top_n),
-                    degree=degree(verdict, share), verdict_text=verdict_text(verdict, share, gpu))
+                    degree=degree(verdict, share),
+                    verdict_text=verdict_text(verdict, share, gpu, device_word(trace.device_type)))
     _findings(report, config, share, gpu)
     report.rank_summary = summarize_rank(trace, report.breakdown, report.verdict)
     if config.hta:
@@ -150,13 +151,15 @@ def _on_gpu(trace: Trace, breakdown) -> bool:
 def _check_verdict(report: Report, config: Config, share: dict, gpu: bool) -> None:
     """The verdict from the shares (analysis/verdict.decide), checked against the findings' numbers
     (engine/reconsider.py): report.verdict, verdict_reason, verdict_text, degree, verdict_ruled_out."""
-    from .analysis.verdict import decide
+    from .analysis.verdict import decide, device_word
     from .engine.reconsider import reconsider
 
     verdict, reason = decide(share, config, gpu, unread=report.trace.unread_device)
-    checked = reconsider(verdict, reason, share, report.findings, config, gpu)
+    checked = reconsider(verdict, reason, share, report.findings, config, gpu,
+                         device_word(report.trace.device_type))
     report.verdict, report.verdict_reason, report.verdict_text = checked.verdict, checked.reason, checked.text
     report.degree, report.verdict_ruled_out = checked.degree, checked.ruled_out
+    report.verdict_notes = checked.notes
     from .analysis.memory import out_of_memory_text
 
     oom = out_of_memory_text(report.memory)  # an out-of-memory trace says so first (rules/memory.toml)

@@ -132,10 +132,13 @@ def host_signals(ev: pd.DataFrame, steps: Steps, has_device: bool) -> dict:
     return out
 
 
-def _priority(sig: dict, has_device: bool, windows: iv.Intervals) -> list:
-    """(category, Intervals) in priority order: the first that covers a segment takes it."""
+def _priority(sig: dict, has_device: bool, windows: iv.Intervals, unread: bool = False) -> list:
+    """(category, Intervals) in priority order: the first that covers a segment takes it. `unread`:
+    the trace holds none of its device's activity (trace/devices.py): the host's op time is the
+    host's, never `kernel`."""
     if not has_device:
-        return [("dataloader", sig["host_dataloader"]), ("kernel", sig["cpu_compute"]),
+        compute = [] if unread else [("kernel", sig["cpu_compute"])]
+        return [("dataloader", sig["host_dataloader"]), *compute,
                 ("communication", sig["cpu_comm"]), ("host", sig["host_busy"])]
     # A sync costs only while the host waited on a busy device, and its drain only when that wait
     # drained the device (syncwait.py); a sync on an idle device is host time (host_busy covers it).
@@ -155,7 +158,7 @@ def attribute(trace: Trace, steps: Steps) -> Breakdown:
     sig = host_signals(ev, steps, has_device)
     if has_device:
         sig.update(device_signals(ev))
-    order = _priority(sig, has_device, (st, en))
+    order = _priority(sig, has_device, (st, en), unread=bool(trace.unread_device))
 
     bounds = [st, en] + [a for _, (s, e) in order for a in (s, e)]
     cuts = iv.distinct(np.concatenate(bounds))

@@ -56,24 +56,32 @@ def degree(verdict: str, share: dict):
     return next(name for bound, name in DEGREES if s >= bound)
 
 
-def _what(category: str, pct: str, gpu: bool) -> str:
+def device_word(device_type: str) -> str:
+    """What to call the device (issue 37: an MTIA is not "the GPU"): GPU for CUDA and ROCm, MTIA,
+    else device."""
+    return {"cuda": "GPU", "rocm": "GPU", "mtia": "MTIA"}.get(str(device_type), "device")
+
+
+def _what(category: str, pct: str, gpu: bool, device: str = "GPU") -> str:
     return {
         "dataloader": f"{pct} of each step waits for data",
-        "sync": f"{pct} of each step the host waits for the GPU to finish queued work",
-        "transfer": f"{pct} of each step goes to copies between host and GPU",
-        "host": (f"{pct} of each step the GPU waits for the host (Python, op dispatch, launches)" if gpu
+        "sync": f"{pct} of each step the host waits for the {device} to finish queued work",
+        "transfer": f"{pct} of each step goes to copies between host and {device}",
+        "host": (f"{pct} of each step the {device} waits for the host (Python, op dispatch, "
+                 "launches)" if gpu
                  else f"{pct} of each step is Python and framework code outside ops"),
         "communication": f"{pct} of each step waits for collectives with no compute alongside",
         "kernel": f"kernels run {pct} of each step" if gpu else f"ops compute {pct} of each step",
     }.get(category, f"{pct} of each step is {category}")
 
 
-def verdict_text(verdict: str, share: dict, gpu: bool) -> str:
+def verdict_text(verdict: str, share: dict, gpu: bool, device: str = "GPU") -> str:
     """'moderately dataloader-bound: 14% of each step waits for data; kernels 83%'."""
     if verdict == UNREAD:
         return "device-unread: the device's activity is not in the trace: where each step's time goes on it is unknown"
     category = verdict.removesuffix("-bound")
-    words = f"{_ADVERB[degree(verdict, share)]}{verdict}: {_what(category, f'{verdict_share(verdict, share):.0%}', gpu)}"
+    pct = f"{verdict_share(verdict, share):.0%}"
+    words = f"{_ADVERB[degree(verdict, share)]}{verdict}: {_what(category, pct, gpu, device)}"
     if category != "kernel":
         words += f"; {'kernels' if gpu else 'ops'} {share.get('kernel', 0.0):.0%}"
     return words

@@ -69,17 +69,18 @@ def _ceiling_saving(finding: dict) -> float:
 
 
 def sort_key(finding: dict) -> tuple:
-    """Findings whose number (measured, else forecast; an inconclusive measurement no more than the forecast:
-    numbers.ranked) buys more than numbers.NO_GAIN (1.02x) first, by that saving per step; then findings
-    without a number, by their ceiling; then those whose number buys next to nothing or costs time (a reason
-    not to apply the fix, not a lead). Ties: severity (high first), then slug."""
-    h = numbers.ranked(finding)
-    saving = h["saving_us"]
-    if h["kind"] is None:
-        group, amount = 1, _ceiling_saving(finding)
+    """Findings whose number (measured, else forecast; an inconclusive measurement no more than the
+    forecast: numbers.ranked) buys at least numbers.TOP_AT_LEAST (1.05x) first, by that saving per
+    step; then findings without a number, medium and high before low, each by their ceiling; then
+    those whose number buys less, next to nothing or costs time (a reason not to apply the fix,
+    never a lead: numbers.rank_group). Ties: severity (high first), then slug. The first finding is
+    the top one only when it earns it (numbers.top_finding)."""
+    group = numbers.rank_group(finding)
+    if group in (1, 2):
+        amount = _ceiling_saving(finding)
     else:
+        saving = numbers.ranked(finding)["saving_us"]
         amount = saving if saving is not None else 0.0
-        group = 0 if amount > 0 and (h["speedup"] or 0.0) > numbers.NO_GAIN else 2
     return (group, -amount, -_RANK.get(finding.get("severity"), 0), str(finding.get("rule", "")))
 
 

@@ -13,7 +13,8 @@ numbers (measured, else forecast: report/numbers.py), three things are checked:
 - The other stalls are work, not waits: loading data, Python and dispatch, collectives. A fix that does
   not pay (workers on busy cores, CUDA graphs where Python dominates) does not make that work vanish,
   so the verdict stays, and its reason says that no fix found for it is forecast to help.
-- When the largest saving lies in another category than the verdict's, the reason says so.
+- When the largest saving (one that buys at least 1.05×) lies in another category than the
+  verdict's, the reason says so.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..analysis.verdict import decide, degree, verdict_text
+from ..analysis.verdict import UNREAD, decide, degree, verdict_text
 from ..config import Config
 from ..report import numbers
 from ..report.present import fmt_us
 
 
 WAITS = ("sync", "transfer")  # stalls whose findings' fixes remove the wait itself (see the module docstring)
+# Findings that say the verdict describes something else than a steady step (issue 37: what the data
+# cannot show).
+QUALIFY = {"first-calls": "the trace records first calls (start-up), not steady steps: this "
+                          "verdict describes start-up (first-calls)"}
 
 
 @dataclass
@@ -37,6 +42,10 @@ class Verdict:
     text: str
     degree: str
     ruled_out: list = field(default_factory=list)  # [{"category", "share", "rule", "speedup", "kind"}]
+    # What the reason says that `text` does not (issue 37: the verdict said once): why a stall was
+    # passed over, why a category under its material share is the verdict, no fix helps, the largest
+    # saving lies elsewhere.
+    notes: list = field(default_factory=list)
 
 
 def _best(findings: list, category: str) -> Optional[tuple]:
@@ -55,7 +64,8 @@ def _said(kind: str) -> str:
     return "measured" if kind == "measured" else "forecast"
 
 
-def reconsider(verdict: str, reason: str, share: dict, findings: list, config: Config, gpu: bool) -> Verdict:
+def reconsider(verdict: str, reason: str, share: dict, findings: list, config: Config, gpu: bool,
+               device: str = "GPU") -> Verdict:
     """The verdict (and its `reason`, from analysis/verdict.decide) after the findings' numbers have had
     their say (see the module docstring)."""
     excluded: list = []
@@ -73,12 +83,26 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         why.append(f"{category} takes {share.get(category, 0.0):.0%} of the step, but removing it is "
                    f"{_said(kind)} at {speedup:.2f}× ({rule}): {where}")
         current, reason = decide(share, config, gpu, exclude=tuple(e["category"] for e in excluded))
-    reason = "; ".join(why + [reason])
-    for extra in (_no_fix_helps(current, findings), _elsewhere(current, findings)):
-        if extra:
-            reason = f"{reason}; {extra}"
-    return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu),
-                   degree=degree(current, share), ruled_out=excluded)
+    extras = [e for e in (_no_fix_helps(current, findings), _elsewhere(current, findings)) if e] \
+        if current != UNREAD else []  # no category is the verdict: nothing is "elsewhere"
+    fired = {f.get("rule") for f in findings}
+    extras += [said for rule, said in QUALIFY.items() if rule in fired]
+    notes = why + ([] if _said_by_text(current, share, config) else [reason]) + extras
+    reason = "; ".join(why + [reason] + extras)
+    return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu, device),
+                   degree=degree(current, share), ruled_out=excluded, notes=notes)
+
+
+def _said_by_text(verdict: str, share: dict, config: Config) -> bool:
+    """Does the verdict's text (analysis/verdict.verdict_text) already say what decide's reason
+    says: a kernel-bound verdict, or a stall at or above its material share. Not a stall that is the
+    verdict only because kernels fill under half the step, nor device-unread (its reason is what the
+    trace lacks)."""
+    category = verdict.removesuffix("-bound")
+    if verdict == "kernel-bound":
+        return True
+    material = config.material_share.get(category)
+    return material is not None and float(share.get(category, 0.0)) >= material
 
 
 def _no_fix_helps(verdict: str, findings: list) -> str:
@@ -96,12 +120,13 @@ def _no_fix_helps(verdict: str, findings: list) -> str:
 
 def _elsewhere(verdict: str, findings: list) -> str:
     """'the largest forecast saving is in host: cuda-graphs est. 1.30×, 2.10 ms per step' when the finding
-    with the largest saving (one that buys more than NO_GAIN) is of another category; '' otherwise."""
+    with the largest saving (one that buys at least TOP_AT_LEAST, 1.05x: the headline's bar) is of
+    another category; '' otherwise."""
     category = verdict.removesuffix("-bound")
     top = None
     for f in findings:
         h = numbers.ranked(f)
-        if h["speedup"] is None or h["speedup"] <= numbers.NO_GAIN or h["saving_us"] is None:
+        if h["speedup"] is None or h["speedup"] < numbers.TOP_AT_LEAST or h["saving_us"] is None:
             continue
         if top is None or h["saving_us"] > top[1]["saving_us"]:
             top = (f, h)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.attribution import CATEGORIES, Breakdown
+from ..analysis.measurement import measure
 from ..analysis.perfsleuth_spans import own_ns
 from ..analysis.phases import PARTIAL, WARMUP
 from ..analysis.steps import Steps
@@ -33,6 +34,8 @@ from .efficiency import EFFICIENCY_FACTS, efficiency_facts
 from .generation import device_generation
 from .host import HOST_FACTS, host_facts
 from .host_time import HOST_TIME_FACTS, host_time_facts
+from .limits import LIMIT_FACTS, limit_facts
+from .loader import LOADER_FACTS, loader_facts
 from .memory import MEMORY_FACTS, memory_facts
 from .ops import OP_FACTS, op_facts
 from .requirements import REQUIREMENTS  # noqa: F401  (re-exported: rules name them)
@@ -51,6 +54,13 @@ CORE_FACTS = {
                                 "perfsleuth's own ranges left out of both"),
     "step_slowest_index": ("index", "position of the slowest step among the complete steps (0 = first)"),
     "step_slowest_is_warmup": ("bool", "the slowest complete step is a warm-up step"),
+    "step_slowest_name": ("text", "the slowest complete step as the trace names it "
+                                  "(ProfilerStep#8): the one step numbering of every output"),
+    "machine_busy": ("bool", "the run found the machine busy (perfsleuth run's clock: steps waited "
+                             "for a core, or other processes kept the cores busy; "
+                             "analysis/measurement.py); false for other traces"),
+    "machine_busy_reason": ("text", "why the run found the machine busy, with its numbers ('' when "
+                                    "not busy)"),
     "step_excess_us_per_step": ("us/step", "mean over complete steps of max(0, step - median steady step): the time "
                                            "outlier steps add (perfsleuth's own ranges left out)"),
     "device_is_gpu": ("bool", "the trace has device work on a CUDA or ROCm GPU"),
@@ -76,7 +86,8 @@ for _c in CATEGORIES:
     CORE_FACTS[f"{_c}_us_per_step"] = ("us/step", f"time attributed to {_c} per step (the breakdown)")
 
 FACTS: dict = {**CORE_FACTS, **HOST_FACTS, **DEVICE_FACTS, **OP_FACTS, **HOST_TIME_FACTS, **THREAD_FACTS,
-               **COMPILE_FACTS, **EFFICIENCY_FACTS, **MEMORY_FACTS}
+               **COMPILE_FACTS, **EFFICIENCY_FACTS, **MEMORY_FACTS, **LOADER_FACTS,
+               **LIMIT_FACTS}
 
 
 @dataclass
@@ -96,7 +107,7 @@ def compute_facts(trace: Trace, steps: Steps, breakdown: Breakdown, peak: Option
     ctx.peak = peak
     facts = Facts(context=ctx)
     for provider in (core_facts, host_facts, device_facts, op_facts, host_time_facts, thread_facts, compile_facts,
-                     efficiency_facts, memory_facts):
+                     efficiency_facts, memory_facts, loader_facts, limit_facts):
         values, tables = provider(ctx)
         facts.values.update(values)
         facts.tables.update(tables)
@@ -122,6 +133,14 @@ def generation_of(ctx: Context) -> dict:
         return device_generation(ctx.trace.devices, _device_vendor(ctx.trace), kernel_names)
 
     return ctx.cached("generation", make)
+
+
+def _busy(ctx: Context) -> dict:
+    """Whether the run that recorded the trace found the machine busy (analysis/measurement.py)."""
+    m = measure(ctx.trace.run_metadata, ctx.steps)
+    busy = bool(m and m.get("busy"))
+    reason = str(m.get("busy_reason") or "") if busy else ""
+    return {"machine_busy": busy, "machine_busy_reason": reason}
 
 
 def core_facts(ctx: Context) -> tuple[dict, dict]:
@@ -150,6 +169,9 @@ def core_facts(ctx: Context) -> tuple[dict, dict]:
         "step_max_ratio": round(float(whole.max()) / median, 4) if len(whole) > 1 and median > 0 else 1.0,
         "step_slowest_index": slowest,
         "step_slowest_is_warmup": bool(len(whole) and "phase" in complete and complete["phase"].iloc[slowest] == WARMUP),
+        "step_slowest_name": str(complete["name"].iloc[slowest])
+        if len(whole) and "name" in complete else "",
+        **_busy(ctx),
         "step_excess_us_per_step": round(float(np.clip(whole - median, 0, None).mean()), 3) if len(whole) else 0.0,
         "device_is_gpu": gpu,
         "device_type": trace.device_type,

@@ -48,4 +48,6 @@ def make_forecaster(ctx: Context, cpus: Optional[float] = None, values: Optional
                    node_class=lambda tl: node_classes(ctx, tl))
     if f.inputs is not None and values:
         f.inputs.compute_capability = float(values.get("device_compute_capability") or 0.0) or None
+        busy = values.get("machine_busy")
+        f.inputs.machine_busy = str(values.get("machine_busy_reason") or "") if busy else ""
     return f

@@ -37,6 +37,7 @@ from ..trace.model import PYTHON, Trace
 from ..trace.names import name_mask
 from ..trace.selection import derived, of_kind
 from .common import last_started, thread_key
+from .inside import inside_of
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY_ROOTS = frozenset({"torch", "perfsleuth"})
@@ -241,7 +242,11 @@ def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
     df = pd.DataFrame({"name": py["name"].astype(str).to_numpy()[top], "count": 1,
                        "ns": py["dur"].to_numpy(np.float64)[top]})
     agg = df.groupby("name").sum().sort_values("ns", ascending=False)
-    return location_rows(agg, n_steps, startup_names(trace))
+    rows = location_rows(agg, n_steps, startup_names(trace))
+    said = inside_of(py, parent_row, top, inside)  # what fills each frame's time (issue 37)
+    for row, name in zip(rows, agg.index[:len(rows)]):
+        row["inside"] = said.get(name, "")
+    return rows
 
 
 def optimizer_sites(trace: Trace, windows: pd.DataFrame, n_steps: int, calls: bool = False) -> list:

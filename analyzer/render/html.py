@@ -15,7 +15,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..config import CATEGORIES
-from ..report import figures, present
+from ..report import figures, numbers, present
 from ..report.escape import html_id, shorten, visible
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_html import efficiency_html
@@ -102,9 +102,10 @@ def view(report: dict, pid: str = "", base: str | None = None) -> dict:
         "tool": report.get("tool") or {},
         "verdict": verdict,
         "verdict_class": _verdict_class(verdict),
-        "verdict_reason": report.get("verdict_reason") or "",
+        # the verdict said once (issue 37)
+        "verdict_reason": "; ".join(figures.verdict_said(report)[1]),
         "degree": str(report.get("degree") or ""),
-        "verdict_text": str(report.get("verdict_text") or ""),
+        "verdict_text": figures.verdict_said(report)[0],
         "host_statement": shorten(str((report.get("host_time") or {}).get("statement") or ""), 2000)
         if isinstance(report.get("host_time"), dict) else "",
         "not_checked": [{"rule": str(n.get("rule") or "?"), "title": str(n.get("title") or ""),
@@ -119,7 +120,8 @@ def view(report: dict, pid: str = "", base: str | None = None) -> dict:
         else None,
         "device_busy": number(summary.get("device_busy")),
         "cpu_only": trace.get("device_type") == "cpu" or not trace.get("device"),
-        "top_finding": findings[0] if findings else None,
+        "top_finding": numbers.top_finding(findings),  # findings[0] when it earns the top
+        "no_top": numbers.NO_TOP if findings and numbers.top_finding(findings) is None else "",
         "chart": chart(report.get("steps") or [], step_time.get("median")),
         "shares": shares(summary.get("time_share") or {}, present.steady_steps(report)),
         "apart": [{**a, "reason": shorten(a["reason"], 500)} for a in present.set_apart(report)[:MAX_TABLE_ROWS]],
@@ -174,7 +176,7 @@ def _finding(i: int, f: dict) -> dict:
         "message": present.fix_blocks(shorten(str(f.get("message") or ""), MAX_FIX)),
         "thresholds": _thresholds(f.get("thresholds")),
         "docs": shorten(str(f.get("docs") or ""), 200),
-        "fix": present.fix_blocks(shorten(str(f.get("fix") or ""), MAX_FIX)),
+        "fix": present.fix_blocks(shorten(figures.fix_shown(f), MAX_FIX)),
         "locations": [present.location_text(loc) for loc in locations[:20]],
     }
 
@@ -265,7 +267,7 @@ def chart(steps: list, median: Any) -> dict:
         "compact": compact, "paths": _compact_paths(bars) if compact else [], "count": len(steps), "group": group,
         "apart": sum(1 for b in bars if b.get("apart")),
         "yticks": [(f"{_H - _BOTTOM - v * scale:.1f}", _tick_label(v)) for v in ticks],
-        "xticks": _xticks(bars_src, slot, group),
+        "xticks": _xticks(bars_src, slot, group, step_numbers(steps)),
         "median_y": f"{_H - _BOTTOM - med * scale:.1f}" if med is not None and n else None,
         "median_label": fmt_us(med),
     }
@@ -349,8 +351,10 @@ def _axis(raw_max: float) -> tuple[float, list[float]]:
     return top, [k * step for k in range(int(round(top / step)) + 1)]
 
 
-def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
-    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9."""
+def _xticks(bars_src: list, slot: float, group: int,
+            numbers_of: list = ()) -> list[tuple[str, str]]:
+    """Labels under the bars: step 1, then round step numbers (5, 10 … or 100, 200 …), at most ~9;
+    each said as the trace numbers the step (`numbers_of`: step_numbers) where it does."""
     n = len(bars_src)
     if not n:
         return []
@@ -358,4 +362,22 @@ def _xticks(bars_src: list, slot: float, group: int) -> list[tuple[str, str]]:
     every = next(m for m in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
                  if m * 8 >= steps or m == 10**6)
     labels = [1] + [k for k in range(every, steps + 1, every) if k - 1 >= every / 2]
-    return [(f"{_LEFT + ((k - 1) // group + 0.5) * slot:.1f}", str(k)) for k in labels if (k - 1) // group < n]
+    return [(f"{_LEFT + ((k - 1) // group + 0.5) * slot:.1f}", _step_label(numbers_of, k))
+            for k in labels if (k - 1) // group < n]
+
+
+def _step_label(numbers_of: list, k: int) -> str:
+    """The k-th step (from 1) as the trace numbers it (ProfilerStep#8 -> 8, issue 37: one step
+    numbering in the evidence, the chart and the text); k itself where the trace gives no number."""
+    known = k - 1 < len(numbers_of) and numbers_of[k - 1] is not None
+    return str(numbers_of[k - 1]) if known else str(k)
+
+
+def step_numbers(steps: list) -> list:
+    """Each step's own number from its name (`ProfilerStep#8` -> 8), None where the name has none;
+    [] unless every step has one."""
+    out = []
+    for s in steps:
+        head, sep, tail = str(s.get("name") or "").rpartition("#")
+        out.append(int(tail) if sep and head and tail.isdigit() else None)
+    return out if out and all(x is not None for x in out) else []

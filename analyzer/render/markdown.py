@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import CATEGORIES
-from ..report import figures, present
+from ..report import figures, numbers, present
 from ..report.escape import md_cell, md_code, md_fence, md_text, mermaid_label, shorten
 from ..report.present import CATEGORY_LABELS, fmt_pct, fmt_us, number
 from .efficiency_text import markdown_section
@@ -91,7 +91,9 @@ def _top_cell(report: dict) -> str:
     findings = _finding_list(report)
     if not findings:
         return present.DASH
-    top = findings[0]
+    top = numbers.top_finding(findings)
+    if top is None:
+        return f"{present.DASH} ({numbers.NO_TOP})"
     return f"{md_cell(top.get('rule') or '?', 60, code=True)} {md_cell(figures.short_text(top), 40)}"
 
 
@@ -108,7 +110,8 @@ def _headline(report: dict) -> str:
     measured, flag = present.measurement_lines(report)
     if flag:
         lines.append(f"> ⚠️ **{md_text(flag, 600)}**")
-    said = [md_text(report[k], 600) for k in ("verdict_text", "verdict_reason") if report.get(k)]
+    text, notes = figures.verdict_said(report)
+    said = [md_text(x, 600) for x in [text, *notes] if x]
     if said:
         lines.append("> " + "  \n> ".join(said))
     if measured:
@@ -121,9 +124,10 @@ def _headline(report: dict) -> str:
     if best:
         lines.append(f"**Measured on this machine:** {md_text(best, 600)}")
     if findings:
-        top = findings[0]
-        lines.append(f"**Top finding:** {md_text(top.get('title') or top.get('rule'), 200)} — "
-                     f"{_impact(top)}")
+        top = numbers.top_finding(findings)
+        title = md_text(top.get("title") or top.get("rule"), 200) if top else ""
+        lines.append(f"**Top finding:** {title} — {_impact(top)}" if top
+                     else f"**Top finding:** none ({numbers.NO_TOP})")
         combined = (report.get("forecast") or {}).get("combined")
         if isinstance(combined, dict) and number(combined.get("speedup")) is not None:
             lines.append(_forecast_block(combined, "All top fixes together (" + ", ".join(
@@ -231,7 +235,7 @@ def _finding(i: int, f: dict) -> str:
     if message:
         head = f"{head}\n\n{message}"
     head = f"{head}\n\n{_forecast_block(present.forecast_of(f), 'Forecast')}"
-    body = [_evidence(f), _prose(f.get("fix"), MAX_FIX), _locations(f)]
+    body = [_evidence(f), _prose(figures.fix_shown(f), MAX_FIX), _locations(f)]
     inner = "\n\n".join(b for b in body if b)
     if not inner:
         return head

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from ..report import figures, present
+from ..report import figures, numbers, present
 from ..report.escape import shorten
 from .html import _environment, _verdict_class, view
 from ..report.present import member_path, set_order
@@ -86,13 +86,13 @@ def index_row(rep: dict, pid: str, root: str) -> dict:
     t = rep.get("trace") if isinstance(rep.get("trace"), dict) else {}
     summary = rep.get("summary") if isinstance(rep.get("summary"), dict) else {}
     findings = [f for f in rep.get("findings") or [] if isinstance(f, dict)]
-    top = findings[0] if findings else None
+    top = numbers.top_finding(findings)
     verdict = str(rep.get("verdict") or "unknown")
     return {"n": int(pid[1:-1]), "pid": pid, "path": shorten(member_path(str(t.get("path") or "?"), root), 160),
             "rank": present.DASH if t.get("rank") is None else t["rank"], "verdict": verdict,
             "verdict_class": _verdict_class(verdict), "median": (summary.get("step_time_us") or {}).get("median"),
             "busy": present.number(summary.get("device_busy")), "top": str(top.get("rule") or "") if top else "",
-            "top_number": figures.short_text(top) if top else "",
+            "top_number": figures.short_text(top) if top else (numbers.NO_TOP if findings else ""),
             "anchor": f"{pid}section", "id": f"{pid}row"}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import CATEGORIES
-from ..report import figures
+from ..report import figures, numbers
 from ..report.escape import shorten, terminal
 from ..report.present import (NO_FINDINGS, NO_FINDINGS_WHY, fmt_forecast, forecast_note, location_text, measurement_lines,
                       member_path, per_step, set_apart, set_order, shown_path, steady_steps, steps_text)
@@ -62,7 +62,10 @@ def render_terminal(report: dict) -> str:
         share, each = s["time_share"][c], per_step(steps, c)
         lines.append(f"{c:<14}{share:>7.1%}  {_fmt_us(each['median']):>11}  {_fmt_us(each['mean']):>10}  {bar(share)}")
     lines.append("(median/step: like the step time above; share and mean/step: of all the steps' time together)")
-    if t["device_type"] == "cpu":
+    if report.get("verdict") == "device-unread":
+        lines.append("(device-unread: the device's time is not in the trace; the host's op time "
+                     "is counted as host)")
+    elif t["device_type"] == "cpu":
         lines.append("(CPU-only trace: kernel = time inside aten ops on the CPU)")
     apart = set_apart(report)
     if apart:
@@ -72,10 +75,10 @@ def render_terminal(report: dict) -> str:
         if len(apart) > MAX_APART:
             lines.append(f"  … {len(apart) - MAX_APART} more in report.json")
     degree = f" ({_clean(report['degree'])})" if report.get("degree") else ""
-    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}"]
-    if report.get("verdict_text"):
-        lines.append(f"  {_clean(report['verdict_text'])}")
-    lines.append(f"  {_clean(report.get('verdict_reason', ''))}")
+    said, notes = figures.verdict_said(report)
+    said = f": {_clean(said)}" if said else ""
+    lines += ["", f"verdict: {_clean(report['verdict'].upper())}{degree}{said}"]
+    lines += [f"  {_clean(n)}" for n in notes]
     statement = (report.get("host_time") or {}).get("statement")
     if statement:
         lines.append(f"  {_clean(statement)}")
@@ -84,7 +87,8 @@ def render_terminal(report: dict) -> str:
     if best:
         lines.append(f"  {_clean(best)}")
     if findings:
-        lines += ["", "findings:"]
+        top = numbers.top_finding(findings)
+        lines += ["", "findings:" if top else f"findings (none is the top one: {numbers.NO_TOP}):"]
         for f in findings[:8]:
             lines.append(f"  [{_clean(f.get('severity', '?'))}] {_clean(f.get('rule', '?'))}: {_clean(f.get('title', ''))}  "
                          f"({_clean(figures.number_text(f, REASON_CHARS))})")
@@ -115,9 +119,9 @@ def set_index_rows(data: dict) -> list:
     rows = []
     for rep in set_order(data.get("reports") or []):
         t, findings = rep.get("trace") or {}, rep.get("findings") or []
-        top = "-"
-        if findings and isinstance(findings[0], dict):
-            top = f"{findings[0].get('rule', '?')} ({figures.short_text(findings[0])})"
+        first = numbers.top_finding(findings)
+        top = f"{first.get('rule', '?')} ({figures.short_text(first)})" if first else (
+            f"- ({numbers.NO_TOP})" if any(isinstance(f, dict) for f in findings) else "-")
         rank = "-" if t.get("rank") is None else str(t["rank"])
         median = ((rep.get("summary") or {}).get("step_time_us") or {}).get("median")
         rows.append((rank, str(rep.get("verdict") or "?"), _fmt_us(median), top,

@@ -190,3 +190,35 @@ def shown_warnings(report: dict, headline: tuple = ()) -> list:
             continue
         out.append(text)
     return out
+
+
+def fix_shown(finding: Any) -> str:
+    """What stands where a finding's fix block would be: the fix, except for a fix measured slower
+    on this machine, which is not advised again (issue 37): `tried: slower on this machine; don't
+    apply (measured 0.79× (0.75–0.82×, 3 pairs))`. The fix that was tried stays in the JSON."""
+    v = verified_of(finding)
+    if v is not None and outcome(v) == "slower":
+        x, lo, hi = (number(v.get(k)) for k in ("speedup", "low", "high"))
+        rng = f" ({lo:.2f}–{hi:.2f}×)" if lo is not None and hi is not None else ""
+        return f"{OUTCOME_WORDS['slower']} (measured {x:.2f}×{rng})"
+    return str(finding.get("fix") or "") if isinstance(finding, dict) else ""
+
+
+_ADVERBS = ("slightly ", "moderately ", "")
+
+
+def verdict_said(report: dict) -> tuple[str, list]:
+    """(what the verdict says, the notes that add to it): the verdict once (issue 37: it repeated
+    itself in two lines). The first is `verdict_text` without its leading "moderately
+    dataloader-bound: " (the heading says it); the notes are `verdict_notes` (engine/reconsider.py),
+    or the whole `verdict_reason` for a report written before them."""
+    verdict, text = str(report.get("verdict") or ""), str(report.get("verdict_text") or "")
+    for adverb in _ADVERBS:
+        head = f"{adverb}{verdict}: "
+        if verdict and text.startswith(head):
+            text = text[len(head):]
+            break
+    notes = report.get("verdict_notes")
+    if not isinstance(notes, list):
+        notes = [report["verdict_reason"]] if report.get("verdict_reason") else []
+    return text, [str(n) for n in notes if n]

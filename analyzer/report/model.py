@@ -44,6 +44,10 @@ class Report:
     # Stalls the verdict passed over because removing them is forecast to buy nothing (engine/reconsider.py):
     # [{"category", "share", "rule", "speedup", "kind"}]
     verdict_ruled_out: list = field(default_factory=list)
+    # What verdict_reason says beyond verdict_text (engine/reconsider.py): the outputs print the
+    # verdict once, then these (issue 37); None where the analysis did not check the verdict (a
+    # report built by hand).
+    verdict_notes: Optional[list] = None
     not_checked: list = field(default_factory=list)  # rules that lacked a fact: {rule, title, missing, reason}
     host_time: dict = field(default_factory=dict)  # host time's consumers and, when unexplained, the statement
     generation: dict = field(default_factory=dict)  # GPU generation: {name, compute_capability, source}
@@ -125,6 +129,7 @@ class Report:
             "verdict_text": self.verdict_text,
             "verdict_reason": self.verdict_reason,
             "verdict_ruled_out": self.verdict_ruled_out,
+            "verdict_notes": self.verdict_notes,
             "findings": self.findings,
             "not_checked": self.not_checked,
             "host_time": self.host_time,

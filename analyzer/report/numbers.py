@@ -107,3 +107,37 @@ def saving_of(finding: Any) -> Optional[float]:
     if h["saving_us"] is not None:
         return h["saving_us"]
     return None
+
+
+TOP_AT_LEAST = MEDIUM_SPEEDUP  # the top finding buys at least this much (measured, else forecast)
+NO_TOP = "no finding buys more than 5 %"  # said where the top finding would be when none earns it
+_SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+def rank_group(finding: Any) -> int:
+    """Where a finding stands in the report's order (issue 37: the headline is earned):
+    0 its number (`ranked`) buys at least TOP_AT_LEAST with a saving; 1 no number, medium or high;
+    2 no number, low; 3 a number that buys less than TOP_AT_LEAST, nothing, or costs time (a
+    measured slowdown never leads). Groups 0 and 1 may be the top finding (`earns_top`), the others
+    never."""
+    h = ranked(finding)
+    if h["kind"] is None:
+        severity = finding.get("severity") if isinstance(finding, dict) else None
+        return 1 if _SEVERITY_RANK.get(str(severity), 0) >= _SEVERITY_RANK["medium"] else 2
+    saving = h["saving_us"] if h["saving_us"] is not None else 0.0
+    return 0 if saving > 0 and (h["speedup"] or 0.0) >= TOP_AT_LEAST else 3
+
+
+def earns_top(finding: Any) -> bool:
+    """May this finding be the report's top finding: the largest saving that buys at least 1.05x, or
+    a medium/high finding without a number."""
+    return rank_group(finding) in (0, 1)
+
+
+def top_finding(findings: Any) -> Optional[dict]:
+    """The first finding (the report's order: engine/evaluate.order) that earns the top; None when
+    none does (then every output says NO_TOP instead of a top finding)."""
+    for f in findings or []:
+        if isinstance(f, dict):
+            return f if earns_top(f) else None
+    return None

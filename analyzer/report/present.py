@@ -274,7 +274,7 @@ def fmt_forecast(fc: Any, reason_chars: int = 0) -> str:
     fc = fc if isinstance(fc, dict) else {}
     kind = forecast_kind(fc)
     if kind == "unreliable":
-        reason = " ".join(str(fc.get("reason") or "").split())
+        reason = unreliable_reason(fc)
         if reason_chars and reason:
             return "no reliable forecast: " + (reason if len(reason) <= reason_chars else reason[: reason_chars - 1] + "…")
         return "no reliable forecast"
@@ -290,6 +290,19 @@ def fmt_forecast(fc: Any, reason_chars: int = 0) -> str:
     return f"est. {x:.2f}×{rng}"
 
 
+UNRELIABLE = "no reliable forecast"
+
+
+def unreliable_reason(fc: dict) -> str:
+    """The reason of a forecast withheld as unreliable, without the label it already starts with
+    (the label is said once: "no reliable forecast: no reliable forecast: ..." was printed, issue
+    37)."""
+    reason = " ".join(str(fc.get("reason") or "").split())
+    while reason.lower().startswith(UNRELIABLE + ":"):
+        reason = reason[len(UNRELIABLE) + 1:].lstrip()
+    return reason
+
+
 def forecast_details(fc: Any) -> list[tuple[str, str]]:
     """(label, text) rows explaining a forecast: the model, the step after the fix, each assumption,
     or why there is none."""
@@ -297,8 +310,9 @@ def forecast_details(fc: Any) -> list[tuple[str, str]]:
     rows = [("model", str(fc.get("model") or "—"))]
     kind = forecast_kind(fc)
     if kind != "forecast":
-        label = "no reliable forecast" if kind == "unreliable" else "no forecast"
-        rows.append((label, str(fc.get("reason") or "no model for this fix")))
+        label = UNRELIABLE if kind == "unreliable" else "no forecast"
+        reason = unreliable_reason(fc) if kind == "unreliable" else str(fc.get("reason") or "")
+        rows.append((label, reason or "no model for this fix"))
         lo, hi = number(fc.get("low")), number(fc.get("high"))
         if lo is not None and hi is not None:
             rows.append(("range of the replays", f"{lo:.2f}–{hi:.2f}×"))
@@ -358,3 +372,4 @@ def fmt_ibytes(n) -> str:
             return f"{sign}{v:.0f} {unit}" if unit == "B" else f"{sign}{v:.2f} {unit}"
         v /= 1024
     return f"{sign}{v:.2f} TiB"  # pragma: no cover
+

@@ -4,10 +4,14 @@
 - MTIA: `mtia_ccp_events` are its device events, read like kernels (`refine_kinds`: a `dma*` request is a
   copy, a stream's `event_record` / `event_wait` is no work), `mtia_runtime` its runtime; the device type is
   `mtia`, named from deviceProperties or "MTIA".
-- Activity that is not read (`UNREAD_CATEGORIES`: the CUPTI range profiler's `cuda_profiler_range`), or a
-  trace that launches device work without any device event: `unread` says which device's events are
-  missing, the report says so, and the verdict is `device-unread` (analysis/verdict.py): host op time
-  is never passed off as kernel time.
+- Activity that is not read (`UNREAD_CATEGORIES`: the CUPTI range profiler's
+  `cuda_profiler_range`), a trace that launches device work without any device event, or one that
+  lists GPUs (deviceProperties) and holds no device activity at all: `unread` says which device's
+  events are missing, the report says so, and the verdict is `device-unread` (analysis/verdict.py):
+  host op time is never passed off as kernel time (analysis/attribution.py charges it to the host).
+- A trace of CUDA/HIP graph *capture* (`cudaStreamBeginCapture` ... with next to no device time: the
+  captured kernels do not run while captured): `unread` says so too (issue 37), rather than
+  HOST-BOUND from the host's capture work.
 """
 
 from __future__ import annotations
@@ -60,13 +64,46 @@ def device_type(trace, header, has_device_work: bool, runtime_names) -> str:
     return "cpu"
 
 
-def unread(trace, has_device_work: bool, runtime_names, launches: int) -> Optional[str]:
-    """What the trace says of a device whose activity it does not hold (None when there is nothing to say)."""
+_CAPTURE = re.compile(r"StreamBeginCapture")
+CAPTURE_DEVICE_SHARE = 0.05  # a capture trace: its device events fill less than this of its span
+
+
+def capture(ev, runtime_names, runtime_kind: int, device_kinds: tuple) -> int:
+    """Graph captures begun (`cudaStreamBeginCapture`, `hipStreamBeginCapture`) in a trace whose
+    device events fill under CAPTURE_DEVICE_SHARE of its span: a capture, not graphs replayed (0
+    otherwise)."""
+    if not any(_CAPTURE.search(str(n)) for n in runtime_names):
+        return 0
+    counts = ev.loc[ev["kind"] == runtime_kind, "name"].value_counts()  # per distinct name
+    begun = int(sum(n for name, n in counts.items() if _CAPTURE.search(str(name))))
+    dev = ev[ev["kind"].isin(device_kinds)]
+    span = int(ev["end"].max() - ev["ts"].min()) if len(ev) else 0
+    device_ns = int(dev["dur"].sum()) if len(dev) else 0
+    return begun if span > 0 and device_ns < CAPTURE_DEVICE_SHARE * span else 0
+
+
+def unread(trace, has_device_work: bool, runtime_names, launches: int,
+           captures: int = 0) -> Optional[str]:
+    """What the trace says of a device whose activity it does not hold (None when there is nothing
+    to say)."""
+    device = trace.device_name or {"cuda": "a CUDA GPU", "rocm": "a ROCm GPU"}.get(
+        trace.device_type, "a device")
+    graph = "HIP" if trace.device_type == "rocm" else "CUDA"
+    if captures:
+        return (f"the trace records a {graph} graph capture on {device} ({captures:,} capture"
+                f"{'s' if captures != 1 else ''} begun, next to no device time): captured kernels "
+                f"do not run while they are captured, so where a replayed step's time goes on the "
+                f"device is not in the trace, and no verdict is drawn from the host's capture work "
+                f"(profile steps that replay the graph)")
     if has_device_work:
         return None
-    device = trace.device_name or {"cuda": "a CUDA GPU", "rocm": "a ROCm GPU"}.get(trace.device_type, "a device")
     kinds = [f"{trace.device_categories[c]:,} {what}" for c, what in UNREAD_CATEGORIES.items()
              if trace.device_categories.get(c)]
+    if not kinds and not launches and trace.devices:
+        return (f"the trace lists {device} but holds none of its activity (no kernel, copy or "
+                f"launch call): only the host's ops were recorded, so the device's share of the "
+                f"step is unknown and no verdict is drawn from host op time (record with the "
+                f"device's activity on: ProfilerActivity.CUDA)")
     if not kinds and not launches:
         return None
     calls = f" ({launches:,} launch and copy calls)" if launches else ""

@@ -302,7 +302,6 @@ def _read_devices(trace: Trace, header: kineto.Header) -> None:
     trace.device_type = devices.device_type(trace, header, has_work, runtime_names)
     if trace.device_type == "mtia" and not trace.devices:
         trace.devices.append(Device(name="MTIA"))
-    trace.unread_device = devices.unread(trace, has_work, runtime_names, devices.launch_calls(ev, RUNTIME))
-    if not trace.unread_device and trace.devices and trace.device_type == "cpu":  # (unread: the verdict says it)
-        trace.warnings.append("the trace lists GPUs but has no device activity: analysed as a CPU-only trace "
-                              "(was the profiler's CUDA activity enabled?)")
+    launches = devices.launch_calls(ev, RUNTIME)
+    captures = devices.capture(ev, runtime_names, RUNTIME, DEVICE_KINDS)
+    trace.unread_device = devices.unread(trace, has_work, runtime_names, launches, captures)

@@ -110,8 +110,15 @@ def worker_counts(c: Context) -> list:
     return [n for i, n in enumerate(counts) if n not in counts[:i]]
 
 
+SAMPLE_WORK = ("the loader runs in the training process and its per-sample tensor ops are what is "
+               "slow: the fix batches that work, a code change (num-workers' experiment tries "
+               "worker processes)")
+
+
 def _workers(c: Context) -> Union[list, str]:
     now = _workers_now(c)
+    if now == 0 and c.finding.get("rule") == "dataloader-slow":  # its single-process branch
+        return SAMPLE_WORK
     counts = [n for n in worker_counts(c) if n != now]
     return [{"num_workers": n} for n in counts] or f"num_workers={now} is already the count that fits the cores"
 

@@ -3,6 +3,7 @@ report that carries a visible warning. The corpus is generated here, not stored.
 
 import gzip
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -128,7 +129,10 @@ def test_gpu_steps_without_device_events_say_so(tmp_path):
     path = tb.write(tmp_path / "nodevice.json")
     result = run("analyze", path)
     assert result.exit_code == 0, result.output
-    assert "warning: the trace lists GPUs but has no device activity" in result.output
+    # issue 37: DEVICE-UNREAD, not a CPU-only verdict drawn from host op time, and no op time shown as `kernel`
+    assert "verdict: DEVICE-UNREAD" in result.output
+    assert "the trace lists NVIDIA A100-SXM4-80GB but holds none of its activity" in result.output
+    assert re.search(r"^kernel +0\.0% ", result.output, re.M)
 
 
 def test_bare_event_list_is_accepted(tmp_path):

@@ -18,19 +18,22 @@ EXPECTED = {
     # the first step (372 ms against 216) is warm-up: in the steady steps host overhead reaches 32 %
     "a100_rank0_of16_nccl.json.gz": {"exposed-communication": "medium", "step-outliers": "low", "item-sync": "low",
                                      "pin-memory": "low", "amp": "low", "cuda-graphs": "low"},
-    "a100_trace_diff_control.json.gz": {"amp": "low", "exposed-communication": "medium", "item-sync": "low"},
+    # amp 1.025x buys less than 1.05x: after the medium finding without a number (issue 37: the headline is earned)
+    "a100_trace_diff_control.json.gz": {"exposed-communication": "medium", "amp": "low", "item-sync": "low"},
     "a100_triton_example.json.gz": {},
     "b200_eager_inference.json.gz": {"cuda-graphs": "high", "pin-memory": "low"},
     "cpu_only_tiny.pt.trace.json.gz": {"exposed-communication": "medium"},
     "cpu_rank_non_gpu.json.gz": {"tiny-ops": "medium"},  # 1.12x once preempted ops are no saving (issue 24)
     "h100_qwen0.5b_inference.json.gz": {"elementwise-fusion": "medium", "explicit-sync": "low"},
-    "mi250_rocm_minitoy.json.gz": {},
+    # one hipLaunchKernel of 6.54 ms in 4.67 ms steps: a first call loading its code (issue 37)
+    "mi250_rocm_minitoy.json.gz": {"first-calls": "medium"},
     "mi300_resnet_act_checkpoint.json.gz": {"exposed-communication": "medium", "step-outliers": "low",
                                             "channels-last": "low"},
     "sampled_rank0_of128.json.gz": {"exposed-communication": "medium", "amp": "low", "pin-memory": "low"},
-    # amp 1.002x and cuda-graphs 1.001x buy next to nothing (<= 1.02x): after the finding without a number
-    "v100_df_index_resolver.json.gz": {"zero-grad": "low", "fused-optimizer": "low",
-                                       "exposed-communication": "medium", "amp": "low", "cuda-graphs": "low"},
+    # zero-grad 1.032x, fused-optimizer 1.022x, amp 1.002x and cuda-graphs 1.001x buy less than 1.05x: after the
+    # medium finding without a number (issue 37)
+    "v100_df_index_resolver.json.gz": {"exposed-communication": "medium", "zero-grad": "low", "fused-optimizer": "low",
+                                       "amp": "low", "cuda-graphs": "low"},
     "v100_ns_resolution.pt.trace.json.gz": {"amp": "high", "cudnn-benchmark": "low"},
     "v100_trace_diff_test.json.gz": {"amp": "low", "item-sync": "low"},
 }
@@ -54,9 +57,9 @@ def test_rules_fired_on_real_traces(real, name):
     assert list({f["rule"]: f["severity"] for f in report["findings"]}.items()) == list(EXPECTED[name].items())
     # by saving (measured, else forecast), those without a number by ceiling; the top one is the largest saving
     assert order([dict(f) for f in report["findings"]]) == report["findings"]
-    # (a number of 1.02x or less is no lead: it ranks after the findings without a number)
+    # (a number under 1.05x is no lead: it ranks after the findings without a number, issue 37)
     savings = [f["forecast"]["saving_us"] for f in report["findings"]
-               if f["forecast"]["saving_us"] is not None and f["forecast"]["speedup"] > 1.02]
+               if f["forecast"]["saving_us"] is not None and f["forecast"]["speedup"] >= 1.05]
     if savings and max(savings) > 0:
         assert report["findings"][0]["forecast"]["saving_us"] == max(savings)
     for f in report["findings"]:

@@ -355,9 +355,10 @@ def test_without_a_number_the_rule_severity_is_capped_at_medium():
 
 
 def test_order_is_by_saving_and_the_top_finding_is_the_largest_saving():
-    """Numbered findings that buy more than 1.02x first, by saving (measured, else forecast); then those
-    without a number, by ceiling; then numbers that buy next to nothing (channels-last at 1.02x) or cost
-    time. No 'most severe first' exception."""
+    """Numbered findings that buy at least 1.05x first, by saving (measured, else forecast); then those
+    without a number, medium and high before low (issue 37: a medium finding without a number may be the top
+    one, a low one may not), each by ceiling; then numbers that buy next to nothing (channels-last at 1.02x)
+    or cost time. No 'most severe first' exception among the numbered ones."""
     from perfsleuth.engine.evaluate import order, sort_key
 
     found = [_f("step-outliers", "low", ceiling=9000.0),                       # no number, big ceiling
@@ -367,10 +368,10 @@ def test_order_is_by_saving_and_the_top_finding_is_the_largest_saving():
              _f("num-workers", "high", ceiling=800.0, forecast=1.66, saving=400.0, verified=1.10, verified_saving=90.0),
              _f("exposed-communication", "high", ceiling=3000.0)]
     ranked = order(found)
-    assert [f["rule"] for f in ranked] == ["amp", "num-workers", "step-outliers", "exposed-communication",
+    assert [f["rule"] for f in ranked] == ["amp", "num-workers", "exposed-communication", "step-outliers",
                                            "channels-last", "cuda-graphs"]
-    assert [f["severity"] for f in ranked] == ["high", "medium", "low", "medium", "low", "low"]
-    assert ranked[0]["severity"] == "high" and ranked[3]["severity_from"] == "rule"
+    assert [f["severity"] for f in ranked] == ["high", "medium", "medium", "low", "low", "low"]
+    assert ranked[0]["severity"] == "high" and ranked[2]["severity_from"] == "rule"
     tie = [_f("b", forecast=1.3, saving=100.0), _f("a", forecast=1.1, saving=100.0)]  # equal savings: severity, slug
     assert [f["rule"] for f in sorted(order(tie), key=sort_key)] == ["b", "a"]
     assert order([]) == []

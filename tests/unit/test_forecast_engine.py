@@ -18,7 +18,7 @@ from rule_files import RULE
 
 def test_every_built_in_rule_names_a_known_model_or_none():
     rules = {r.slug: r.forecast for r in load_catalog()}
-    assert rules["num-workers"] == rules["dataloader-slow"] == "dataloader-workers"
+    assert rules["num-workers"] == "dataloader-workers" and rules["dataloader-slow"] == "dataloader-sample-work"
     assert rules["item-sync"] == "no-scalar-reads" and rules["amp"] == "amp"
     assert rules["exposed-communication"] == "" and rules["cudnn-benchmark"] == ""  # no forecast
 

@@ -41,7 +41,34 @@ def test_dataloader_findings_point_at_the_dataset(tmp_path):
     f = fired(report)["num-workers"]
     assert [(loc["function"], loc["line_kind"]) for loc in f["locations"]] == [("__getitem__", "function"),
                                                                                 ("collate", "function")]
-    assert "The loading time is spent in `__getitem__` (`data.py:20`, 1.56 ms per step)" in f["message"]
+    # one loader time per sentence (issue 37): the site's part of it as a share, 1560 of the loader's 2000 µs
+    assert ("The loading time is spent in `__getitem__` (`data.py:20`), 78.0% of the loader's time; inside it: "
+            "Python 100%.") in f["message"]  # tokenize is Python that calls nothing traced
+    assert [s["inside"] for s in sites] == ["Python 100%", "Python 100%"]
+
+
+def test_what_fills_the_dataset_code_is_said(tmp_path):
+    """Issue 37: each __getitem__ (1000 µs) sleeps 500, opens an image with PIL 200, reads a file 100, calls
+    torch.randn 100 and runs 100 µs of its own Python: said by share, largest first."""
+    tb = RuleTraceBuilder(device=False, rank=None)
+    for i in range(2):
+        t0 = i * 4000
+        tb.step(i + 1, t0, 4000)
+        tb.annotation(SINGLE_LOADER, t0 + 10, 2100)
+        nxt = tb.py("torch/utils/data/dataloader.py(700): __next__", t0 + 11, 2090)
+        for k in range(2):
+            a = t0 + 20 + k * 1030
+            item = tb.py("data.py(20): __getitem__", a, 1000, parent=nxt)
+            tb.py("<built-in function sleep>", a + 10, 500, parent=item)
+            img = tb.py("PIL/Image.py(3200): open", a + 520, 200, parent=item)
+            tb.py("<built-in method read of _io.BufferedReader object at 0x7f>", a + 530, 100, parent=img)
+            tb.py("<built-in method randn of type object at 0x7f>", a + 730, 100, parent=item)
+        tb.op("aten::mm", t0 + 2200, 1700)
+    report, facts = analyze(tb, tmp_path)
+    (site,) = facts.tables["dataloader_sites"]
+    assert (site["function"], site["us_per_step"]) == ("__getitem__", 2000.0)
+    # PIL's open: 100 µs of its own (decoding) and 100 µs in read (I/O); __getitem__'s own time 1000 - 800 Python
+    assert site["inside"] == "sleeping or waiting 50%, Python 20%, tensor ops 10%, I/O 10%, decoding 10%"
 
 
 def test_frames_running_when_tracing_started_carry_that_line(tmp_path):

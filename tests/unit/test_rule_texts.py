@@ -27,7 +27,8 @@ def facts_for(device: str, with_sites: bool) -> Facts:
         values[name] = {"bool": True, "text": "x"}.get(unit, 3.0)
     values.update(step_us=1000.0, step_source="ProfilerStep", optimizer_name="SGD", optimizer_fused=False,
                   has_stacks=with_sites, has_run_metadata=True, loader_dataset="MyDataset",
-                  loader_collate_fn="my_collate", cpu_gemm_spread=30.0)
+                  loader_collate_fn="my_collate", cpu_gemm_spread=30.0,
+                  machine_busy=False, machine_busy_reason="")  # a quiet machine, as most runs are
     if device == "cpu":
         values.update(device_is_gpu=False, device_type="cpu", device_vendor="unknown", device_compute_capability=0.0,
                       device_generation="", device_generation_source="unknown", device_generation_known=False)
@@ -68,6 +69,8 @@ def test_gpu_traces_keep_the_gpu_advice(slug, words):
     facts = facts_for("cuda", with_sites=False)
     if slug == "step-outliers":
         facts.values["step_slowest_index"] = 0
+    if slug == "dataloader-slow":  # its workers branch (the other: tests/unit/test_rules_dataloader.py)
+        facts.values["dataloader_single_process"] = False
     f = forced(rule, facts)
     text = "\n".join((f["title"], f["message"], f["fix"]))
     for w in words:

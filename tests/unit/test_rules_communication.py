@@ -72,7 +72,9 @@ def test_step_outliers_finding_later_step(tmp_path):
     f = fired(report)["step-outliers"]
     assert rule_severity("step-outliers", facts) == "low" and rated(f, "low") and f["category"] == "other"
     assert f["ceiling"]["saving_us"] == round(500 / 3, 3)
-    assert "TORCH_LOGS=recompiles" in f["fix"] and "first profiled step" not in f["message"]
+    assert "first profiled step" not in f["message"]
+    # a program that does not compile hears nothing of torch.compile (issue 37)
+    assert facts["compile_seen"] is False and "torch.compile" not in f["fix"] and "gc.freeze()" in f["fix"]
 
 
 def test_step_outliers_first_step_is_warm_up(tmp_path):

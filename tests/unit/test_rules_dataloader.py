@@ -2,7 +2,8 @@
 
 import pytest
 from perfsleuth.report.numbers import severity_for
-from tracebuilder_rules import MULTI_LOADER, SINGLE_LOADER, RuleTraceBuilder, analyze, fired, rule_severity
+from tracebuilder_rules import (MULTI_LOADER, SINGLE_LOADER, RuleTraceBuilder, analyze, fired, rule_severity,
+                               run_metadata)
 
 
 def loader_trace(wait_us: float, loader: str = SINGLE_LOADER, steps: int = 2) -> RuleTraceBuilder:
@@ -74,3 +75,62 @@ def test_no_loader_no_finding(tmp_path):
     report, facts = analyze(tb, tmp_path)
     assert facts["dataloader_share"] == 0.0 and facts["dataloader_calls_per_step"] == 0.0
     assert report["findings"] == []
+
+
+def op_loader_trace(ops_per_step: int = 40, op_us: float = 100.0, device: bool = False) -> RuleTraceBuilder:
+    """The issue's CNN (issue 37): num_workers=0, a batch of 8 whose __getitem__ runs 5 small tensor ops per sample.
+    Steps of 10 ms: the loader 6 ms, inside it `ops_per_step` ops of `op_us` (from 100 µs in, 150 µs apart; one
+    of them nests an op, which is not counted again), then 3.8 ms of compute."""
+    tb = RuleTraceBuilder(device=device)
+    for i in range(3):
+        t0 = i * 10_000
+        tb.step(i + 1, t0, 10_000)
+        tb.annotation(SINGLE_LOADER, t0, 6000)
+        for k in range(ops_per_step):
+            tb.op("aten::add", t0 + 100 + k * 140, op_us)
+        tb.op("aten::empty", t0 + 101, 10)  # nested inside the first add
+        if device:
+            tb.launch("gemm", host=(t0 + 6100, 5), device=(t0 + 6110, 3800))
+        else:
+            tb.op("aten::mm", t0 + 6100, 3800)
+    tb.run_metadata = run_metadata(cores=2, workers=0)
+    return tb
+
+
+def test_dataloader_slow_names_per_sample_tensor_ops_in_a_single_process_loader(tmp_path):
+    report, facts = analyze(op_loader_trace(), tmp_path)
+    assert facts["dataloader_single_process"] is True and facts["dataloader_wait_us_per_step"] == 6000.0
+    assert facts["dataloader_share"] == 0.6 and facts["dataloader_us_per_step"] == 6000.0
+    assert (facts["loader_op_us_per_step"], facts["loader_ops_per_step"], facts["loader_op_share"]) == (4000.0, 40.0,
+                                                                                                     0.6667)
+    assert (facts["loader_samples_per_step"], facts["loader_ops_per_sample"]) == (8.0, 5.0)
+    assert facts["loader_cost"] == "per-sample tensor ops"
+    both = fired(report)
+    assert {"num-workers", "dataloader-slow"} <= set(both)
+    f = both["dataloader-slow"]
+    assert f["message"] == (
+        "The training loop waits 6.00 ms per step (60.0% of step time) for the DataLoader, which runs in the training "
+        "process (num_workers=0).\n66.7% of the loader's time is per-sample tensor ops: 40 torch ops per step, 5 per "
+        "sample, run one sample at a time in `MyDataset.__getitem__`.\nRecord with `with_stack=True` to see which "
+        "Dataset line they come from.")
+    assert f["ceiling"]["saving_us"] == 4000.0  # the loader's ops: what batching them acts on
+    assert f["forecast"]["kind"] == "none" and f["forecast"]["model"] == "dataloader-sample-work"
+    assert f["forecast"]["reason"].startswith("the per-sample work done once per batch instead")
+    assert (f["severity"], f["severity_from"]) == ("medium", "rule")  # the rule says high (60%), capped: no number
+    assert "return self.data[i], self.labels[i]" in f["fix"] and "on the GPU" not in f["fix"]
+    assert "num_workers=" not in f["fix"]  # no worker advice: that is num-workers' fix
+    assert f["evidence"]["loader_cost"] == "per-sample tensor ops" and f["evidence"]["loader_ops_per_sample"] == 5.0
+
+
+def test_a_single_process_loader_that_is_not_tensor_ops_is_num_workers_alone(tmp_path):
+    """Ops fill 2.4 of the loader's 6 ms (40%: Python, decoding or I/O fill the rest): no dataloader-slow."""
+    report, facts = analyze(op_loader_trace(op_us=60.0), tmp_path)
+    assert facts["loader_op_share"] == 0.4 and facts["loader_cost"] == "Python, decoding or I/O outside torch ops"
+    assert "dataloader-slow" not in fired(report) and "num-workers" in fired(report)
+
+
+def test_on_a_gpu_the_batch_goes_to_the_device_first(tmp_path):
+    report, facts = analyze(op_loader_trace(device=True), tmp_path)
+    f = fired(report)["dataloader-slow"]
+    assert f["message"].startswith("The GPU waits")
+    assert ".to(device, non_blocking=True)" in f["fix"] and "on the GPU" in f["fix"]

@@ -80,6 +80,10 @@ def test_the_verdict_names_the_category_of_the_largest_saving():
     tiny = reconsider("sync-bound", "r", SHARE, [finding("item-sync", "sync", 1.03, 30.0),
                                                   finding("cuda-graphs", "host", 1.02, 20.0)], Config(), gpu=True)
     assert tiny.reason == "r"  # a saving of at most 1.02x is no lead
+    # nor one under 1.05x (issue 37: what does not earn the headline is not "the largest saving" either)
+    under = reconsider("sync-bound", "r", SHARE, [finding("item-sync", "sync", 1.03, 30.0),
+                                                   finding("amp", "kernel", 1.049, 900.0)], Config(), gpu=True)
+    assert under.reason == "r" and under.notes == []
 
 
 # --- through the pipeline, on a hand-built trace ------------------------------------------------------

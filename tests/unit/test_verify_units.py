@@ -461,3 +461,23 @@ def test_a_report_read_back_keeps_the_measured_peak():
     assert number_text(got).startswith(
         "measured 1.07× (0.80–1.34×, 2 pairs): no difference beyond noise; peak 644.27 MiB → "
         "580.23 MiB (-9.9%, measured: process resident-set high-water mark, median of 2 pairs)")
+
+
+def test_a_single_process_dataloader_slow_is_not_measured_with_workers():
+    """Issue 37: dataloader-slow on a loader in the training process advises batching its per-sample work, a code
+    change; the worker experiments are num-workers' alone, so their number never lands on dataloader-slow."""
+    ctx = Context(gpu=False, loaders=[{"num_workers": 0, "pin_memory": False}], cores=2.0, free_cores=2.0,
+                  torch_threads=1)
+    experiments, not_tried = plan([num_workers_finding(2), {"rule": "dataloader-slow"}], ctx)
+    assert [(e["variant"], e["rules"]) for e in experiments] == [
+        ("num_workers=2", ["num-workers"]), ("num_workers=1", ["num-workers"]), ("num_workers=3", ["num-workers"])]
+    reasons = {(x["rule"], x["reason"]) for x in not_tried}
+    assert ("dataloader-slow", "num_workers: the loader runs in the training process and its per-sample tensor ops "
+            "are what is slow: the fix batches that work, a code change (num-workers' experiment tries worker "
+            "processes)") in reasons
+    assert ("dataloader-slow", "persistent_workers: no DataLoader with worker processes") in reasons
+    # with workers, dataloader-slow's experiments are as before
+    ctx = Context(gpu=False, loaders=[{"num_workers": 1, "prefetch_factor": 2}], cores=4.0, free_cores=4.0)
+    experiments, _ = plan([{"rule": "dataloader-slow"}], ctx)
+    assert [e["variant"] for e in experiments][:1] == ["num_workers=2"] and all(
+        e["rules"] == ["dataloader-slow"] for e in experiments)

@@ -22,6 +22,7 @@ from ...trace.selection import kind_mask
 from .. import intervals as iv
 from ..machine import Machine
 from .models import batched, device, host, loader  # noqa: F401  (registration by import)
+from .models.loader import LOADER_MODELS
 from .plan import Plan, plan, remove_host, step_ns, window_step
 from .registry import MODELS, Inputs, NoForecast, model  # noqa: F401  (re-exported)
 from .timeline import build_timeline
@@ -101,7 +102,8 @@ class Forecaster:
         """The replayed step with the fixes applied, their assumptions, and what they act on per step."""
         p = self.base.fresh()
         assumptions: dict = {}
-        for name in sorted(models, key=lambda m: m == "dataloader-workers"):  # the loader model sees the rest
+        # the loader model sees the rest
+        for name in sorted(models, key=lambda m: m in LOADER_MODELS):
             said = MODELS[name](self.inputs, p, variant) or {}
             assumptions.update(said if len(models) == 1 else {f"{name}: {k}": v for k, v in said.items()})
         key = p.fingerprint()

@@ -36,6 +36,7 @@ class Inputs:
     node_class: Optional[Callable] = None  # Timeline -> {"family": array, "dtype": array} per device node
     params: dict = field(default_factory=dict)  # settings of the fix, e.g. {"workers": 1} (defaults: the rule's)
     compute_capability: Optional[float] = None  # the device's, inferred where the trace lists none
+    machine_busy: str = ""  # why the run found the machine busy (machine_busy_reason); '' if not
     _cache: dict = field(default_factory=dict)
 
     def cached(self, key, make):

@@ -273,3 +273,22 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     out["cpu"] = (f"{n:.1f} busy threads of this run: {v:.2f} of a core each "
                   f"(the main thread had {s0:.2f} while recorded)")
     return out
+
+
+# replayed after the other fixes (forecaster.py)
+LOADER_MODELS = ("dataloader-workers", "dataloader-sample-work")
+BATCHED_NOT_FORECAST = ("the per-sample work done once per batch instead: what the batched ops "
+                        "cost depends on their tensors' sizes and on where they run, which the "
+                        "trace does not show")
+
+
+@model("dataloader-sample-work")
+def dataloader_sample_work(x: Inputs, p: Plan, variant: str) -> dict:
+    """`dataloader-slow`'s fix: with worker processes, more of them and deeper prefetching (the
+    workers model); with the loader in the training process (its per-sample tensor ops fill its
+    time, issue 37), the work batched or moved to the device, which no model here forecasts
+    (NoForecast with why)."""
+    loaders = np.flatnonzero(x.tl.kind == LOADER)
+    if loaders.size and not any("_MultiProcessing" in str(n) for n in x.tl.name[loaders]):
+        raise NoForecast(BATCHED_NOT_FORECAST)
+    return dataloader_workers(x, p, variant)

@@ -1,0 +1,90 @@
+"""Facts about what a DataLoader does inside the training process (num_workers=0): its Dataset's
+`__getitem__` and its collate run there, so the trace holds their torch ops inside `__next__`
+(issue 37: the loader's real cause). The share of the loader's time those ops fill says what is
+slow: per-sample tensor ops (batch them, move them to the device), or Python, decoding or I/O
+outside any torch op (cache, pre-decode)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import intervals as iv
+from ..trace.model import ANNOTATION, CPU_OP
+from ..trace.names import is_dataloader, name_mask
+from .common import Context, span, thread_key
+
+TENSOR_OPS = "per-sample tensor ops"
+OUTSIDE_OPS = "Python, decoding or I/O outside torch ops"
+OPS_DOMINATE = 0.5  # ops fill at least this share of the loader's time: they are what is slow
+
+LOADER_FACTS = {
+    "loader_op_us_per_step": ("us/step", "time the torch ops run inside DataLoader __next__ on its "
+                                         "own thread (the Dataset's __getitem__ and the collate, "
+                                         "num_workers=0), per step"),
+    "loader_ops_per_step": ("count/step", "outermost torch ops inside DataLoader __next__ (nested "
+                                          "ops not counted)"),
+    "loader_op_share": ("share", "loader_op_us_per_step / dataloader_wait_us_per_step: the share "
+                                 "of the loader's time in torch ops (0 without loader time)"),
+    "loader_samples_per_step": ("count/step", "samples loaded per step: the batch size perfsleuth "
+                                              "run recorded x the __next__ calls per step; 0 when "
+                                              "the batch size is not recorded"),
+    "loader_ops_per_sample": ("count", "loader_ops_per_step / loader_samples_per_step (0 without "
+                                       "a recorded batch size)"),
+    "loader_cost": ("text", f"what fills the loader's time in the training process: "
+                            f"'{TENSOR_OPS}' (ops fill at least {OPS_DOMINATE:.0%} of it) or "
+                            f"'{OUTSIDE_OPS}'; '' without loader time"),
+}
+
+
+def loader_facts(ctx: Context) -> tuple[dict, dict]:
+    host = ctx.kind(ANNOTATION, CPU_OP)
+    loader_mask = name_mask(host["name"], is_dataloader)
+    dl = host[loader_mask]
+    wait_ns = ctx.in_steps_ns(span(dl))
+    ops = host[~loader_mask & (host["kind"].to_numpy() == CPU_OP)] if len(dl) else host.iloc[:0]
+    ops = ops[np.isin(thread_key(ops), np.unique(thread_key(dl)))]  # the loader's own thread
+    inside = iv.covers(span(dl), ops["ts"].to_numpy(np.int64)) if len(ops) else np.zeros(0, bool)
+    ops = ops[inside]
+    op_ns = iv.total(iv.intersect(span(ops), span(dl))) if len(ops) else 0
+    calls = ctx.per_step(len(dl))
+    batch = _batch_size(ctx.trace.run_metadata)
+    samples = round(calls * batch, 3) if batch else 0.0
+    per_step = ctx.per_step(_outermost(ops))
+    share = round(op_ns / wait_ns, 4) if wait_ns else 0.0
+    return {
+        "loader_op_us_per_step": ctx.per_step_us(op_ns),
+        "loader_ops_per_step": per_step,
+        "loader_op_share": share,
+        "loader_samples_per_step": samples,
+        "loader_ops_per_sample": round(per_step / samples, 3) if samples else 0.0,
+        "loader_cost": "" if not wait_ns else TENSOR_OPS if share >= OPS_DOMINATE else OUTSIDE_OPS,
+    }, {}
+
+
+def _outermost(ops: pd.DataFrame) -> int:
+    """Ops not nested inside an earlier op of their thread (by thread, then start, longest
+    first)."""
+    if not len(ops):
+        return 0
+    key, ts, end = thread_key(ops), ops["ts"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    order = np.lexsort((-end, ts, key))
+    key, ts, end = key[order], ts[order], end[order]
+    first = np.ones(len(ts), bool)
+    first[1:] = key[1:] != key[:-1]
+    starts = np.flatnonzero(first)
+    reach = np.concatenate([np.maximum.accumulate(end[a:b]) for a, b in  # per thread (a few)
+                            zip(starts, np.append(starts[1:], len(end)))])
+    nested = np.zeros(len(ts), bool)
+    nested[1:] = (~first[1:]) & (ts[1:] < reach[:-1])
+    return int((~nested).sum())
+
+
+def _batch_size(meta) -> int:
+    """The batch size of the single-process loader perfsleuth run recorded (0 when none was)."""
+    loaders = meta.get("loaders") if isinstance(meta, dict) else None
+    loaders = [x for x in loaders or [] if isinstance(x, dict)]
+    main = [x for x in loaders if not x.get("num_workers")] or loaders
+    size = main[0].get("batch_size") if main else None
+    ok = isinstance(size, int) and not isinstance(size, bool) and size > 0
+    return int(size) if ok else 0
