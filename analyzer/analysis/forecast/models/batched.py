@@ -17,15 +17,18 @@ other op with the Python before it.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 
 from ... import intervals as iv
+from ....trace.model import CPU_OP
 from .host import _add_back, _collapse_device, top_ops
 from ..registry import Inputs, NoForecast, model
-from ...loops import GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
+from ...loops import BACKWARD, GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
     describe, evidence, gathers, loop_ops, not_the_steps
-from ..plan import Plan, remove_host
+from ..plan import Plan, remove_host, step_ns
 
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
@@ -48,14 +51,26 @@ def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv
     return iv.merge(both["ts"].to_numpy(np.int64), both["end"].to_numpy(np.int64))
 
 
+def _iterations(df: pd.DataFrame) -> float:
+    """How many iterations a loop runs: per segment (`_segments`' numbering), the median count of its
+    kinds; the median over the forward segments (no backward node in them), else over all."""
+    counts = df.groupby(["segment", "name"]).size()
+    per_segment = counts.groupby(level="segment").median()
+    backward = df["name"].str.startswith(BACKWARD).groupby(df["segment"]).any()
+    forward = per_segment[~backward.reindex(per_segment.index, fill_value=False).to_numpy()]
+    return float((forward if len(forward) else per_segment).median())
+
+
 def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, variant: str):
     """zero_grad and optimizer.step shrink with the parameters that the loop's modules give way to:
-    before, one AccumulateGrad per parameter; after, the loop keeps one per run."""
+    before, one AccumulateGrad per parameter; after, each loop's parameters per iteration (the
+    AccumulateGrads of its backward over its iterations) are one stacked parameter each."""
     total = int((x.ops["name"] == ACCUMULATE).sum())
     looped = (df["name"] == ACCUMULATE).to_numpy()
     if not total or not looped.any():
         return None
-    after = total - int(looped.sum()) + int(df.loc[looped, "run"].nunique())
+    merged = max(1, int(round(looped.sum() / max(_iterations(df), 1.0))))
+    after = total - int(looped.sum()) + merged
     ratio = after / total
     keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
     spans = iv.union(*(x.spans(name) for name in PER_PARAMETER))
@@ -69,12 +84,17 @@ def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals,
             f"keep {keep:.0%} of their work ({removed / n / 1000:.0f} µs per step less)")
 
 
+def _segment_ids(df: pd.DataFrame) -> np.ndarray:
+    """Per loop op, its segment: loop ops with nothing else between them in the same run."""
+    pos = df.index.to_numpy()
+    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
+    return np.cumsum(~same)
+
+
 def _segments(df: pd.DataFrame) -> pd.DataFrame:
     """Loop ops with nothing else between them (a forward loop, its backward, an optimizer's loop): per
     segment its end, distinct ops, op count, and its first and last op (positions in the top-level ops)."""
-    pos = df.index.to_numpy()
-    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
-    return df.assign(segment=np.cumsum(~same)).groupby("segment").agg(
+    return df.groupby("segment").agg(
         end=("end", "max"), kinds=("name", "nunique"), ops=("name", "size"), first=("ts", "idxmin"),
         last=("end", "idxmax"))  # idxmin/idxmax: positions, as `top` has a default index
 
@@ -103,12 +123,57 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     return df[df["step"].isin(ok).to_numpy()], reasons
 
 
+def _profiler_share(x: Inputs) -> Optional[tuple]:
+    """The share of a recorded step's CPU time that was the profiler's, from `perfsleuth run`'s clock (the
+    process CPU time of every step, with and without the profiler; medians): (share, profiled µs, unprofiled
+    µs), or None for a trace without it or whose profiled steps took no more CPU time."""
+    meta = x.trace.run_metadata
+    clock = meta.get("clock") if isinstance(meta, dict) else None
+    if not isinstance(clock, dict):
+        return None
+
+    def median(*keys):
+        v = [t for k in keys for t in (clock.get(k) or []) if isinstance(t, (int, float))]
+        return float(np.median(v)) if v else None
+    prof, unprof = median("profiled_cpu_us"), median("unprofiled_cpu_us", "after_cpu_us")
+    if not prof or not unprof or unprof >= prof:
+        return None
+    return 1.0 - unprof / prof, prof, unprof
+
+
+def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Intervals, added_ops: float) -> str:
+    """The profiler's cost goes with the ops: it took `share` of the recorded steps' CPU time, spread evenly
+    over the ops a step records, so the step before the rewrite is `before - c * N` and after it
+    `after - c * M` (N ops before, M after: those outside the removed host time and the batched ops that come
+    in). Sets the plan's scale so that the replayed ratio is that of the two; returns the assumption."""
+    share = _profiler_share(x)
+    if share is None:
+        return ""
+    f, prof, unprof = share
+    ops = x.main_ops[x.main_ops["kind"].to_numpy() == CPU_OP]
+    ts = ops["ts"].to_numpy(np.int64)
+    n = len(p.tl.steps)
+    before_ops = float((~iv.covers(start_cut, ts)).sum()) / n
+    after_ops = float((~iv.covers(p.cut, ts)).sum() + added_ops) / n
+    per_op = f * before_ns / max(before_ops, 1.0)
+    after_ns, _ = step_ns(p)
+    b, a = before_ns - per_op * before_ops, after_ns - per_op * after_ops
+    if b <= 0 or a <= 0.1 * after_ns:
+        return ""
+    p.scale = before_ns * a / (after_ns * b)
+    return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms profiled, "
+            f"{unprof / 1000:.1f} ms without, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
+            f"goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
+            f"{after_ops:.0f} after ({a / 1e6:.2f} ms)")
+
+
 @model("batched-ops")
 def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     top = top_ops(x)
     if top.empty:
         raise NoForecast("no host ops in the replayed steps")
     steps = p.tl.steps
+    before_ns, start_cut = step_ns(p)[0], p.cut  # the step as the replay has it before the rewrite
     theirs = not_the_steps(x.ops)  # DataLoader fetches and perfsleuth's own ranges: never the loop's, never removed
     df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs)
     if df.empty:
@@ -119,6 +184,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
+    df = df.assign(segment=_segment_ids(df))
     seg = _segments(df)
     # Each loop op with the Python before it (when that followed another short op): the ops between
     # them that the loop does not repeat stay.
@@ -141,6 +207,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
         spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
         launched = _collapse_device(p, spans, (per / whole).round())
+    unprofiled = _without_profiler(x, p, before_ns, start_cut, float((per / whole).round().sum()))
     n = len(steps)
     out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
                     f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
@@ -166,6 +233,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                          f"({gathered / n / 1000:.0f} µs per step)")
     if params:
         out["parameters"] = params
+    if unprofiled:
+        out["profiler_cost"] = unprofiled
     if launched:
         out["device"] = f"their {launched} kernels become the whole-tensor ops' (same work, fewer fixed costs)"
     return out
