@@ -25,6 +25,7 @@ Each step: zero_grad, forward, cross-entropy, backward, SGD step (foreach off: t
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -219,11 +220,15 @@ class MoENet(nn.Module):
         return self.head(x)
 
 
+def labels(n: int, g: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 10, (n,), generator=g)
+
+
 PATTERNS = {  # name: (model, a batch of inputs and labels)
-    "grouped_mlp": (GroupedNet, lambda g: (torch.randn(64, 768, generator=g), torch.randint(0, 10, (64,), generator=g))),
-    "cat_loop": (FieldsNet, lambda g: (torch.randn(64, 512, generator=g), torch.randint(0, 10, (64,), generator=g))),
-    "heads": (HeadsNet, lambda g: (torch.randint(0, 10, (16, 16), generator=g), torch.randint(0, 10, (16,), generator=g))),
-    "moe": (MoENet, lambda g: (torch.randn(256, 16, generator=g), torch.randint(0, 10, (256,), generator=g))),
+    "grouped_mlp": (GroupedNet, lambda g: (torch.randn(64, 768, generator=g), labels(64, g))),
+    "cat_loop": (FieldsNet, lambda g: (torch.randn(64, 512, generator=g), labels(64, g))),
+    "heads": (HeadsNet, lambda g: (torch.randint(0, 10, (16, 16), generator=g), labels(16, g))),
+    "moe": (MoENet, lambda g: (torch.randn(256, 16, generator=g), labels(256, g))),
 }
 
 
@@ -252,7 +257,7 @@ def main() -> None:
         opt.step()
         marks.append(time.perf_counter())
     if args.times:
-        steps = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])][args.warmup:]
+        steps = [(b - a) * 1e3 for a, b in itertools.pairwise(marks)][args.warmup:]
         print(json.dumps({"median_ms": statistics.median(steps), "steps_ms": [round(s, 3) for s in steps]}))
 
 

@@ -38,7 +38,7 @@ def forecast(pattern: str, threads: int, workdir: Path) -> dict:
     cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force", str(PROGRAM),
            "--pattern", pattern, "--threads", str(threads), "--steps", "200"]
     before = load()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if not (out / "report.json").exists():
         return {"error": done.stderr[-2000:], "cmd": " ".join(cmd)}
     report = json.loads((out / "report.json").read_text())
@@ -86,7 +86,7 @@ def main() -> None:
         for pattern in args.patterns:
             for threads in args.threads:
                 row = {"pattern": pattern, "threads": threads,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes")}
+                       "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")}
                 if not args.no_forecast:
                     row["run"] = forecast(pattern, threads, Path(tmp))
                     fc = row["run"].get("forecast") or {}

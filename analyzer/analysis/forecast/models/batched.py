@@ -17,18 +17,30 @@ other op with the Python before it.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import pandas as pd
 
-from ... import intervals as iv
 from ....trace.model import CPU_OP
-from .host import _add_back, _collapse_device, top_ops
-from ..registry import Inputs, NoForecast, model
-from ...loops import BACKWARD, GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
-    describe, evidence, gathers, loop_ops, not_the_steps
+from ... import intervals as iv
+from ...loops import (
+    GATHER_BACKWARD,
+    MIN_REPEAT,
+    MIN_RUN,
+    ONLY_OPTIMIZER,
+    OPTIMIZER,
+    PER_PARAMETER,
+    SEQUENTIAL,
+    describe,
+    evidence,
+    gathers,
+    iterations,
+    loop_backward,
+    loop_ops,
+    not_the_steps,
+)
 from ..plan import Plan, remove_host, step_ns
+from ..registry import Inputs, NoForecast, model
+from .host import _add_back, _collapse_device, top_ops
 
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
@@ -51,16 +63,6 @@ def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv
     return iv.merge(both["ts"].to_numpy(np.int64), both["end"].to_numpy(np.int64))
 
 
-def _iterations(df: pd.DataFrame) -> float:
-    """How many iterations a loop runs: per segment (`_segments`' numbering), the median count of its
-    kinds; the median over the forward segments (no backward node in them), else over all."""
-    counts = df.groupby(["segment", "name"]).size()
-    per_segment = counts.groupby(level="segment").median()
-    backward = df["name"].str.startswith(BACKWARD).groupby(df["segment"]).any()
-    forward = per_segment[~backward.reindex(per_segment.index, fill_value=False).to_numpy()]
-    return float((forward if len(forward) else per_segment).median())
-
-
 def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, variant: str):
     """zero_grad and optimizer.step shrink with the parameters that the loop's modules give way to:
     before, one AccumulateGrad per parameter; after, each loop's parameters per iteration (the
@@ -69,7 +71,8 @@ def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals,
     looped = (df["name"] == ACCUMULATE).to_numpy()
     if not total or not looped.any():
         return None
-    merged = max(1, int(round(looped.sum() / max(_iterations(df), 1.0))))
+    per_loop = iterations(df)  # a loop's iterations: the median over its forward segments
+    merged = max(1, round(looped.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
     after = total - int(looped.sum()) + merged
     ratio = after / total
     keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
@@ -123,7 +126,7 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     return df[df["step"].isin(ok).to_numpy()], reasons
 
 
-def _profiler_share(x: Inputs) -> Optional[tuple]:
+def _profiler_share(x: Inputs) -> tuple | None:
     """The share of a recorded step's CPU time that was the profiler's, from `perfsleuth run`'s clock (the
     process CPU time of every step, with and without the profiler; medians): (share, profiled µs, unprofiled
     µs), or None for a trace without it or whose profiled steps took no more CPU time."""
@@ -182,6 +185,10 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     df, reasons = _independent(x, top, df, steps)
     if df.empty:
         raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
+    ends = steps["host_end"].to_numpy(np.float64)
+    long_backward = loop_backward(top, df, ends)  # the loop's backward nodes, however long
+    if long_backward:
+        df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward), steps)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
     df = df.assign(segment=_segment_ids(df))
