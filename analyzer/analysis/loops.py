@@ -80,14 +80,15 @@ def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = N
 
 def iterations(loop: pd.DataFrame) -> pd.Series:
     """How many iterations each forward loop runs, per (step, segment): a segment is a loop's ops with nothing
-    else between them (those holding a backward node are left out); its iterations, the median count of
-    its kinds."""
+    else between them (those holding a backward node are left out, unless no other is left); its
+    iterations, the median count of its kinds."""
     pos = loop.index.to_numpy()
     seg = np.cumsum(~np.r_[False, (np.diff(pos) == 1) & (np.diff(loop["run"].to_numpy()) == 0)])
     df = loop.assign(segment=seg)
     backward = df["name"].str.startswith(BACKWARD).groupby(df["segment"]).any()
     per = df.groupby(["step", "segment", "name"]).size().groupby(level=["step", "segment"]).median()
-    return per[~backward.reindex(per.index.get_level_values("segment")).to_numpy()]
+    forward = ~backward.reindex(per.index.get_level_values("segment")).to_numpy()
+    return per[forward] if forward.any() else per  # a loop seen only in its backward: its segments
 
 
 def loop_backward(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray) -> tuple:

@@ -71,7 +71,7 @@ def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals,
     looped = (df["name"] == ACCUMULATE).to_numpy()
     if not total or not looped.any():
         return None
-    per_loop = iterations(df)  # a loop's iterations: the median over its forward segments
+    per_loop = iterations(_not_optimizer(x, df))  # a loop's iterations: the median over its segments
     merged = max(1, round(looped.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
     after = total - int(looped.sum()) + merged
     ratio = after / total
@@ -115,6 +115,12 @@ def _edges(top: pd.DataFrame, seg: pd.DataFrame, loop_pos: np.ndarray) -> iv.Int
     a_start = (after["ts"] - after["gap"]).to_numpy()
     return iv.union(before, iv.merge(a_start.astype(np.int64),
                                      np.minimum(after["ts"].to_numpy(), a_start + cap[tail]).astype(np.int64)))
+
+
+def _not_optimizer(x: Inputs, df: pd.DataFrame) -> pd.DataFrame:
+    """The loop ops outside Optimizer.step and zero_grad (their loops are over parameters, not iterations)."""
+    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+    return df[~iv.covers(per_parameter, df["ts"].to_numpy(np.int64))]
 
 
 def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -186,7 +192,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if df.empty:
         raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     ends = steps["host_end"].to_numpy(np.float64)
-    long_backward = loop_backward(top, df, ends)  # the loop's backward nodes, however long
+    long_backward = loop_backward(top, _not_optimizer(x, df), ends)  # the loop's backward nodes, however long
     if long_backward:
         df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward), steps)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
