@@ -47,7 +47,7 @@ def grouped_step(tb, o, k, acc=False):
         if acc:
             tb.op(ACC, b + 87, 3)
             tb.op(ACC, b + 97, 3)
-    tb.op("aten::add_", o + (3500 if acc else 2960), 20)
+    tb.op("aten::add_", o + (3380 if acc else 2960), 20)
 
 
 def test_the_loops_backward_goes_however_long_its_nodes(tmp_path):
@@ -63,3 +63,40 @@ def test_the_loops_backward_goes_however_long_its_nodes(tmp_path):
     assert fc["speedup"] == round(4000 / (4000 - 473 - 2088 - (48 + 7 + 72) - 60 + 2 * (2 + 3) * 66), 3)
     assert fc["assumptions"]["loops"] == ("2.0 loops per step of 60 short ops (median): their ops and the "
                                           "Python between them go (2561 µs per step)")
+
+
+def test_a_batched_layer_keeps_its_parameters_per_iteration(tmp_path):
+    """The same loop whose backward also accumulates a weight and a bias per iteration (48 AccumulateGrads
+    per step: 24 iterations x 2), and an optimizer step of 300 µs of per-parameter Python: batched, the
+    layer has one stacked weight and one stacked bias, 2 parameters where there were 48, so zero_grad and
+    optimizer.step keep 2/48 of their work. The backward now runs 790-3358 µs (2568 µs); the 22 µs after it
+    go; its 4 kinds come in as 2 ops each at the median of the mm (30 µs) and the add_ (20 + 22 µs): 36 µs."""
+    def body(tb, o, k):
+        grouped_step(tb, o, k, acc=True)
+        tb.annotation("Optimizer.step#SGD.step", o + 3600, 300)
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=4500)).forecast("batched-ops")
+    after = 4500 - 473 - 2568 - (48 + 7 + 22) - 60 - 300 * 46 / 48 + 2 * (2 + 4) * 36
+    assert fc["speedup"] == round(4500 / after, 3)
+    assert fc["assumptions"]["parameters"] == ("48 parameters per step become 2: zero_grad and optimizer.step "
+                                               "keep 4% of their work (288 µs per step less)")
+
+
+def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
+    """perfsleuth run's clock: a recorded step took 1000 µs of CPU time, 600 µs without the profiler; its 400 µs
+    are spread over the 40 ops the step records (10 µs each). Before the rewrite the step is 1000 - 40 x 10
+    µs; after it, the replayed 647 µs (as in test_forecast: the loop, the 40 µs before it, 8 whole-tensor ops
+    of 10 µs) less the profiler's cost of the 8 ops left: 600 / 567, where the profiled replays alone say
+    1000 / 647."""
+    def body(tb, o, k):
+        for j in range(40):  # 3 µs ops, 7 µs apart: add, mul, relu, select
+            tb.op(("aten::add", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
+    clock = {"unit": "us", "profiled_cpu_us": [1000.0] * 4, "unprofiled_cpu_us": [600.0] * 2,
+             "after_cpu_us": [600.0] * 2}
+    fc = forecaster(cpu_step_trace(tmp_path, body), meta={"clock": clock}).forecast("batched-ops")
+    assert fc["speedup"] == round((1000 - 40 * 10) / (647 - 8 * 10), 3)
+    assert fc["assumptions"]["profiler_cost"] == (
+        "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without, perfsleuth run's "
+        "clock): 10.0 µs per recorded op, it goes with the ops: 40 ops per step before (0.60 ms without it), "
+        "8 after (0.57 ms)")
+    plain = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
