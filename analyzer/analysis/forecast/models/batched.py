@@ -206,7 +206,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     optimistic = variant != "low"
     edged = remove_host(p, iv.subtract(_edges(top, seg, df.index.to_numpy()), theirs)) if optimistic else 0.0
     gather = iv.subtract(_gathering(top, df, steps), theirs)
-    gathered = remove_host(p, gather) if optimistic else 0.0
+    gathered = remove_host(p, gather)  # batched, the output is whole already: no gathering, no backward of it
     ts = top["ts"].to_numpy(np.int64)
     rest = top[~iv.covers(iv.union(ivs, gather), ts)]
     # before the whole-tensor ops: a loop may end in the optimizer
@@ -214,7 +214,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     # A whole-tensor op is no tiny op: it costs what the step's other ops cost, the Python before them included.
     whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
     per = {"low": 2 * OPS_PER_KIND * seg["kinds"] * whole, "central": OPS_PER_KIND * seg["kinds"] * whole,
-           "high": seg["kinds"] * unit}[variant].to_numpy()
+           "high": seg["kinds"] * whole}[variant].to_numpy()
     _add_back(p, seg["end"].to_numpy(np.float64), per)
     launched = 0
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
@@ -231,9 +231,9 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
                     f"({edged / n / 1000:.0f} µs per step)",
-           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops and the "
-                          "gathering of their outputs stay; zero_grad and optimizer.step keep twice the parameters",
-           "optimistic": f"one whole-tensor op per distinct op, as cheap as a loop op ({unit / 1000:.1f} µs)",
+           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops "
+                          "stays; zero_grad and optimizer.step keep twice the parameters",
+           "optimistic": "one whole-tensor op per distinct op (one batched op per loop, forward and backward)",
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
                            "DataLoader's, and stay"}
