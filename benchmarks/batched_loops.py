@@ -16,7 +16,9 @@ Patterns (--pattern):
 - `moe`: the per-expert loop of Mixtral-style MoE code (public: e.g. github.com/edadaltocg/research
   `research/nn/layers/moe.py`: `torch.where(selected == i)`, the expert on the selected rows, the weighted
   result added back into those rows), 16 small experts, top-2; rewrite: every expert on every token in one
-  `einsum` per expert layer, weighted by the (zero outside the top-2) gate weights.
+  `einsum` per expert layer, weighted by the (zero outside the top-2) gate weights (8x the loop's arithmetic).
+- `moe_dispatch`: the same loop; rewrite: the tokens sorted by expert, padded to the busiest expert's count,
+  one `baddbmm` per expert layer (the loop's arithmetic and the padding).
 
 Each step: zero_grad, forward, cross-entropy, backward, SGD step (foreach off: the CPU default).
 `--times` prints {"median_ms": ..., "steps_ms": [...]} after `--warmup` steps, for the A/B.
@@ -207,10 +209,30 @@ class MoEBatched(nn.Module):
         return torch.einsum("end,ne->nd", y, dense)
 
 
+class MoEDispatch(MoEBatched):
+    """The same experts, the tokens sorted by expert and padded to the busiest expert's count: one `baddbmm`
+    per expert layer over (experts, capacity, dim) -- the loop's arithmetic and the padding, where the dense
+    rewrite computes every expert on every token (experts / k times the loop's)."""
+
+    def forward(self, x):
+        n, experts = x.shape[0], self.w1.shape[0]
+        weights, chosen = torch.topk(self.gate(x), self.k)
+        weights = F.softmax(weights, dim=1).reshape(-1)
+        expert = chosen.reshape(-1)
+        order = torch.argsort(expert, stable=True)
+        counts = torch.bincount(expert, minlength=experts)
+        sorted_expert, token = expert[order], order // self.k
+        slot = torch.arange(n * self.k) - (torch.cumsum(counts, 0) - counts)[sorted_expert]
+        buf = x.new_zeros(experts, int(counts.max()), x.shape[1]).index_put((sorted_expert, slot), x[token])
+        h = F.relu(torch.baddbmm(self.b1, buf, self.w1))
+        y = torch.baddbmm(self.b2, h, self.w2)[sorted_expert, slot]
+        return torch.zeros_like(x).index_add(0, token, y * weights[order, None])
+
+
 class MoENet(nn.Module):
-    def __init__(self, batched, dim=16, hidden=32, experts=16, k=2, layers=2):
+    def __init__(self, batched, dim=16, hidden=32, experts=16, k=2, layers=2, dispatch=False):
         super().__init__()
-        moe = MoEBatched if batched else MoELoop
+        moe = (MoEDispatch if dispatch else MoEBatched) if batched else MoELoop
         self.layers = nn.ModuleList([moe(dim, hidden, experts, k) for _ in range(layers)])
         self.head = nn.Linear(dim, 10)
 
@@ -229,6 +251,7 @@ PATTERNS = {  # name: (model, a batch of inputs and labels)
     "cat_loop": (FieldsNet, lambda g: (torch.randn(64, 512, generator=g), labels(64, g))),
     "heads": (HeadsNet, lambda g: (torch.randint(0, 10, (16, 16), generator=g), labels(16, g))),
     "moe": (MoENet, lambda g: (torch.randn(256, 16, generator=g), labels(256, g))),
+    "moe_dispatch": (lambda b: MoENet(b, dispatch=True), lambda g: (torch.randn(256, 16, generator=g), labels(256, g))),
 }
 
 

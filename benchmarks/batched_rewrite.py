@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 PROGRAM = Path(__file__).resolve().parent / "batched_loops.py"
-PATTERNS = ("grouped_mlp", "cat_loop", "heads", "moe")
+PATTERNS = ("grouped_mlp", "cat_loop", "heads", "moe", "moe_dispatch")
 
 
 def load() -> float:
