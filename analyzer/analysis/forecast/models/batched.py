@@ -8,11 +8,15 @@ ops and 8 of each kind on average; the loop is the kinds the run repeats. What g
   before a backward, their freeing after it), at most EDGE_PER_OP_NS per loop op;
 - the gathering of its outputs (a `torch.cat` / `torch.stack` right after a loop op) and as many
   cat/stack backward nodes: batched code has one output already;
+- the loop's backward nodes, however long: a backward kind the step runs at least once per iteration of
+  its forward loops is the loop's (`loops.loop_backward`);
 - when the loop's backward accumulates gradients into many parameters (small modules in a loop), the
-  per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched modules have a few
-  stacked parameters instead.
+  per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched, each loop keeps its
+  parameters per iteration, stacked;
+- in traces `perfsleuth run` recorded, the profiler's share of a step's CPU time, spread over the ops a step
+  records, with the ops that go (`_without_profiler`).
 What comes in: per loop, OPS_PER_KIND whole-tensor ops per distinct op, each costing the step's median
-other op with the Python before it.
+other op with the Python before it (chosen against the fixtures, docs/forecast.md).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGr
 # a backward, freeing them after) go, up to this much per op of the loop: 0.2-0.4 µs per op measured
 # in the fixtures' tiny_ops and module_loop traces (docs/forecast.md).
 EDGE_PER_OP_NS = 1_000.0
+# The profiler's cost taken out must leave at least this share of the replayed step after the rewrite
+# (else the per-op estimate is no estimate: no correction).
+MIN_LEFT = 0.1
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
 
 
@@ -167,7 +174,7 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
     per_op = f * before_ns / max(before_ops, 1.0)
     after_ns, _ = step_ns(p)
     b, a = before_ns - per_op * before_ops, after_ns - per_op * after_ops
-    if b <= 0 or a <= 0.1 * after_ns:
+    if b <= 0 or a <= MIN_LEFT * after_ns:
         return ""
     p.scale = before_ns * a / (after_ns * b)
     return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms profiled, "
