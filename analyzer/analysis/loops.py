@@ -56,13 +56,14 @@ def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
     return iv.merge(theirs["ts"].to_numpy(np.int64), theirs["end"].to_numpy(np.int64))
 
 
-def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = None) -> pd.DataFrame:
+def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = None, also=()) -> pd.DataFrame:
     """The ops of the loops in `top` (one thread's top-level ops in time order: ts, end, dur, name, gap,
     default index), each with its run number, its step, and whether the Python before it joins the run.
-    Ops that start inside `exclude` (`not_the_steps`) are never loop ops, and end a run."""
+    Ops that start inside `exclude` (`not_the_steps`) are never loop ops, and end a run. Ops named in
+    `also` may be loop ops whatever their duration (`loop_backward`)."""
     name = top["name"].astype(str)
     short = top.groupby(name)["dur"].transform("median") <= SMALL_OP_NS
-    small = (short | name.isin(SCATTER_BACKWARD)).to_numpy().copy()
+    small = (short | name.isin(SCATTER_BACKWARD + tuple(also))).to_numpy().copy()
     if exclude is not None:
         small &= ~iv.covers(exclude, top["ts"].to_numpy(np.int64))
     step = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64))
@@ -75,6 +76,36 @@ def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = N
     # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
     # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
     return df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
+
+
+def iterations(loop: pd.DataFrame) -> pd.Series:
+    """How many iterations each forward loop runs, per (step, segment): a segment is a loop's ops with nothing
+    else between them (those holding a backward node are left out, unless no other is left); its
+    iterations, the median count of its kinds."""
+    pos = loop.index.to_numpy()
+    seg = np.cumsum(~np.r_[False, (np.diff(pos) == 1) & (np.diff(loop["run"].to_numpy()) == 0)])
+    df = loop.assign(segment=seg)
+    backward = df["name"].str.startswith(BACKWARD).groupby(df["segment"]).any()
+    per = df.groupby(["step", "segment", "name"]).size().groupby(level=["step", "segment"]).median()
+    forward = ~backward.reindex(per.index.get_level_values("segment")).to_numpy()
+    return per[forward] if forward.any() else per  # a loop seen only in its backward: its segments
+
+
+def loop_backward(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray) -> tuple:
+    """The backward nodes that belong to the loops whatever their duration: the kinds the steps' backward
+    repeats at least once per iteration of their forward loops (an `AddmmBackward0` per `Linear` of the loop,
+    a `TanhBackward0` per `tanh`). A long node of such a kind would otherwise cut the loop's backward into
+    short stretches that are no loop. A kind that runs fewer times than the loops iterate (the rest of the
+    model's layers) is not the loop's."""
+    per_step = iterations(loop).groupby(level="step").sum()
+    if per_step.empty:
+        return ()
+    need = max(float(per_step.median()), MIN_REPEAT)
+    bwd = top[top["name"].astype(str).str.startswith(BACKWARD).to_numpy()]
+    steps = per_step.index.to_numpy()
+    step = np.searchsorted(np.asarray(step_ends, np.float64), bwd["ts"].to_numpy(np.float64))
+    counts = bwd[np.isin(step, steps)].groupby("name").size() / len(steps)
+    return tuple(str(n) for n in counts.index[counts.to_numpy() >= need])
 
 
 def gathers(top: pd.DataFrame, loop: pd.DataFrame) -> pd.DataFrame:

@@ -8,11 +8,15 @@ ops and 8 of each kind on average; the loop is the kinds the run repeats. What g
   before a backward, their freeing after it), at most EDGE_PER_OP_NS per loop op;
 - the gathering of its outputs (a `torch.cat` / `torch.stack` right after a loop op) and as many
   cat/stack backward nodes: batched code has one output already;
+- the loop's backward nodes, however long: a backward kind the step runs at least once per iteration of
+  its forward loops is the loop's (`loops.loop_backward`);
 - when the loop's backward accumulates gradients into many parameters (small modules in a loop), the
-  per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched modules have a few
-  stacked parameters instead.
+  per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched, each loop keeps its
+  parameters per iteration, stacked;
+- in traces `perfsleuth run` recorded, the profiler's share of a step's CPU time, spread over the ops a step
+  records, with the ops that go (`_without_profiler`).
 What comes in: per loop, OPS_PER_KIND whole-tensor ops per distinct op, each costing the step's median
-other op with the Python before it.
+other op with the Python before it (chosen against the fixtures, docs/forecast.md).
 """
 
 from __future__ import annotations
@@ -20,18 +24,36 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ....trace.model import CPU_OP
 from ... import intervals as iv
-from .host import _add_back, _collapse_device, top_ops
+from ...loops import (
+    GATHER_BACKWARD,
+    MIN_REPEAT,
+    MIN_RUN,
+    ONLY_OPTIMIZER,
+    OPTIMIZER,
+    PER_PARAMETER,
+    SEQUENTIAL,
+    describe,
+    evidence,
+    gathers,
+    iterations,
+    loop_backward,
+    loop_ops,
+    not_the_steps,
+)
+from ..plan import Plan, remove_host, step_ns
 from ..registry import Inputs, NoForecast, model
-from ...loops import GATHER_BACKWARD, MIN_REPEAT, MIN_RUN, ONLY_OPTIMIZER, OPTIMIZER, PER_PARAMETER, SEQUENTIAL, \
-    describe, evidence, gathers, loop_ops, not_the_steps
-from ..plan import Plan, remove_host
+from .host import _add_back, _collapse_device, top_ops
 
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
 # a backward, freeing them after) go, up to this much per op of the loop: 0.2-0.4 µs per op measured
 # in the fixtures' tiny_ops and module_loop traces (docs/forecast.md).
 EDGE_PER_OP_NS = 1_000.0
+# The profiler's cost taken out must leave at least this share of the replayed step after the rewrite
+# (else the per-op estimate is no estimate: no correction).
+MIN_LEFT = 0.1
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
 
 
@@ -50,12 +72,15 @@ def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv
 
 def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, variant: str):
     """zero_grad and optimizer.step shrink with the parameters that the loop's modules give way to:
-    before, one AccumulateGrad per parameter; after, the loop keeps one per run."""
+    before, one AccumulateGrad per parameter; after, each loop's parameters per iteration (the
+    AccumulateGrads of its backward over its iterations) are one stacked parameter each."""
     total = int((x.ops["name"] == ACCUMULATE).sum())
     looped = (df["name"] == ACCUMULATE).to_numpy()
     if not total or not looped.any():
         return None
-    after = total - int(looped.sum()) + int(df.loc[looped, "run"].nunique())
+    per_loop = iterations(_not_optimizer(x, df))  # a loop's iterations: the median over its segments
+    merged = max(1, round(looped.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
+    after = total - int(looped.sum()) + merged
     ratio = after / total
     keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
     spans = iv.union(*(x.spans(name) for name in PER_PARAMETER))
@@ -69,12 +94,17 @@ def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals,
             f"keep {keep:.0%} of their work ({removed / n / 1000:.0f} µs per step less)")
 
 
+def _segment_ids(df: pd.DataFrame) -> np.ndarray:
+    """Per loop op, its segment: loop ops with nothing else between them in the same run."""
+    pos = df.index.to_numpy()
+    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
+    return np.cumsum(~same)
+
+
 def _segments(df: pd.DataFrame) -> pd.DataFrame:
     """Loop ops with nothing else between them (a forward loop, its backward, an optimizer's loop): per
     segment its end, distinct ops, op count, and its first and last op (positions in the top-level ops)."""
-    pos = df.index.to_numpy()
-    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
-    return df.assign(segment=np.cumsum(~same)).groupby("segment").agg(
+    return df.groupby("segment").agg(
         end=("end", "max"), kinds=("name", "nunique"), ops=("name", "size"), first=("ts", "idxmin"),
         last=("end", "idxmax"))  # idxmin/idxmax: positions, as `top` has a default index
 
@@ -94,6 +124,12 @@ def _edges(top: pd.DataFrame, seg: pd.DataFrame, loop_pos: np.ndarray) -> iv.Int
                                      np.minimum(after["ts"].to_numpy(), a_start + cap[tail]).astype(np.int64)))
 
 
+def _not_optimizer(x: Inputs, df: pd.DataFrame) -> pd.DataFrame:
+    """The loop ops outside Optimizer.step and zero_grad (their loops are over parameters, not iterations)."""
+    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+    return df[~iv.covers(per_parameter, df["ts"].to_numpy(np.int64))]
+
+
 def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """The loops of the steps whose loops show independent iterations (loops.evidence), and the reasons."""
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
@@ -103,12 +139,57 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     return df[df["step"].isin(ok).to_numpy()], reasons
 
 
+def _profiler_share(x: Inputs) -> tuple | None:
+    """The share of a recorded step's CPU time that was the profiler's, from `perfsleuth run`'s clock (the
+    process CPU time of every step, with and without the profiler; medians): (share, profiled µs, unprofiled
+    µs), or None for a trace without it or whose profiled steps took no more CPU time."""
+    meta = x.trace.run_metadata
+    clock = meta.get("clock") if isinstance(meta, dict) else None
+    if not isinstance(clock, dict):
+        return None
+
+    def median(*keys):
+        v = [t for k in keys for t in (clock.get(k) or []) if isinstance(t, (int, float))]
+        return float(np.median(v)) if v else None
+    prof, unprof = median("profiled_cpu_us"), median("unprofiled_cpu_us", "after_cpu_us")
+    if not prof or not unprof or unprof >= prof:
+        return None
+    return 1.0 - unprof / prof, prof, unprof
+
+
+def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Intervals, added_ops: float) -> str:
+    """The profiler's cost goes with the ops: it took `share` of the recorded steps' CPU time, spread evenly
+    over the ops a step records, so the step before the rewrite is `before - c * N` and after it
+    `after - c * M` (N ops before, M after: those outside the removed host time and the batched ops that come
+    in). Sets the plan's scale so that the replayed ratio is that of the two; returns the assumption."""
+    share = _profiler_share(x)
+    if share is None:
+        return ""
+    f, prof, unprof = share
+    ops = x.main_ops[x.main_ops["kind"].to_numpy() == CPU_OP]
+    ts = ops["ts"].to_numpy(np.int64)
+    n = len(p.tl.steps)
+    before_ops = float((~iv.covers(start_cut, ts)).sum()) / n
+    after_ops = float((~iv.covers(p.cut, ts)).sum() + added_ops) / n
+    per_op = f * before_ns / max(before_ops, 1.0)
+    after_ns, _ = step_ns(p)
+    b, a = before_ns - per_op * before_ops, after_ns - per_op * after_ops
+    if b <= 0 or a <= MIN_LEFT * after_ns:
+        return ""
+    p.scale = before_ns * a / (after_ns * b)
+    return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms profiled, "
+            f"{unprof / 1000:.1f} ms without, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
+            f"goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
+            f"{after_ops:.0f} after ({a / 1e6:.2f} ms)")
+
+
 @model("batched-ops")
 def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     top = top_ops(x)
     if top.empty:
         raise NoForecast("no host ops in the replayed steps")
     steps = p.tl.steps
+    before_ns, start_cut = step_ns(p)[0], p.cut  # the step as the replay has it before the rewrite
     theirs = not_the_steps(x.ops)  # DataLoader fetches and perfsleuth's own ranges: never the loop's, never removed
     df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs)
     if df.empty:
@@ -117,8 +198,13 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     df, reasons = _independent(x, top, df, steps)
     if df.empty:
         raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
+    ends = steps["host_end"].to_numpy(np.float64)
+    long_backward = loop_backward(top, _not_optimizer(x, df), ends)  # the loop's backward nodes, however long
+    if long_backward:
+        df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward), steps)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
+    df = df.assign(segment=_segment_ids(df))
     seg = _segments(df)
     # Each loop op with the Python before it (when that followed another short op): the ops between
     # them that the loop does not repeat stay.
@@ -127,7 +213,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     optimistic = variant != "low"
     edged = remove_host(p, iv.subtract(_edges(top, seg, df.index.to_numpy()), theirs)) if optimistic else 0.0
     gather = iv.subtract(_gathering(top, df, steps), theirs)
-    gathered = remove_host(p, gather) if optimistic else 0.0
+    gathered = remove_host(p, gather)  # batched, the output is whole already: no gathering, no backward of it
     ts = top["ts"].to_numpy(np.int64)
     rest = top[~iv.covers(iv.union(ivs, gather), ts)]
     # before the whole-tensor ops: a loop may end in the optimizer
@@ -135,12 +221,13 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     # A whole-tensor op is no tiny op: it costs what the step's other ops cost, the Python before them included.
     whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
     per = {"low": 2 * OPS_PER_KIND * seg["kinds"] * whole, "central": OPS_PER_KIND * seg["kinds"] * whole,
-           "high": seg["kinds"] * unit}[variant].to_numpy()
+           "high": seg["kinds"] * whole}[variant].to_numpy()
     _add_back(p, seg["end"].to_numpy(np.float64), per)
     launched = 0
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
         spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
         launched = _collapse_device(p, spans, (per / whole).round())
+    unprofiled = _without_profiler(x, p, before_ns, start_cut, float((per / whole).round().sum()))
     n = len(steps)
     out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
                     f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
@@ -151,9 +238,9 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
                     f"({edged / n / 1000:.0f} µs per step)",
-           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops and the "
-                          "gathering of their outputs stay; zero_grad and optimizer.step keep twice the parameters",
-           "optimistic": f"one whole-tensor op per distinct op, as cheap as a loop op ({unit / 1000:.1f} µs)",
+           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops "
+                          "stays; zero_grad and optimizer.step keep twice the parameters",
+           "optimistic": "one whole-tensor op per distinct op (one batched op per loop, forward and backward)",
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
                            "DataLoader's, and stay"}
@@ -166,6 +253,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                          f"({gathered / n / 1000:.0f} µs per step)")
     if params:
         out["parameters"] = params
+    if unprofiled:
+        out["profiler_cost"] = unprofiled
     if launched:
         out["device"] = f"their {launched} kernels become the whole-tensor ops' (same work, fewer fixed costs)"
     return out

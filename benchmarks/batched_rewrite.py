@@ -1,0 +1,141 @@
+"""The batched-ops forecast against the measured rewrite (issue 39), per loop pattern and thread count.
+
+For each pattern of benchmarks/batched_loops.py and each thread count:
+(a) `perfsleuth run` on the loop version, fresh (its own output folder), and the `tiny-ops` finding's
+    forecast read from report.json (speed-up, range, assumptions);
+(b) the loop (A) and its rewrite (B) timed without the profiler, interleaved A B A B ..., each a fresh
+    process that reports its median step after its warm-up steps; a pair's ratio is A's median over B's,
+    the measured speed-up the median of the pair ratios. The 1-minute load average is read before each pair.
+The forecast is right when it lies within 0.67-1.5x of the measured speed-up (/work/shared/FORECAST.md).
+
+    python benchmarks/batched_rewrite.py [--patterns grouped_mlp moe] [--threads 1 2] [--pairs 4]
+        [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROGRAM = Path(__file__).resolve().parent / "batched_loops.py"
+PATTERNS = ("grouped_mlp", "cat_loop", "heads", "moe", "moe_dispatch")
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def forecast(pattern: str, threads: int, workdir: Path) -> dict:
+    """The tiny-ops finding's forecast of a fresh `perfsleuth run` of the loop version."""
+    out = workdir / f"{pattern}-t{threads}"
+    cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force", str(PROGRAM),
+           "--pattern", pattern, "--threads", str(threads), "--steps", "200"]
+    before = load()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if not (out / "report.json").exists():
+        return {"error": done.stderr[-2000:], "cmd": " ".join(cmd)}
+    report = json.loads((out / "report.json").read_text())
+    found = [f for f in report.get("findings", []) if f.get("rule") == "tiny-ops"]
+    m = report.get("measurement") or {}
+    return {"cmd": " ".join(cmd[2:]), "load": [before, load()], "finding": bool(found),
+            "forecast": found[0].get("forecast") if found else None, "model": model_forecast(out),
+            "trace_dir": str(out), "busy": m.get("busy_reason"), "overhead": m.get("overhead")}
+
+
+def model_forecast(out: Path) -> dict:
+    """The batched-ops model on the run's trace, by the code of this checkout (also where the tiny-ops rule
+    did not fire: on a busy machine its op-time thresholds can miss a loop the model still sees)."""
+    from perfsleuth.api import forecast_fix
+
+    fc = forecast_fix(out / "trace.pt.trace.json.gz", "batched-ops")
+    return {k: fc.get(k) for k in ("speedup", "low", "high", "kind", "reason", "assumptions")}
+
+
+def rejudge(path: Path) -> None:
+    """Recompute the model's forecasts of a results file from its kept traces (--runs), and print the table."""
+    rows = json.loads(path.read_text())
+    for row in rows:
+        if row.get("run", {}).get("trace_dir"):
+            row["run"]["model"] = model_forecast(Path(row["run"]["trace_dir"]))
+        fc = (row.get("run") or {}).get("model") or {}
+        mea = row["measured"]
+        ratio = fc.get("speedup") and round(fc["speedup"] / mea["speedup"], 2)
+        print(f"{row['pattern']} t{row['threads']}: model {fc.get('speedup')} ({fc.get('low')}-{fc.get('high')}, "
+              f"{fc.get('kind')}), rule fired {row['run'].get('finding')}; measured {mea['speedup']}x "
+              f"({mea['min']}-{mea['max']}x, {len(mea['pairs'])} pairs, load "
+              f"{min(r['load'][0] for r in mea['pairs'])}-{max(r['load'][1] for r in mea['pairs'])}); "
+              f"ratio {ratio}", flush=True)
+    path.write_text(json.dumps(rows, indent=1))
+
+
+def step_ms(pattern: str, threads: int, batched: bool, steps: int, warmup: int) -> float:
+    cmd = [sys.executable, str(PROGRAM), "--pattern", pattern, "--threads", str(threads), "--times",
+           "--steps", str(steps), "--warmup", str(warmup)] + (["--batched"] if batched else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["median_ms"]
+
+
+def measure(pattern: str, threads: int, pairs: int, steps: int, warmup: int) -> dict:
+    rows = []
+    for k in range(pairs):
+        before = load()
+        a = step_ms(pattern, threads, False, steps, warmup)
+        b = step_ms(pattern, threads, True, steps, warmup)
+        rows.append({"loop_ms": round(a, 3), "batched_ms": round(b, 3), "ratio": round(a / b, 3),
+                     "load": [round(before, 2), round(load(), 2)]})
+        print(f"  {pattern} t{threads} pair {k + 1}: loop {a:.2f} ms, rewrite {b:.2f} ms, {a / b:.2f}x, "
+              f"load {before:.2f} -> {load():.2f}", flush=True)
+    ratios = [r["ratio"] for r in rows]
+    return {"speedup": round(statistics.median(ratios), 3), "min": min(ratios), "max": max(ratios), "pairs": rows}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS)
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--pairs", type=int, default=4)
+    p.add_argument("--steps", type=int, default=40, help="steps per timed process")
+    p.add_argument("--warmup", type=int, default=10, help="of which left out of the median")
+    p.add_argument("--no-forecast", action="store_true", help="only the A/B")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--runs", type=Path, help="keep the perfsleuth runs' folders here (default: a temporary folder)")
+    p.add_argument("--rejudge", type=Path, help="recompute the model's forecasts in this results file, measure nothing")
+    args = p.parse_args()
+    if args.rejudge:
+        rejudge(args.rejudge)
+        return
+    results = []
+    with tempfile.TemporaryDirectory(prefix="batched_rewrite_") as tmp:
+        tmp = args.runs or tmp
+        for pattern in args.patterns:
+            for threads in args.threads:
+                row = {"pattern": pattern, "threads": threads,
+                       "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")}
+                if not args.no_forecast:
+                    row["run"] = forecast(pattern, threads, Path(tmp))
+                    fc = row["run"].get("forecast") or row["run"].get("model") or {}
+                    print(f"{pattern} t{threads}: forecast {fc.get('speedup')} ({fc.get('low')}-{fc.get('high')}) "
+                          f"rule fired: {row['run'].get('finding')} {fc.get('reason') or ''} "
+                          f"{row['run'].get('error') or ''}", flush=True)
+                row["measured"] = measure(pattern, threads, args.pairs, args.steps, args.warmup)
+                fc = (row.get("run") or {}).get("forecast") or (row.get("run") or {}).get("model") or {}
+                if fc.get("speedup"):
+                    row["ratio"] = round(fc["speedup"] / row["measured"]["speedup"], 3)
+                    row["right"] = 0.67 <= row["ratio"] <= 1.5
+                print(f"{pattern} t{threads}: measured {row['measured']['speedup']}x "
+                      f"({row['measured']['min']}-{row['measured']['max']}x), forecast/measured "
+                      f"{row.get('ratio')}", flush=True)
+                results.append(row)
+                if args.out:
+                    args.out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The batched-ops forecast over the whole step (issue 39), on hand-built traces with the numbers worked out
+by hand: the forward loop, its backward nodes whatever their time, the gradient accumulation of the parameters
+batching merges, zero_grad's and the optimizer's per-parameter work for them; what the rewrite adds; and a
+sequential chain that stays without a batching forecast."""
+
+from __future__ import annotations
+
+from perfsleuth.analysis.loops import SEQUENTIAL
+from test_forecast import cpu_step_trace, forecaster
+from test_forecast_caps import loop
+
+BWD = "autograd::engine::evaluate_function: "
+ACC = f"{BWD}torch::autograd::AccumulateGrad"
+
+
+def test_a_chain_with_an_optimizer_loop_stays_without_a_batching_forecast(tmp_path):
+    """48 small sequential layers (LayerNorm + Linear: 96 ops forward, 144 backward nodes with 48 x 2
+    AccumulateGrads), and an SGD step whose per-parameter add_ ops form a loop of their own: no cat/stack, no
+    slice, no comprehension anywhere. The optimizer's loop is no evidence, the accumulations neither: no
+    forecast, the reason says to fuse."""
+    def body(tb, o, k):
+        loop(tb, o, kinds=("aten::layer_norm", "aten::linear"), n=96, at=20)
+        loop(tb, o, kinds=(f"{BWD}AddmmBackward0", f"{BWD}NativeLayerNormBackward0", ACC, ACC), n=192, at=1100)
+        tb.annotation("Optimizer.step#SGD.step", o + 3100, 1000)
+        loop(tb, o, kinds=("aten::add_",), n=96, at=3105)
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=5000)).forecast("batched-ops")
+    assert (fc["kind"], fc["reason"]) == ("none", SEQUENTIAL)
+
+
+def grouped_step(tb, o, k, acc=False):
+    """One step (4000 µs) of a loop over 24 small Linear layers, each on a slice: forward 48 ops of 3 µs,
+    10 µs apart, from 107 µs (select, linear); the stack of their outputs (587 µs, 30 µs); an mm (627 µs,
+    20 µs); StackBackward0 (760 µs, 30 µs); then the loop's backward from 797 µs, 24 iterations 87 µs apart:
+    AddmmBackward0 of 60 µs (longer than a short op), 7 µs later TBackward0 (3 µs), 7 µs later
+    SelectBackward0 (3 µs) -- with `acc`, then an AccumulateGrad (3 µs, 7 µs later) for the weight and one
+    for the bias, each iteration 107 µs apart; then an add_ at 2960 µs (3500 µs with `acc`; 20 µs)."""
+    loop(tb, o, kinds=("aten::select", "aten::linear"), n=48, at=107)
+    tb.op("aten::stack", o + 587, 30)
+    tb.op("aten::mm", o + 627, 20)
+    tb.op(f"{BWD}StackBackward0", o + 760, 30)
+    period = 107 if acc else 87
+    for j in range(24):
+        b = o + 797 + period * j
+        tb.op(f"{BWD}AddmmBackward0", b, 60)
+        tb.op(f"{BWD}TBackward0", b + 67, 3)
+        tb.op(f"{BWD}SelectBackward0", b + 77, 3)
+        if acc:
+            tb.op(ACC, b + 87, 3)
+            tb.op(ACC, b + 97, 3)
+    tb.op("aten::add_", o + (3380 if acc else 2960), 20)
+
+
+def test_the_loops_backward_goes_however_long_its_nodes(tmp_path):
+    """AddmmBackward0 takes 60 µs, over the 50 µs of a short op: it cut the loop's backward into stretches of
+    two nodes, which are no loop, and only the forward loop went. The backward repeats it once per
+    iteration of the forward loop (24), so it is the loop's: the backward goes from the 7 µs after
+    StackBackward0 to its last node (790-2878 µs: 2088 µs), with the forward loop (107-580 µs: 473 µs).
+    Edges: 48 µs before the forward loop (1 µs per op), the 7 µs after it, and 72 µs of the 82 µs after the
+    backward; the stack and StackBackward0 go (60 µs). In come 2 whole-tensor ops per kind (2 kinds forward,
+    3 backward) at the median of the step's other ops with the Python before them (the mm 20 + 10 µs, the
+    add_ 20 + 82 µs: 66 µs)."""
+    fc = forecaster(cpu_step_trace(tmp_path, grouped_step, period=4000)).forecast("batched-ops")
+    assert fc["speedup"] == round(4000 / (4000 - 473 - 2088 - (48 + 7 + 72) - 60 + 2 * (2 + 3) * 66), 3)
+    assert fc["assumptions"]["loops"] == ("2.0 loops per step of 60 short ops (median): their ops and the "
+                                          "Python between them go (2561 µs per step)")
+
+
+def test_a_batched_layer_keeps_its_parameters_per_iteration(tmp_path):
+    """The same loop whose backward also accumulates a weight and a bias per iteration (48 AccumulateGrads
+    per step: 24 iterations x 2), and an optimizer step of 300 µs of per-parameter Python: batched, the
+    layer has one stacked weight and one stacked bias, 2 parameters where there were 48, so zero_grad and
+    optimizer.step keep 2/48 of their work. The backward now runs 790-3358 µs (2568 µs); the 22 µs after it
+    go; its 4 kinds come in as 2 ops each at the median of the mm (30 µs) and the add_ (20 + 22 µs): 36 µs."""
+    def body(tb, o, k):
+        grouped_step(tb, o, k, acc=True)
+        tb.annotation("Optimizer.step#SGD.step", o + 3600, 300)
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=4500)).forecast("batched-ops")
+    after = 4500 - 473 - 2568 - (48 + 7 + 22) - 60 - 300 * 46 / 48 + 2 * (2 + 4) * 36
+    assert fc["speedup"] == round(4500 / after, 3)
+    assert fc["assumptions"]["parameters"] == ("48 parameters per step become 2: zero_grad and optimizer.step "
+                                               "keep 4% of their work (288 µs per step less)")
+
+
+def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
+    """perfsleuth run's clock: a recorded step took 1000 µs of CPU time, 600 µs without the profiler; its 400 µs
+    are spread over the 40 ops the step records (10 µs each). Before the rewrite the step is 1000 - 40 x 10
+    µs; after it, the replayed 647 µs (as in test_forecast: the loop, the 40 µs before it, 8 whole-tensor ops
+    of 10 µs) less the profiler's cost of the 8 ops left: 600 / 567, where the profiled replays alone say
+    1000 / 647."""
+    def body(tb, o, k):
+        for j in range(40):  # 3 µs ops, 7 µs apart: add, mul, relu, select
+            tb.op(("aten::add", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
+    clock = {"unit": "us", "profiled_cpu_us": [1000.0] * 4, "unprofiled_cpu_us": [600.0] * 2,
+             "after_cpu_us": [600.0] * 2}
+    fc = forecaster(cpu_step_trace(tmp_path, body), meta={"clock": clock}).forecast("batched-ops")
+    assert fc["speedup"] == round((1000 - 40 * 10) / (647 - 8 * 10), 3)
+    assert fc["assumptions"]["profiler_cost"] == (
+        "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without, perfsleuth run's "
+        "clock): 10.0 µs per recorded op, it goes with the ops: 40 ops per step before (0.60 ms without it), "
+        "8 after (0.57 ms)")
+    plain = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
