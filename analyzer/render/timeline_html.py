@@ -103,7 +103,7 @@ def timeline_html(report: dict, pid: str = "", base: Optional[str] = None) -> st
             f'<rect class="lane-bg" x="{LABEL}" y="{y:.1f}" width="{W - LABEL:.0f}" '
             f'height="{h:.0f}"/>'
             f'<text class="lane-name" x="{LABEL - 6}" y="{y + 9:.1f}" text-anchor="end">'
-            f"{_e(_short(lane.get('name'), 30))}<title>{_e(lane.get('name'))}</title></text></g>"
+            f"{_e(_short(lane.get('name'), 26))}<title>{_e(lane.get('name'))}</title></text></g>"
         )
     for e in events:
         lane = int(e.get("lane") or 0)

@@ -101,7 +101,7 @@ def test_a_script_that_removes_its_run_folder_keeps_perfsleuths_files(tmp_path):
     assert e["status"] == "measured" and e["verified"] is not None, e
     assert "before saying why" not in proc.stderr
     log = (runs / "verify" / "children.log").read_text()
-    assert "--- perfsleuth verify: window(s) 0..: A B" in log
+    assert "--- perfsleuth verify: windows 0-1: baseline, optimizer foreach=True ---" in log
     jobs = sum(e.get("processes") or 0 for e in rep["verify"]["experiments"])
     assert sorted(p.name for p in (runs / "verify").iterdir()) == ["children.log", *(
         f"job-{n:03d}.jsonl" for n in range(1, jobs + 1))]
