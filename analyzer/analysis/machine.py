@@ -31,6 +31,9 @@ class Machine:
     main_share: Optional[float] = None  # CPU per wall second of the main thread over the window, outside the loader
     loader_cpu_share: Optional[float] = None  # the same inside in-process DataLoader __next__ calls
     worker_cpu_share: Optional[float] = None  # CPU seconds per wall second of each loader worker
+    # CPU of the training process's other threads (torch's intra-op pool, spinning or working; the
+    # profiler's) per CPU second of its main thread, over the window: they compete for the cores too
+    pool_per_main: Optional[float] = None
     torch_threads: Optional[int] = None
     # Cores other processes kept busy over the recorded window (the machine's CPU time from /proc/stat less
     # this process tree's, per wall second; `perfsleuth.cpu.window.others_cpu_s`): None when not recorded.
@@ -130,6 +133,9 @@ def machine_facts(run_metadata: dict, cpus: Optional[float] = None) -> Machine:
         nw, wc = _num(window.get("workers")), _num(window.get("worker_cpu_s"))
         if nw and wc is not None:
             m.worker_cpu_share = min(1.0, wc / (nw * wall))
+        tree = _num(window.get("tree_cpu_s"))
+        if main and tree is not None:
+            m.pool_per_main = max(tree - (wc or 0.0) - main, 0.0) / main
         if m.main_share is not None:
             assumptions["main_thread_cpu"] = (f"{m.main_share:.0%} of a core over the recorded steps, outside the "
                                               "DataLoader (measured)")

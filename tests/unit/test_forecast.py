@@ -7,6 +7,7 @@ import json
 
 import pytest
 from perfsleuth.analysis.forecast.forecaster import Forecaster
+from perfsleuth.analysis.forecast.models.host import THREADS_NOT_FORECAST
 from perfsleuth.analysis.machine import machine_facts
 from perfsleuth.analysis.steps import find_steps
 from perfsleuth.api import analyze_trace
@@ -173,6 +174,44 @@ def test_a_worker_runs_the_datasets_cpu_work_slower_than_in_process(tmp_path):
     assert "the Dataset's work runs 1.1x slower in a worker" in fc["assumptions"]["handoff"]
 
 
+def test_the_training_process_other_threads_compete_with_the_workers(tmp_path):
+    """Issue 37 item 4: torch's intra-op pool spins or works beside the main thread (tree CPU less the
+    main thread and the workers, per main-thread CPU second: here 0.4 s of 0.4 s, 1.0). With one worker on
+    2 cores the busy threads are the main thread and its pool (twice its busy share) and the worker: the
+    fixed point n = 2 x 20.4n / (0.3 + 33.45n) + 33.45n / (0.3 + 33.45n) = 2.21 (v = 2 / n of a core each)
+    makes each batch 0.3 + 66.9 ms x n / 2 = 74.2 ms, 1.35x where 67.2 ms (1.49x) without the pool; the
+    replay's six damped rounds from n = 3 stop at 2.24 (1.33x), within 2 % of it."""
+    m = meta(loader_cpu_s=0.6)
+    m["cpu"]["window"]["tree_cpu_s"] = 2 * m["cpu"]["window"]["main_cpu_s"]  # the pool: as much as the main thread
+    fc = forecaster(cpu_loader_trace(tmp_path, steps=6), meta=m).forecast("dataloader-workers",
+                                                                          params={"workers": 1})
+    assert fc["speedup"] == pytest.approx(100 / (0.3 + 66.9 * 2.21 / 2), rel=2e-2)
+    assert fc["assumptions"]["pool"].startswith("the training process's other threads (torch's intra-op pool, "
+                                                "spinning or working) used 1.00 CPU seconds per second of its "
+                                                "main thread (measured)")
+    without = forecaster(cpu_loader_trace(tmp_path, steps=6), meta=meta(loader_cpu_s=0.6)).forecast(
+        "dataloader-workers", params={"workers": 1})
+    assert "pool" not in without["assumptions"] and without["speedup"] > fc["speedup"]
+
+
+def test_no_worker_forecast_where_torch_threads_and_workers_crowd_the_cores(tmp_path):
+    """Issue 37 item 4: two torch threads and one worker want 3 of 2 cores: no number, the reason says
+    why and names --verify; on 4 cores they fit and the count is forecast as before."""
+    m = meta(loader_cpu_s=0.6)
+    m["host"]["torch_threads"] = 2
+    fc = forecaster(cpu_loader_trace(tmp_path, steps=6), meta=m).forecast("dataloader-workers")
+    assert (fc["kind"], fc["speedup"]) == ("none", None)
+    assert fc["reason"].startswith("torch runs 2 intra-op threads: with 1 worker process beside them 3 threads "
+                                   "want the 2.0 free cores, and each parallel op then waits for threads the OS "
+                                   "has descheduled")
+    assert fc["reason"].endswith("`perfsleuth run --verify` measures it")
+    roomy = meta(loader_cpu_s=0.6, cores=4)
+    roomy["host"]["torch_threads"] = 2
+    fc4 = forecaster(cpu_loader_trace(tmp_path, steps=6), meta=roomy).forecast("dataloader-workers",
+                                                                               params={"workers": 2})
+    assert fc4["kind"] == "forecast" and fc4["speedup"] > 1.0
+
+
 def test_collate_makes_a_tensor_per_stacked_field_and_per_field_of_numbers(tmp_path):
     """The samples' own torch.tensor calls come before the collate; from its first stack on, each stack
     and each torch.tensor (aten::lift_fresh, the labels) is one tensor to hand over."""
@@ -297,13 +336,17 @@ def test_small_modules_in_a_loop_leave_the_optimizer_a_few_parameters(tmp_path):
                                                       "optimizer.step keep 4% of their work")
 
 
-def test_fewer_threads_give_each_op_its_fast_time(tmp_path):
+def test_fewer_threads_give_no_number_and_say_why(tmp_path):
+    """Issue 37 item 4: what one thread does to each op is not in the trace (0.59x and 1.37x measured on two
+    programs with convolutions of the same size): no number, the reason naming --verify; the reasons
+    for having nothing to remove stay."""
     def body(tb, o, k):
         tb.op("aten::addmm", o + 100, 100 if k == 2 else 10)
     f = forecaster(cpu_step_trace(tmp_path, body, steps=8),
                    meta={"host": {"cpu_count": 2, "torch_threads": 2}, "loaders": []})
     fc = f.forecast("fewer-threads")
-    assert fc["speedup"] == round((7000 + 90) / 7000, 3)  # steps 2-8 (the first is the warm-up), one op 90 µs faster
+    assert (fc["kind"], fc["speedup"], fc["saving_us"]) == ("none", None, None)
+    assert fc["reason"] == THREADS_NOT_FORECAST and fc["reason"].endswith("`perfsleuth run --verify` measures it")
     one = forecaster(cpu_step_trace(tmp_path, body), meta={"host": {"cpu_count": 2, "torch_threads": 1}})
     assert one.forecast("fewer-threads")["reason"] == "torch already runs one intra-op thread"
 
