@@ -10,13 +10,16 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..trace.model import ANNOTATION, CPU_OP
+from ..analysis.frame_work import CLASSES, TENSOR, loader_work
+from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import is_dataloader, name_mask
+from ..trace.selection import of_kind
 from .common import Context, span, thread_key
 
 TENSOR_OPS = "per-sample tensor ops"
 OUTSIDE_OPS = "Python, decoding or I/O outside torch ops"
 OPS_DOMINATE = 0.5  # ops fill at least this share of the loader's time: they are what is slow
+CAUSES = tuple(TENSOR_OPS if k == TENSOR else c for k, c in enumerate(CLASSES))
 
 LOADER_FACTS = {
     "loader_op_us_per_step": ("us/step", "time the torch ops run inside DataLoader __next__ on its "
@@ -34,6 +37,21 @@ LOADER_FACTS = {
     "loader_cost": ("text", f"what fills the loader's time in the training process: "
                             f"'{TENSOR_OPS}' (ops fill at least {OPS_DOMINATE:.0%} of it) or "
                             f"'{OUTSIDE_OPS}'; '' without loader time"),
+    "loader_work_us_per_step": ("us/step", "time per step the Dataset's own work fills inside "
+                                           "DataLoader __next__ (num_workers=0): its outermost "
+                                           "python frames that are not torch/utils/data's (the "
+                                           "__getitem__, a custom collate); without python stacks "
+                                           "the loader's torch ops (loader_op_us_per_step)"),
+    "loader_work_share": ("share", "loader_work_us_per_step / dataloader_wait_us_per_step"),
+    "loader_cause": ("text", "the class of the Dataset's work that fills most of it: one of "
+                             + ", ".join(f"'{c}'" for c in CAUSES) + " (each frame's own time "
+                             "by its name or its nearest classed caller; a torch op run from a "
+                             "Python line counts as tensor ops); without python stacks "
+                             f"'{TENSOR_OPS}' when ops fill at least {OPS_DOMINATE:.0%} of the "
+                             "loader's time; '' otherwise"),
+    "loader_cause_us_per_step": ("us/step", "the time loader_cause fills per step"),
+    "loader_cause_share": ("share", "loader_cause_us_per_step / dataloader_wait_us_per_step: the "
+                                    "share of the loader's time the cause fills"),
 }
 
 
@@ -52,7 +70,7 @@ def loader_facts(ctx: Context) -> tuple[dict, dict]:
     samples = round(calls * batch, 3) if batch else 0.0
     per_step = ctx.per_step(_outermost(ops))
     share = round(op_ns / wait_ns, 4) if wait_ns else 0.0
-    return {
+    return {**_work(ctx, dl, ops, op_ns, wait_ns),
         "loader_op_us_per_step": ctx.per_step_us(op_ns),
         "loader_ops_per_step": per_step,
         "loader_op_share": share,
@@ -60,6 +78,26 @@ def loader_facts(ctx: Context) -> tuple[dict, dict]:
         "loader_ops_per_sample": round(per_step / samples, 3) if samples else 0.0,
         "loader_cost": "" if not wait_ns else TENSOR_OPS if share >= OPS_DOMINATE else OUTSIDE_OPS,
     }, {}
+
+
+def _work(ctx: Context, dl: pd.DataFrame, ops: pd.DataFrame, op_ns: int, wait_ns: int) -> dict:
+    """The Dataset's work inside the loader (analysis/frame_work.py): its cause and its time."""
+    keys = np.unique(thread_key(dl))
+    py = of_kind(ctx.trace.events, PYTHON) if ctx.trace.has_stacks and len(dl) else None
+    work = None
+    if py is not None and len(py):
+        py = py[np.isin(thread_key(py), keys)]
+        work = loader_work(py, span(dl), span(ops) if len(ops) else iv.EMPTY)
+    if work is not None and work.work_ns:
+        cause, cause_ns, work_ns = CAUSES[work.cause], float(work.class_ns[work.cause]), work.work_ns
+    else:  # no stacks: the torch ops are all that can be seen
+        cause = TENSOR_OPS if wait_ns and op_ns >= OPS_DOMINATE * wait_ns else ""
+        cause_ns, work_ns = (op_ns if cause else 0), op_ns
+    return {"loader_work_us_per_step": ctx.per_step_us(work_ns),
+            "loader_work_share": round(work_ns / wait_ns, 4) if wait_ns else 0.0,
+            "loader_cause": cause if wait_ns else "",
+            "loader_cause_us_per_step": ctx.per_step_us(cause_ns),
+            "loader_cause_share": round(cause_ns / wait_ns, 4) if wait_ns else 0.0}
 
 
 def _outermost(ops: pd.DataFrame) -> int:

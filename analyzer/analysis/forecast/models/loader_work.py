@@ -1,0 +1,96 @@
+"""Forecast model of a cheaper Dataset in the training process (num_workers=0; `dataloader-slow`,
+issue 37): what its fix removes from the DataLoader's `__next__` spans, by the cause the python
+stacks show inside them (analysis/frame_work.py, the same split as the facts' `loader_cause`).
+
+- decoding: the decoded samples cached -- each sample is decoded once, so from the second epoch on
+  the decoding's own time inside `__next__` goes; the rest of the sample's work and the collate stay.
+- I/O: the raw bytes cached in memory (or a local copy read in larger pieces) -- the reads' own time
+  goes; decoding, Python and the collate stay.
+- per-sample tensor ops, Python: no forecast. Batching or vectorising replaces the work with other
+  work whose cost (the batched ops' sizes, where they run, the vectorised code) the trace does not
+  show.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ....trace.model import CPU_OP, PYTHON
+from ....trace.selection import of_kind
+from ... import intervals as iv
+from ...frame_work import CLASSES, DECODING, IO, PYTHON as PY_CLASS, TENSOR, WAITING, loader_work
+from ..plan import Plan, remove_host
+from ..registry import Inputs, NoForecast, model
+from ..timeline import LOADER
+
+BATCHED_NOT_FORECAST = ("the per-sample work done once per batch instead: what the batched ops "
+                        "cost depends on their tensors' sizes and on where they run, which the "
+                        "trace does not show")
+VECTORISED_NOT_FORECAST = ("the Dataset's Python precomputed or vectorised: what the new code "
+                           "costs depends on the data and the code, which the trace does not show")
+WAITING_NOT_FORECAST = ("the Dataset mostly sleeps or waits: worker processes overlap waits "
+                        "(num-workers' forecast); caching cannot be grounded in a wait")
+NO_STACKS = ("without python stacks (`with_stack=True`) the loader's time cannot be split into "
+             "decoding, I/O and Python")
+# The pessimistic variant keeps this share of the removed time: the cache's lookup and the copy of a
+# cached sample (not measured: a dict lookup and a memory copy are small beside a decode or a read).
+KEEP = {"central": 0.0, "low": 0.1, "high": 0.0}
+CACHED = {DECODING: "the decoded samples cached: each sample decoded once, not every epoch",
+          IO: "the samples' bytes cached in memory (or a local copy read in fewer, larger reads)"}
+
+
+def _frames(x: Inputs, windows: iv.Intervals) -> tuple[pd.DataFrame, iv.Intervals]:
+    """The main thread's python frames (absolute ns, with their tree links) and torch ops' spans inside
+    the loader's windows."""
+    main = x.main_ops
+    if main.empty:
+        return pd.DataFrame(), iv.EMPTY
+    pid, tid = main["pid"].iloc[0], main["tid"].iloc[0]
+    ev = of_kind(x.trace.events, PYTHON)
+    mine = ev[(ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid)]
+    frames = mine[iv.covers(windows, mine["ts"].to_numpy(np.int64))]
+    ops = main[main["kind"].to_numpy() == CPU_OP]
+    w0 = x.tl.w0
+    spans = iv.merge(ops["ts"].to_numpy(np.int64) + w0, ops["end"].to_numpy(np.int64) + w0)
+    return frames, iv.intersect(spans, windows)
+
+
+@model("dataloader-in-process-work")
+def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
+    tl = x.tl
+    loaders = np.flatnonzero(tl.kind == LOADER)
+    if loaders.size == 0:
+        raise NoForecast("no DataLoader __next__ in the replayed steps")
+    w0 = tl.w0
+    windows = iv.merge(tl.t[loaders].astype(np.int64) + w0, tl.e[loaders].astype(np.int64) + w0)
+    frames, ops = _frames(x, windows)
+    work = loader_work(frames, windows, ops) if len(frames) else None
+    if work is None or not work.work_ns:
+        raise NoForecast(BATCHED_NOT_FORECAST if iv.total(ops) * 2 >= iv.total(windows) else NO_STACKS)
+    cause = work.cause
+    if cause == TENSOR:
+        raise NoForecast(BATCHED_NOT_FORECAST)
+    if cause == PY_CLASS:
+        raise NoForecast(VECTORISED_NOT_FORECAST)
+    if cause == WAITING:
+        raise NoForecast(WAITING_NOT_FORECAST)
+    spans = iv.intersect(work.spans[cause], windows)
+    rel = (spans[0] - w0, spans[1] - w0)
+    removed = remove_host(p, rel, keep=KEEP[variant])
+    n = max(len(tl.steps), 1)
+    loading = iv.total(windows)
+    what = CLASSES[cause]
+    stays = ", ".join(c for k, c in enumerate(CLASSES) if k != cause and work.class_ns[k] > 0)
+    return {
+        "fix": CACHED[cause],
+        "removed": (f"the {what} measured inside the loader's __next__ goes: "
+                    f"{removed / n / 1000:.0f} µs per step, {iv.total(spans) / loading:.0%} of the "
+                    f"loader's time in the replayed steps"),
+        "stays": (f"the rest of each sample's work ({stays or 'none'}) and the DataLoader's own "
+                  "work (fetch, collate) stay as recorded"),
+        "epochs": ("from the second epoch on: the first epoch still does the work once per sample, "
+                   "to fill the cache"),
+        "memory": "the cached samples fit in memory (their size is not in the trace)",
+        "pessimistic": f"{KEEP['low']:.0%} of that time stays (the cache lookup, a copy of the sample)",
+    }
