@@ -107,10 +107,10 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     """The work inside a DataLoader's `__next__` windows (merged, absolute ns) on its own thread.
     `frames`: that thread's python frames (ts, end, name, py_id, py_parent); `ops`: its torch ops'
     spans. Work frames are the frames inside the windows that are not the DataLoader's machinery
-    (torch/utils/data: fetch, the default collate's Python); the outermost of them (a Dataset's
-    `__getitem__`, a custom collate, a built-in the collate calls) are the tops: a top's own time is
-    Python (a user function named `decode` is Python until it calls something that decodes), except a
-    built-in's. A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
+    (torch/utils/data: fetch, the default collate, and the built-ins they call themselves, such as the
+    collate's `torch.stack`: once per batch, nothing to batch); the outermost of them (a Dataset's
+    `__getitem__`, a custom collate) are the tops: a top's own time is Python (a user function named
+    `decode` is Python until it calls something that decodes). A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
     Python: the ops' time inside Python's own time moves to tensor ops."""
     ts = frames["ts"].to_numpy(np.int64)
     inside = iv.covers(windows, ts) if len(frames) else np.zeros(0, bool)
@@ -120,21 +120,22 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     if not n:
         return empty
     names = f["name"].astype(str)
-    mach = name_mask(names, lambda s: bool(MACHINERY.search(s)))
     parent = parent_rows(f["py_id"].to_numpy(np.int64), f["py_parent"].to_numpy(np.int64))
-    top = ~mach & ((parent < 0) | mach[np.clip(parent, 0, None)])
+    p = np.clip(parent, 0, None)
+    mach = name_mask(names, lambda s: bool(MACHINERY.search(s)))
+    builtin = name_mask(names, lambda s: s.startswith(BUILTIN))
+    mach |= builtin & ((parent < 0) | mach[p])  # what the machinery calls itself (the collate's stack)
+    top = ~mach & ((parent < 0) | mach[p])
     if not top.any():
         return empty
     own_cls = own_classes(names)
-    builtin = name_mask(names, lambda s: s.startswith(BUILTIN))
-    own_cls[top & ~builtin] = PYTHON
+    own_cls[top] = PYTHON
     cls, owner = climb_classes(own_cls, parent, top, ~mach)
     work = (owner >= 0) & ~mach
     s, e = ts[inside], f["end"].to_numpy(np.int64)
     mine = own_ns(np.maximum(e - s, 0).astype(np.float64), parent)
     class_ns = np.bincount(cls[work], weights=mine[work], minlength=len(CLASSES)).astype(np.float64)
     spans = {}
-    p = np.clip(parent, 0, None)
     for k in np.unique(cls[work]):  # five classes at most
         this = work & (cls == k)
         child = (parent >= 0) & this[p] & ~this  # a child of another class leaves its time to it

@@ -50,6 +50,14 @@ LOADER_FACTS = {
                              f"'{TENSOR_OPS}' when ops fill at least {OPS_DOMINATE:.0%} of the "
                              "loader's time; '' otherwise"),
     "loader_cause_us_per_step": ("us/step", "the time loader_cause fills per step"),
+    "loader_sites_wait_us_per_step": ("us/step", "the loader's time per step in the trace the "
+                                                 "dataloader_sites come from (this one's, or the "
+                                                 "stacks window's): their shares of the loader's "
+                                                 "time are of this"),
+    "loader_cause_source": ("text", "where the split of the loader's time comes from: 'this trace' "
+                                    "(its python stacks), 'the stacks window' (perfsleuth run's "
+                                    "companion trace: its shares applied to this trace's loader "
+                                    "time), 'torch ops' (no stacks), '' (no cause)"),
     "loader_cause_share": ("share", "loader_cause_us_per_step / dataloader_wait_us_per_step: the "
                                     "share of the loader's time the cause fills"),
 }
@@ -90,14 +98,36 @@ def _work(ctx: Context, dl: pd.DataFrame, ops: pd.DataFrame, op_ns: int, wait_ns
         work = loader_work(py, span(dl), span(ops) if len(ops) else iv.EMPTY)
     if work is not None and work.work_ns:
         cause, cause_ns, work_ns = CAUSES[work.cause], float(work.class_ns[work.cause]), work.work_ns
+        source = "this trace"
     else:  # no stacks: the torch ops are all that can be seen
         cause = TENSOR_OPS if wait_ns and op_ns >= OPS_DOMINATE * wait_ns else ""
         cause_ns, work_ns = (op_ns if cause else 0), op_ns
+        source = "torch ops" if cause else ""
     return {"loader_work_us_per_step": ctx.per_step_us(work_ns),
             "loader_work_share": round(work_ns / wait_ns, 4) if wait_ns else 0.0,
             "loader_cause": cause if wait_ns else "",
             "loader_cause_us_per_step": ctx.per_step_us(cause_ns),
-            "loader_cause_share": round(cause_ns / wait_ns, 4) if wait_ns else 0.0}
+            "loader_cause_share": round(cause_ns / wait_ns, 4) if wait_ns else 0.0,
+            "loader_cause_source": source if wait_ns else "",
+            "loader_sites_wait_us_per_step": ctx.per_step_us(wait_ns)}
+
+
+def join_split(values: dict, theirs: dict) -> bool:
+    """The split of the loader's time from the stacks window (`theirs`: its facts) onto a trace without
+    stacks (`values`): the cause and the shares are the window's, the time is this trace's loader time
+    times the cause's share there (one loader time: this trace's). Python stacks slow Python code
+    more than the rest, so the window's Python share errs high. True when joined."""
+    if theirs.get("dataloader_wait_us_per_step"):  # the source lines will come from there
+        values["loader_sites_wait_us_per_step"] = theirs["dataloader_wait_us_per_step"]
+    if not (values.get("dataloader_wait_us_per_step") and theirs.get("loader_cause_source") == "this trace"):
+        return False
+    for k in ("loader_work_share", "loader_cause", "loader_cause_share"):
+        values[k] = theirs[k]
+    wait = float(values["dataloader_wait_us_per_step"])
+    values["loader_work_us_per_step"] = round(wait * float(theirs["loader_work_share"]), 3)
+    values["loader_cause_us_per_step"] = round(wait * float(theirs["loader_cause_share"]), 3)
+    values["loader_cause_source"] = "the stacks window"
+    return True
 
 
 def _outermost(ops: pd.DataFrame) -> int:

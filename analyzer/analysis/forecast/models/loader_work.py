@@ -56,6 +56,41 @@ def _frames(x: Inputs, windows: iv.Intervals) -> tuple[pd.DataFrame, iv.Interval
     return frames, iv.intersect(spans, windows)
 
 
+def _forecastable(cause: int) -> None:
+    """NoForecast, with why, for the causes whose fix replaces work with work the trace does not show."""
+    if cause == TENSOR:
+        raise NoForecast(BATCHED_NOT_FORECAST)
+    if cause == PY_CLASS:
+        raise NoForecast(VECTORISED_NOT_FORECAST)
+    if cause == WAITING:
+        raise NoForecast(WAITING_NOT_FORECAST)
+
+
+def _assumptions(cause: int, removed: str, stays: str) -> dict:
+    return {"fix": CACHED[cause], "removed": removed, "stays": stays,
+            "epochs": ("from the second epoch on: the first epoch still does the work once per sample, "
+                       "to fill the cache"),
+            "memory": "the cached samples fit in memory (their size is not in the trace)",
+            "pessimistic": f"{KEEP['low']:.0%} of that time stays (the cache lookup, a copy of the sample)"}
+
+
+def _from_window(x: Inputs, p: Plan, variant: str, windows: iv.Intervals) -> dict:
+    """A trace without stacks of its own (perfsleuth run's main window): the stacks window's share of the
+    cause (facts: `loader_cause_share`) comes off each `__next__` of the replayed steps."""
+    label, share = str(x.loader_split["loader_cause"]), float(x.loader_split["loader_cause_share"])
+    cause = next((k for k, c in enumerate(CLASSES) if c == label), TENSOR)
+    _forecastable(cause)
+    s, e = windows
+    cut = np.round((e - s) * min(max(share, 0.0), 1.0)).astype(np.int64)
+    spans = iv.merge(s - x.tl.w0, s + cut - x.tl.w0)
+    removed = remove_host(p, spans, keep=KEEP[variant])
+    n = max(len(x.tl.steps), 1)
+    return _assumptions(cause, f"the {label} goes: {share:.0%} of the loader's time, as the stacks window "
+                               f"measured it inside __getitem__, from each __next__ of the replayed steps "
+                               f"({removed / n / 1000:.0f} µs per step)",
+                        "the rest of the loader's time (the sample's other work, the collate) stays as recorded")
+
+
 @model("dataloader-in-process-work")
 def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
     tl = x.tl
@@ -66,15 +101,12 @@ def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
     windows = iv.merge(tl.t[loaders].astype(np.int64) + w0, tl.e[loaders].astype(np.int64) + w0)
     frames, ops = _frames(x, windows)
     work = loader_work(frames, windows, ops) if len(frames) else None
+    if (work is None or not work.work_ns) and x.loader_split:
+        return _from_window(x, p, variant, windows)
     if work is None or not work.work_ns:
         raise NoForecast(BATCHED_NOT_FORECAST if iv.total(ops) * 2 >= iv.total(windows) else NO_STACKS)
     cause = work.cause
-    if cause == TENSOR:
-        raise NoForecast(BATCHED_NOT_FORECAST)
-    if cause == PY_CLASS:
-        raise NoForecast(VECTORISED_NOT_FORECAST)
-    if cause == WAITING:
-        raise NoForecast(WAITING_NOT_FORECAST)
+    _forecastable(cause)
     spans = iv.intersect(work.spans[cause], windows)
     rel = (spans[0] - w0, spans[1] - w0)
     removed = remove_host(p, rel, keep=KEEP[variant])
@@ -82,15 +114,8 @@ def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
     loading = iv.total(windows)
     what = CLASSES[cause]
     stays = ", ".join(c for k, c in enumerate(CLASSES) if k != cause and work.class_ns[k] > 0)
-    return {
-        "fix": CACHED[cause],
-        "removed": (f"the {what} measured inside the loader's __next__ goes: "
-                    f"{removed / n / 1000:.0f} µs per step, {iv.total(spans) / loading:.0%} of the "
-                    f"loader's time in the replayed steps"),
-        "stays": (f"the rest of each sample's work ({stays or 'none'}) and the DataLoader's own "
-                  "work (fetch, collate) stay as recorded"),
-        "epochs": ("from the second epoch on: the first epoch still does the work once per sample, "
-                   "to fill the cache"),
-        "memory": "the cached samples fit in memory (their size is not in the trace)",
-        "pessimistic": f"{KEEP['low']:.0%} of that time stays (the cache lookup, a copy of the sample)",
-    }
+    return _assumptions(cause, f"the {what} measured inside the loader's __next__ goes: "
+                               f"{removed / n / 1000:.0f} µs per step, {iv.total(spans) / loading:.0%} of "
+                               "the loader's time in the replayed steps",
+                        f"the rest of each sample's work ({stays or 'none'}) and the DataLoader's own "
+                        "work (fetch, collate) stay as recorded")
