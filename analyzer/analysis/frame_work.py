@@ -88,6 +88,21 @@ def parent_rows(py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
     return np.where(py_id[order][pos] == py_parent, order[pos], -1).astype(np.int64)
 
 
+def class_spans(s: np.ndarray, e: np.ndarray, parent: np.ndarray, this: np.ndarray) -> iv.Intervals:
+    """Where the frames `this` (a mask: frames of one class) spend their own time: their spans less
+    those of their children that are not among them."""
+    child = (parent >= 0) & this[np.clip(parent, 0, None)] & ~this
+    return iv.subtract(iv.merge(s[this], e[this]), iv.merge(s[child], e[child]))
+
+
+def ops_in_python(python: iv.Intervals, ops: iv.Intervals, most: float) -> float:
+    """The torch ops' time inside Python's own time (`x * 2` has no frame of its own: the stacks alone
+    would call it Python), at most `most`: what moves from Python to tensor ops."""
+    if not ops[0].size or not python[0].size:
+        return 0.0
+    return min(float(iv.total(iv.intersect(python, ops))), most)
+
+
 @dataclass
 class Work:
     """The Dataset's work inside a loader's windows: per class, its own time (ns) and where it ran."""
@@ -135,14 +150,9 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     s, e = ts[inside], f["end"].to_numpy(np.int64)
     mine = own_ns(np.maximum(e - s, 0).astype(np.float64), parent)
     class_ns = np.bincount(cls[work], weights=mine[work], minlength=len(CLASSES)).astype(np.float64)
-    spans = {}
-    for k in np.unique(cls[work]):  # five classes at most
-        this = work & (cls == k)
-        child = (parent >= 0) & this[p] & ~this  # a child of another class leaves its time to it
-        spans[int(k)] = iv.subtract(iv.merge(s[this], e[this]), iv.merge(s[child], e[child]))
-    if PYTHON in spans and ops[0].size:
-        moved = float(iv.total(iv.intersect(spans[PYTHON], ops)))
-        moved = min(moved, float(class_ns[PYTHON]))
+    spans = {int(k): class_spans(s, e, parent, work & (cls == k)) for k in np.unique(cls[work])}
+    if PYTHON in spans:
+        moved = ops_in_python(spans[PYTHON], ops, float(class_ns[PYTHON]))
         class_ns[TENSOR] += moved
         class_ns[PYTHON] -= moved
     work_ns = iv.total(iv.intersect(iv.merge(s[top], e[top]), windows))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ....trace.model import CPU_OP, PYTHON
+from ....trace.names import is_dataloader, name_mask
 from ....trace.selection import of_kind
 from ... import intervals as iv
 from ...frame_work import CLASSES, DECODING, IO, PYTHON as PY_CLASS, TENSOR, WAITING, loader_work
@@ -50,7 +51,7 @@ def _frames(x: Inputs, windows: iv.Intervals) -> tuple[pd.DataFrame, iv.Interval
     ev = of_kind(x.trace.events, PYTHON)
     mine = ev[(ev["pid"].to_numpy() == pid) & (ev["tid"].to_numpy() == tid)]
     frames = mine[iv.covers(windows, mine["ts"].to_numpy(np.int64))]
-    ops = main[main["kind"].to_numpy() == CPU_OP]
+    ops = main[(main["kind"].to_numpy() == CPU_OP) & ~name_mask(main["name"], is_dataloader)]
     w0 = x.tl.w0
     spans = iv.merge(ops["ts"].to_numpy(np.int64) + w0, ops["end"].to_numpy(np.int64) + w0)
     return frames, iv.intersect(spans, windows)
