@@ -93,6 +93,10 @@ def test_python_dataset_script_points_at_getitem(tmp_path):
     assert "The loading time is spent in `__getitem__` (`toy.py:55`" in f["message"]
     # what fills it (issue 37): the Dataset hashes tokens in pure Python, so Python leads
     assert re.search(r"of the loader's time; inside it: Python \d+%", f["message"]), f["message"]
+    # and dataloader-slow names that Python as the cause, with no forecast (issue 37)
+    slow = by_rule(report)["dataloader-slow"]
+    assert slow["evidence"]["loader_cause"] == "Python" and slow["forecast"]["kind"] == "none"
+    assert "of the loader's time is the Dataset's own Python in `PythonHeavyDataset.__getitem__`" in slow["message"]
     assert "at toy.py:55 in __getitem__ (first line of the function)" in out
     assert report["degree"] == "high" and report["verdict_text"].startswith("dataloader-bound: ")
 
