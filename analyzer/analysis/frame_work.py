@@ -29,9 +29,9 @@ _RULES = (  # first match wins
     ("tensor ops", re.compile(r"built-in method \w+ of (?:type object|Tensor object|PyCapsule)"
                               r"|^aten::|torch/_ops")),
 )
-# The DataLoader's own machinery (fetch, the default collate's Python): not the Dataset's work.
-MACHINERY = re.compile(r"(?:^|/)torch/utils/data/")
-BUILTIN = "<built-in"
+# Not the Dataset's work unless the Dataset calls it: torch's own Python (the DataLoader's fetch and
+# default collate, the profiler's hooks), perfsleuth's, and built-ins (`<built-in ...>`, `<perfsleuth>`).
+MACHINERY = re.compile(r"(?:^|/)(?:torch|perfsleuth)/|(?:^|/)analyzer/record/|^<")
 
 
 def classify(name: str) -> str:
@@ -88,6 +88,20 @@ def parent_rows(py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
     return np.where(py_id[order][pos] == py_parent, order[pos], -1).astype(np.int64)
 
 
+def _under(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Frames with an ancestor (among these frames) in `mask`."""
+    out = np.zeros(mask.size, bool)
+    cur = parent.copy()
+    for _ in range(MAX_DEPTH):
+        up = cur >= 0
+        if not up.any():
+            break
+        c = np.clip(cur, 0, None)
+        out |= up & mask[c]
+        cur = np.where(up & ~out, parent[c], -1)
+    return out
+
+
 def class_spans(s: np.ndarray, e: np.ndarray, parent: np.ndarray, this: np.ndarray) -> iv.Intervals:
     """Where the frames `this` (a mask: frames of one class) spend their own time: their spans less
     those of their children that are not among them."""
@@ -121,11 +135,11 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
                 ops: iv.Intervals = iv.EMPTY) -> Work:
     """The work inside a DataLoader's `__next__` windows (merged, absolute ns) on its own thread.
     `frames`: that thread's python frames (ts, end, name, py_id, py_parent); `ops`: its torch ops'
-    spans. Work frames are the frames inside the windows that are not the DataLoader's machinery
-    (torch/utils/data: fetch, the default collate, and the built-ins they call themselves, such as the
-    collate's `torch.stack`: once per batch, nothing to batch); the outermost of them (a Dataset's
-    `__getitem__`, a custom collate) are the tops: a top's own time is Python (a user function named
-    `decode` is Python until it calls something that decodes). A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
+    spans. The work: the outermost frames inside the windows that are not torch's, perfsleuth's or a
+    built-in (`MACHINERY`: the DataLoader's fetch and default collate, the collate's own `torch.stack`,
+    once per batch with nothing to batch, the profiler's hooks) -- the tops: a Dataset's `__getitem__`,
+    a custom collate -- and everything they call, torch's code included. A top's own time is Python (a
+    user function named `decode` is Python until it calls something that decodes). A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
     Python: the ops' time inside Python's own time moves to tensor ops."""
     ts = frames["ts"].to_numpy(np.int64)
     inside = iv.covers(windows, ts) if len(frames) else np.zeros(0, bool)
@@ -136,11 +150,9 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
         return empty
     names = f["name"].astype(str)
     parent = parent_rows(f["py_id"].to_numpy(np.int64), f["py_parent"].to_numpy(np.int64))
-    p = np.clip(parent, 0, None)
-    mach = name_mask(names, lambda s: bool(MACHINERY.search(s)))
-    builtin = name_mask(names, lambda s: s.startswith(BUILTIN))
-    mach |= builtin & ((parent < 0) | mach[p])  # what the machinery calls itself (the collate's stack)
-    top = ~mach & ((parent < 0) | mach[p])
+    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)))  # the Dataset's own code (or a collate's)
+    called = _under(dataset, parent)  # called by it, torch's code included
+    top, mach = dataset & ~called, ~dataset & ~called
     if not top.any():
         return empty
     own_cls = own_classes(names)
