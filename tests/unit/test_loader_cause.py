@@ -181,3 +181,31 @@ def test_a_run_without_stacks_takes_the_split_from_its_stacks_window(tmp_path):
         "the decoding goes: 67% of the loader's time, as the stacks window measured it inside __getitem__, from "
         "each __next__ of the replayed steps (3000 µs per step)")
     assert fired(report)["num-workers"]["message"].startswith("The training loop waits 4.50 ms per step")
+
+
+def test_the_datasets_work_is_what_its_code_runs_torchs_included():
+    """One __next__ window [0, 1000) ns: the profiler's hook (torch, 10) and the collate's own stack
+    (a built-in under fetch, 40) are not the Dataset's; __getitem__ (900) is, and so is torch's pad it
+    calls (200, of which its built-in constant_pad_nd 100 is tensor ops, the rest Python by its caller)
+    and an aten::add run from __getitem__'s own line (100: tensor ops, not Python)."""
+    import numpy as np
+    import pandas as pd
+    from perfsleuth.analysis import intervals as iv
+    from perfsleuth.analysis.frame_work import CLASSES, PYTHON, TENSOR, loader_work
+
+    rows = [  # name, ts, end, id, parent
+        ("torch/autograd/profiler.py(844): _maybe_cupti_monitor", 0, 10, 1, -1),
+        ("torch/utils/data/_utils/fetch.py(49): fetch", 20, 990, 2, -1),
+        ("data.py(20): __getitem__", 30, 930, 3, 2),
+        ("torch/nn/functional.py(4000): pad", 40, 240, 4, 3),
+        ("<built-in method constant_pad_nd of type object at 0x7f>", 50, 150, 5, 4),
+        ("<built-in method stack of type object at 0x7f>", 940, 980, 6, 2),
+    ]
+    frames = pd.DataFrame(rows, columns=["name", "ts", "end", "py_id", "py_parent"])
+    window = (np.array([0]), np.array([1000]))
+    work = loader_work(frames, window, iv.merge(np.array([55, 300]), np.array([145, 400])))
+    assert work.work_ns == 900 and CLASSES[work.cause] == "Python"
+    assert dict(zip(CLASSES, work.class_ns.tolist())) == {
+        "tensor ops": 200.0, "sleeping or waiting": 0.0, "I/O": 0.0, "decoding": 0.0, "Python": 700.0}
+    assert [a.tolist() for a in work.spans[TENSOR]] == [[50], [150]]  # the moved op stays in Python's spans
+    assert [a.tolist() for a in work.spans[PYTHON]] == [[30, 150], [50, 930]]
