@@ -1,9 +1,10 @@
-"""What fills a span of Python (issue 37: the loader's real cause): each python frame's own time goes
-to a class -- tensor ops, sleeping or waiting, I/O, decoding or Python -- by its name, or, for Python
-code, by the nearest enclosing frame that is not Python (a helper inside PIL decodes). The classes
-(`classify`) serve the source locations' "inside it" (facts/inside.py) and the DataLoader's own work
-(`loader_work`: the facts' `loader_cause` and the forecast model `dataloader-in-process-work`, which
-must split the same time the same way). Vectorised over frames; loops over stack depth only."""
+"""What fills a span of Python (issue 37: the loader's real cause): each python frame's own time
+goes to a class -- tensor ops, sleeping or waiting, I/O, decoding or Python -- by its name, or, for
+Python code, by the nearest enclosing frame that is not Python (a helper inside PIL decodes). The
+classes (`classify`) serve the source locations' "inside it" (facts/inside.py) and the DataLoader's
+own work (`loader_work`: the facts' `loader_cause` and the forecast model
+`dataloader-in-process-work`, which must split the same time the same way). Vectorised over frames;
+loops over stack depth only."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ _RULES = (  # first match wins
                               r"|^aten::|torch/_ops")),
 )
 # Not the Dataset's work unless the Dataset calls it: torch's own Python (the DataLoader's fetch and
-# default collate, the profiler's hooks), perfsleuth's, and built-ins (`<built-in ...>`, `<perfsleuth>`).
+# default collate, the profiler's hooks), perfsleuth's, and built-ins (`<built-in ...>`,
+# `<perfsleuth>`).
 MACHINERY = re.compile(r"(?:^|/)(?:torch|perfsleuth)/|(?:^|/)analyzer/record/|^<")
 
 
@@ -49,9 +51,10 @@ def own_classes(names: pd.Series) -> np.ndarray:
 
 def climb_classes(own_cls: np.ndarray, parent_row: np.ndarray, is_top: np.ndarray,
                   pending: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For the `pending` frames: the nearest class that is not Python at or above each (climbing up to
-    and including its top frame, whose own class counts), and the top frame it lies under (-1: none).
-    Returns (cls, owner): cls is PYTHON where nothing above is classed; tops own themselves."""
+    """For the `pending` frames: the nearest class that is not Python at or above each (climbing up
+    to and including its top frame, whose own class counts), and the top frame it lies under (-1:
+    none). Returns (cls, owner): cls is PYTHON where nothing above is classed; tops own themselves.
+    """
     n = own_cls.size
     owner = np.where(is_top, np.arange(n), -1)
     cls = np.where(own_cls != PYTHON, own_cls, -1)
@@ -110,8 +113,8 @@ def class_spans(s: np.ndarray, e: np.ndarray, parent: np.ndarray, this: np.ndarr
 
 
 def ops_in_python(python: iv.Intervals, ops: iv.Intervals, most: float) -> float:
-    """The torch ops' time inside Python's own time (`x * 2` has no frame of its own: the stacks alone
-    would call it Python), at most `most`: what moves from Python to tensor ops."""
+    """The torch ops' time inside Python's own time (`x * 2` has no frame of its own: the stacks
+    alone would call it Python), at most `most`: what moves from Python to tensor ops."""
     if not ops[0].size or not python[0].size:
         return 0.0
     return min(float(iv.total(iv.intersect(python, ops))), most)
@@ -119,9 +122,10 @@ def ops_in_python(python: iv.Intervals, ops: iv.Intervals, most: float) -> float
 
 @dataclass
 class Work:
-    """The Dataset's work inside a loader's windows: per class, its own time (ns) and where it ran."""
+    """The Dataset's work inside a loader's windows: per class, its own time (ns) and where it
+    ran."""
 
-    class_ns: np.ndarray  # per CLASSES, after torch ops run from Python lines are moved to tensor ops
+    class_ns: np.ndarray  # per CLASSES (torch ops run from Python lines moved to tensor ops)
     work_ns: int  # the outermost work frames' time inside the windows (merged)
     spans: dict  # class index -> iv.Intervals of its own time (absolute ns)
 
@@ -136,10 +140,11 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     """The work inside a DataLoader's `__next__` windows (merged, absolute ns) on its own thread.
     `frames`: that thread's python frames (ts, end, name, py_id, py_parent); `ops`: its torch ops'
     spans. The work: the outermost frames inside the windows that are not torch's, perfsleuth's or a
-    built-in (`MACHINERY`: the DataLoader's fetch and default collate, the collate's own `torch.stack`,
-    once per batch with nothing to batch, the profiler's hooks) -- the tops: a Dataset's `__getitem__`,
-    a custom collate -- and everything they call, torch's code included. A top's own time is Python (a
-    user function named `decode` is Python until it calls something that decodes). A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
+    built-in (`MACHINERY`: the DataLoader's fetch and default collate, the collate's own
+    `torch.stack`, once per batch with nothing to batch, the profiler's hooks) -- the tops: a
+    Dataset's `__getitem__`, a custom collate -- and everything they call, torch's code included. A
+    top's own time is Python (a user function named `decode` is Python until it calls something that
+    decodes). A torch op run from a Python line (`x * 2` has no frame of its own) is tensor ops, not
     Python: the ops' time inside Python's own time moves to tensor ops."""
     ts = frames["ts"].to_numpy(np.int64)
     inside = iv.covers(windows, ts) if len(frames) else np.zeros(0, bool)
@@ -150,7 +155,8 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
         return empty
     names = f["name"].astype(str)
     parent = parent_rows(f["py_id"].to_numpy(np.int64), f["py_parent"].to_numpy(np.int64))
-    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)))  # the Dataset's own code (or a collate's)
+    # the Dataset's own code (or a collate's)
+    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)))
     called = _under(dataset, parent)  # called by it, torch's code included
     top, mach = dataset & ~called, ~dataset & ~called
     if not top.any():

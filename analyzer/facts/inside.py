@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..analysis.frame_work import (CLASSES, PYTHON, TENSOR, class_spans, climb_classes, ops_in_python,
-                                   own_classes, own_ns)
+from ..analysis.frame_work import (CLASSES, PYTHON, TENSOR, class_spans, climb_classes,
+                                   ops_in_python, own_classes, own_ns)
 
 
 def inside_of(py: pd.DataFrame, parent_row: np.ndarray, top: np.ndarray, within=None,
@@ -30,7 +30,8 @@ def inside_of(py: pd.DataFrame, parent_row: np.ndarray, top: np.ndarray, within=
     is_top = np.zeros(n, dtype=bool)
     is_top[top] = True
     own_cls[is_top] = len(CLASSES) - 1  # the top frames' own time is Python
-    cls, owner = climb_classes(own_cls, parent_row, is_top, np.ones(n, bool) if within is None else within)
+    pending = np.ones(n, bool) if within is None else within
+    cls, owner = climb_classes(own_cls, parent_row, is_top, pending)
     own = own_ns(py["dur"].to_numpy(np.float64), parent_row)
     dur = py["dur"].to_numpy(np.float64)
     under = owner >= 0
@@ -44,7 +45,8 @@ def inside_of(py: pd.DataFrame, parent_row: np.ndarray, top: np.ndarray, within=
         got = parts.xs(name, level=0).copy()
         if ops[0].size and PYTHON in got.index:
             mine = under & (names[np.clip(owner, 0, None)] == name) & (cls == PYTHON)
-            py_ivs = class_spans(py["ts"].to_numpy(np.int64), py["end"].to_numpy(np.int64), parent_row, mine)
+            py_ivs = class_spans(py["ts"].to_numpy(np.int64), py["end"].to_numpy(np.int64),
+                                 parent_row, mine)
             moved = ops_in_python(py_ivs, ops, float(got[PYTHON]))
             got[PYTHON] -= moved
             got[TENSOR] = got.get(TENSOR, 0.0) + moved

@@ -97,7 +97,8 @@ def _work(ctx: Context, dl: pd.DataFrame, ops: pd.DataFrame, op_ns: int, wait_ns
         py = py[np.isin(thread_key(py), keys)]
         work = loader_work(py, span(dl), span(ops) if len(ops) else iv.EMPTY)
     if work is not None and work.work_ns:
-        cause, cause_ns, work_ns = CAUSES[work.cause], float(work.class_ns[work.cause]), work.work_ns
+        cause, work_ns = CAUSES[work.cause], work.work_ns
+        cause_ns = float(work.class_ns[work.cause])
         source = "this trace"
     else:  # no stacks: the torch ops are all that can be seen
         cause = TENSOR_OPS if wait_ns and op_ns >= OPS_DOMINATE * wait_ns else ""
@@ -113,13 +114,14 @@ def _work(ctx: Context, dl: pd.DataFrame, ops: pd.DataFrame, op_ns: int, wait_ns
 
 
 def join_split(values: dict, theirs: dict) -> bool:
-    """The split of the loader's time from the stacks window (`theirs`: its facts) onto a trace without
-    stacks (`values`): the cause and the shares are the window's, the time is this trace's loader time
-    times the cause's share there (one loader time: this trace's). Python stacks slow Python code
-    more than the rest, so the window's Python share errs high. True when joined."""
+    """The split of the loader's time from the stacks window (`theirs`: its facts) onto a trace
+    without stacks (`values`): the cause and the shares are the window's, the time is this trace's
+    loader time times the cause's share there (one loader time: this trace's). Python stacks slow
+    Python code more than the rest, so the window's Python share errs high. True when joined."""
     if theirs.get("dataloader_wait_us_per_step"):  # the source lines will come from there
         values["loader_sites_wait_us_per_step"] = theirs["dataloader_wait_us_per_step"]
-    if not (values.get("dataloader_wait_us_per_step") and theirs.get("loader_cause_source") == "this trace"):
+    split = theirs.get("loader_cause_source") == "this trace"
+    if not (values.get("dataloader_wait_us_per_step") and split):
         return False
     for k in ("loader_work_share", "loader_cause", "loader_cause_share"):
         values[k] = theirs[k]

@@ -243,14 +243,16 @@ def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
                        "ns": py["dur"].to_numpy(np.float64)[top]})
     agg = df.groupby("name").sum().sort_values("ns", ascending=False)
     rows = location_rows(agg, n_steps, startup_names(trace))
-    said = inside_of(py, parent_row, top, inside, _ops_in(trace, windows, win))  # what fills it (issue 37)
+    ops = _ops_in(trace, windows, win)
+    said = inside_of(py, parent_row, top, inside, ops)  # what fills each frame's time (issue 37)
     for row, name in zip(rows, agg.index[:len(rows)]):
         row["inside"] = said.get(name, "")
     return rows
 
 
 def _ops_in(trace: Trace, windows: pd.DataFrame, win: iv.Intervals) -> iv.Intervals:
-    """The torch ops' spans inside `win` on the threads of `windows` (not the windows themselves)."""
+    """The torch ops' spans inside `win` on the threads of `windows` (not the windows
+    themselves)."""
     cpu = of_kind(trace.events, CPU_OP)
     cpu = cpu[np.isin(thread_key(cpu), np.unique(thread_key(windows)))]
     cpu = cpu[iv.covers(win, cpu["ts"].to_numpy(np.int64)) & ~name_mask(cpu["name"], is_dataloader)]

@@ -116,10 +116,10 @@ class Companion:
         return True
 
     def join_loader(self, facts, min_share: float) -> bool:
-        """The stacks window's split of an in-process DataLoader's time (decoding, I/O, Python, tensor
-        ops: facts/loader.py `join_split`) onto a trace without stacks, before the rules read it: only
-        where the loader waits at least `min_share` of the step (`Config.companion_loader_share`).
-        True when joined."""
+        """The stacks window's split of an in-process DataLoader's time (decoding, I/O, Python,
+        tensor ops: facts/loader.py `join_split`) onto a trace without stacks, before the rules read
+        it: only where the loader waits at least `min_share` of the step
+        (`Config.companion_loader_share`). True when joined."""
         v = facts.values
         if (self.path is None or self.trace.has_stacks or not v.get("dataloader_single_process")
                 or float(v.get("dataloader_share") or 0.0) < min_share):

@@ -111,7 +111,8 @@ def worker_counts(c: Context) -> list:
 
 
 SAMPLE_WORK = ("the loader runs in the training process and what is slow in its Dataset is "
-               "{cause}: the fix {does}, a code change (num-workers' experiment tries worker processes)")
+               "{cause}: the fix {does}, a code change (num-workers' experiment tries worker "
+               "processes)")
 SAMPLE_FIX = {"decoding": "caches the decoded samples", "I/O": "caches the samples' bytes",
               "Python": "precomputes or vectorises that work"}  # else: batches that work
 

@@ -2,10 +2,11 @@
 issue 37): what its fix removes from the DataLoader's `__next__` spans, by the cause the python
 stacks show inside them (analysis/frame_work.py, the same split as the facts' `loader_cause`).
 
-- decoding: the decoded samples cached -- each sample is decoded once, so from the second epoch on
-  the decoding's own time inside `__next__` goes; the rest of the sample's work and the collate stay.
-- I/O: the raw bytes cached in memory (or a local copy read in larger pieces) -- the reads' own time
-  goes; decoding, Python and the collate stay.
+- decoding: the decoded samples cached -- each sample is decoded once, so from the second epoch
+  on the decoding's own time inside `__next__` goes; the rest of the sample's work and the
+  collate stay.
+- I/O: the raw bytes cached in memory (or a local copy read in larger pieces) -- the reads' own
+  time goes; decoding, Python and the collate stay.
 - per-sample tensor ops, Python: no forecast. Batching or vectorising replaces the work with other
   work whose cost (the batched ops' sizes, where they run, the vectorised code) the trace does not
   show.
@@ -42,8 +43,8 @@ CACHED = {DECODING: "the decoded samples cached: each sample decoded once, not e
 
 
 def _frames(x: Inputs, windows: iv.Intervals) -> tuple[pd.DataFrame, iv.Intervals]:
-    """The main thread's python frames (absolute ns, with their tree links) and torch ops' spans inside
-    the loader's windows."""
+    """The main thread's python frames (absolute ns, with their tree links) and torch ops' spans
+    inside the loader's windows."""
     main = x.main_ops
     if main.empty:
         return pd.DataFrame(), iv.EMPTY
@@ -58,7 +59,8 @@ def _frames(x: Inputs, windows: iv.Intervals) -> tuple[pd.DataFrame, iv.Interval
 
 
 def _forecastable(cause: int) -> None:
-    """NoForecast, with why, for the causes whose fix replaces work with work the trace does not show."""
+    """NoForecast, with why, for the causes whose fix replaces work with work the trace does not
+    show."""
     if cause == TENSOR:
         raise NoForecast(BATCHED_NOT_FORECAST)
     if cause == PY_CLASS:
@@ -69,15 +71,16 @@ def _forecastable(cause: int) -> None:
 
 def _assumptions(cause: int, removed: str, stays: str) -> dict:
     return {"fix": CACHED[cause], "removed": removed, "stays": stays,
-            "epochs": ("from the second epoch on: the first epoch still does the work once per sample, "
-                       "to fill the cache"),
+            "epochs": ("from the second epoch on: the first epoch still does the work once per "
+                       "sample, to fill the cache"),
             "memory": "the cached samples fit in memory (their size is not in the trace)",
-            "pessimistic": f"{KEEP['low']:.0%} of that time stays (the cache lookup, a copy of the sample)"}
+            "pessimistic": (f"{KEEP['low']:.0%} of that time stays (the cache lookup, a copy of "
+                            "the sample)")}
 
 
 def _from_window(x: Inputs, p: Plan, variant: str, windows: iv.Intervals) -> dict:
-    """A trace without stacks of its own (perfsleuth run's main window): the stacks window's share of the
-    cause (facts: `loader_cause_share`) comes off each `__next__` of the replayed steps."""
+    """A trace without stacks of its own (perfsleuth run's main window): the stacks window's share
+    of the cause (facts: `loader_cause_share`) comes off each `__next__` of the replayed steps."""
     label, share = str(x.loader_split["loader_cause"]), float(x.loader_split["loader_cause_share"])
     cause = next((k for k, c in enumerate(CLASSES) if c == label), TENSOR)
     _forecastable(cause)
@@ -86,10 +89,11 @@ def _from_window(x: Inputs, p: Plan, variant: str, windows: iv.Intervals) -> dic
     spans = iv.merge(s - x.tl.w0, s + cut - x.tl.w0)
     removed = remove_host(p, spans, keep=KEEP[variant])
     n = max(len(x.tl.steps), 1)
-    return _assumptions(cause, f"the {label} goes: {share:.0%} of the loader's time, as the stacks window "
-                               f"measured it inside __getitem__, from each __next__ of the replayed steps "
-                               f"({removed / n / 1000:.0f} µs per step)",
-                        "the rest of the loader's time (the sample's other work, the collate) stays as recorded")
+    removed_text = (f"the {label} goes: {share:.0%} of the loader's time, as the stacks window "
+                    f"measured it inside __getitem__, from each __next__ of the replayed steps "
+                    f"({removed / n / 1000:.0f} µs per step)")
+    return _assumptions(cause, removed_text, "the rest of the loader's time (the sample's other "
+                        "work, the collate) stays as recorded")
 
 
 @model("dataloader-in-process-work")
@@ -105,7 +109,8 @@ def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
     if (work is None or not work.work_ns) and x.loader_split:
         return _from_window(x, p, variant, windows)
     if work is None or not work.work_ns:
-        raise NoForecast(BATCHED_NOT_FORECAST if iv.total(ops) * 2 >= iv.total(windows) else NO_STACKS)
+        ops_fill = iv.total(ops) * 2 >= iv.total(windows)
+        raise NoForecast(BATCHED_NOT_FORECAST if ops_fill else NO_STACKS)
     cause = work.cause
     _forecastable(cause)
     spans = iv.intersect(work.spans[cause], windows)
@@ -115,8 +120,9 @@ def in_process_work(x: Inputs, p: Plan, variant: str) -> dict:
     loading = iv.total(windows)
     what = CLASSES[cause]
     stays = ", ".join(c for k, c in enumerate(CLASSES) if k != cause and work.class_ns[k] > 0)
-    return _assumptions(cause, f"the {what} measured inside the loader's __next__ goes: "
-                               f"{removed / n / 1000:.0f} µs per step, {iv.total(spans) / loading:.0%} of "
-                               "the loader's time in the replayed steps",
-                        f"the rest of each sample's work ({stays or 'none'}) and the DataLoader's own "
-                        "work (fetch, collate) stay as recorded")
+    share = iv.total(spans) / loading
+    removed_text = (f"the {what} measured inside the loader's __next__ goes: "
+                    f"{removed / n / 1000:.0f} µs per step, {share:.0%} of the loader's time "
+                    "in the replayed steps")
+    return _assumptions(cause, removed_text, f"the rest of each sample's work ({stays or 'none'}) "
+                        "and the DataLoader's own work (fetch, collate) stay as recorded")
