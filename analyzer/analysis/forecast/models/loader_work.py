@@ -21,7 +21,8 @@ from ....trace.model import CPU_OP, PYTHON
 from ....trace.names import is_dataloader, name_mask
 from ....trace.selection import of_kind
 from ... import intervals as iv
-from ...frame_work import CLASSES, DECODING, IO, PYTHON as PY_CLASS, TENSOR, WAITING, loader_work
+from ...frame_work import CLASSES, DECODING, IO, TENSOR, WAITING, loader_work
+from ...frame_work import PYTHON as PY_CLASS
 from ..plan import Plan, remove_host
 from ..registry import Inputs, NoForecast, model
 from ..timeline import LOADER
