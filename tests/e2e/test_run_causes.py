@@ -126,9 +126,8 @@ def test_decoding_dataset_names_decoding_with_a_caching_forecast(tmp_path):
     assert found["num-workers"]["message"].startswith(f"The training loop waits {waits.group(1)} per step")
     # ordered by their numbers
     rank = [x["rule"] for x in report["findings"]]
-    first = "dataloader-slow" if fc["saving_us"] >= (found["num-workers"]["forecast"].get("saving_us") or 0) \
-        else "num-workers"
-    assert rank.index(first) < rank.index({"dataloader-slow": "num-workers"}.get(first, "dataloader-slow"))
+    other = found["num-workers"]["forecast"].get("saving_us") or 0.0
+    assert (rank.index("dataloader-slow") < rank.index("num-workers")) == (fc["saving_us"] >= other)
     assert "dataloader-slow" in out
     cached, _ = run(tmp_path, "decode_dataset.py", "--cached")
     assert "dataloader-slow" not in by_rule(cached)

@@ -1,6 +1,7 @@
-"""dataloader-slow on a loader in the training process (issue 37: the loader's real cause): what fills
-the Dataset's time, from the python stacks -- decoding, I/O, Python or per-sample tensor ops -- its
-fix, and for decoding and I/O a forecast of caching them (analysis/forecast/models/loader_work.py)."""
+"""dataloader-slow on a loader in the training process (issue 37: the loader's real cause): what
+fills the Dataset's time, from the python stacks -- decoding, I/O, Python or per-sample tensor ops
+-- its fix, and for decoding and I/O a forecast of caching them
+(analysis/forecast/models/loader_work.py)."""
 
 import pytest
 from tracebuilder_rules import SINGLE_LOADER, RuleTraceBuilder, analyze, fired, run_metadata
@@ -9,13 +10,13 @@ ITEM = 700  # µs per __getitem__; 8 per batch, one batch per 10 ms step
 
 
 def cause_trace(cause: str, device: bool = False) -> RuleTraceBuilder:
-    """Three 10 ms steps: the loader's __next__ takes 6 ms; inside it torch's fetch calls the Dataset's
-    `__getitem__` (data.py:20) 8 times, 700 µs each, then the default collate stacks (150 µs, its
-    built-in stack holding a 140 µs aten::stack: the DataLoader's own work, once per batch, not the
-    Dataset's); 3.8 ms of compute follow. Inside each __getitem__,
-    by `cause`: 500 µs of PIL decoding (a decoder built-in of 450 µs in it), of a file read, of a
-    Python helper, or of sleeping; or (tensor) a Tensor.flip call of 100 µs and two torch ops of
-    150 µs run from __getitem__'s own lines (no frame of their own)."""
+    """Three 10 ms steps: the loader's __next__ takes 6 ms; inside it torch's fetch calls the
+    Dataset's `__getitem__` (data.py:20) 8 times, 700 µs each, then the default collate stacks (150
+    µs, its built-in stack holding a 140 µs aten::stack: the DataLoader's own work, once per batch,
+    not the Dataset's); 3.8 ms of compute follow. Inside each __getitem__, by `cause`: 500 µs of PIL
+    decoding (a decoder built-in of 450 µs in it), of a file read, of a Python helper, or of
+    sleeping; or (tensor) a Tensor.flip call of 100 µs and two torch ops of 150 µs run from
+    __getitem__'s own lines (no frame of their own)."""
     tb = RuleTraceBuilder(device=device, rank=None)
     for s in range(3):
         t0 = s * 10_000
@@ -62,9 +63,10 @@ HEAD = ("The training loop waits 6.00 ms per step (60.0% of step time) for the D
 
 @pytest.mark.parametrize("cause, said", [("decoding", "decoding"), ("I/O", "I/O")])
 def test_decoding_or_io_is_named_with_its_line_and_a_caching_forecast(tmp_path, cause, said):
-    """Each __getitem__'s 500 µs of decoding (or reading): 4000 of the loader's 6000 µs per step. The
-    Dataset's work: 8 x 700 µs, 5600 µs (the collate's stack is not the Dataset's); the rest of the
-    __getitem__ is its own Python (8 x 200 µs). Caching removes the 4000 µs: 10 ms -> 6 ms, 1.667x."""
+    """Each __getitem__'s 500 µs of decoding (or reading): 4000 of the loader's 6000 µs per step.
+    The Dataset's work: 8 x 700 µs, 5600 µs (the collate's stack is not the Dataset's); the rest of
+    the __getitem__ is its own Python (8 x 200 µs). Caching removes the 4000 µs: 10 ms -> 6 ms,
+    1.667x."""
     report, facts = analyze(cause_trace(cause), tmp_path)
     assert _facts(facts) == (5600.0, 0.9333, cause, 4000.0, 0.6667)
     both = fired(report)
@@ -120,9 +122,9 @@ def test_python_is_named_and_not_forecast(tmp_path):
 
 
 def test_tensor_ops_run_from_python_lines_count_as_tensor_ops(tmp_path):
-    """Per __getitem__: the flip call 100 µs, and 300 µs of torch ops run from its own lines, which the
-    stacks alone would call Python: 8 x 400 = 3200 µs per step, 53.3%. The loader's torch ops, the
-    collate's stack among them, are 25 per step."""
+    """Per __getitem__: the flip call 100 µs, and 300 µs of torch ops run from its own lines, which
+    the stacks alone would call Python: 8 x 400 = 3200 µs per step, 53.3%. The loader's torch ops,
+    the collate's stack among them, are 25 per step."""
     report, facts = analyze(cause_trace("tensor"), tmp_path)
     assert _facts(facts) == (5600.0, 0.9333, "per-sample tensor ops", 3200.0, 0.5333)
     assert (facts["loader_ops_per_step"], facts["loader_ops_per_sample"]) == (25.0, 3.125)
@@ -153,11 +155,11 @@ def test_a_sleeping_dataset_is_left_to_num_workers(tmp_path):
 
 
 def test_a_run_without_stacks_takes_the_split_from_its_stacks_window(tmp_path):
-    """`perfsleuth run`'s main trace has no stacks; its stacks window (the decoding trace above, its loader
-    6000 µs per step) says decoding fills 66.67% of the loader's time. The main trace's loader takes 4500
-    µs of its 10 ms steps: the cause is 4500 x 0.6667 = 3000.15 µs per step (one loader time: the main
-    trace's); the site's share is of the window's loader (5600 of 6000 µs). The forecast takes 66.67% off
-    each __next__ of the replayed steps: 10 ms -> 7 ms, 1.43x."""
+    """`perfsleuth run`'s main trace has no stacks; its stacks window (the decoding trace above, its
+    loader 6000 µs per step) says decoding fills 66.67% of the loader's time. The main trace's
+    loader takes 4500 µs of its 10 ms steps: the cause is 4500 x 0.6667 = 3000.15 µs per step (one
+    loader time: the main trace's); the site's share is of the window's loader (5600 of 6000 µs).
+    The forecast takes 66.67% off each __next__ of the replayed steps: 10 ms -> 7 ms, 1.43x."""
     cause_trace("decoding").write(tmp_path / "t.stacks.pt.trace.json.gz")
     tb = RuleTraceBuilder(device=False, rank=None)
     for s in range(3):
@@ -185,9 +187,9 @@ def test_a_run_without_stacks_takes_the_split_from_its_stacks_window(tmp_path):
 
 def test_the_datasets_work_is_what_its_code_runs_torchs_included():
     """One __next__ window [0, 1000) ns: the profiler's hook (torch, 10) and the collate's own stack
-    (a built-in under fetch, 40) are not the Dataset's; __getitem__ (900) is, and so is torch's pad it
-    calls (200, of which its built-in constant_pad_nd 100 is tensor ops, the rest Python by its caller)
-    and an aten::add run from __getitem__'s own line (100: tensor ops, not Python)."""
+    (a built-in under fetch, 40) are not the Dataset's; __getitem__ (900) is, and so is torch's pad
+    it calls (200, of which its built-in constant_pad_nd 100 is tensor ops, the rest Python by its
+    caller) and an aten::add run from __getitem__'s own line (100: tensor ops, not Python)."""
     import numpy as np
     import pandas as pd
     from perfsleuth.analysis import intervals as iv
