@@ -112,11 +112,12 @@ def test_decoding_dataset_names_decoding_with_a_caching_forecast(tmp_path):
     ev = f["evidence"]
     assert ev["loader_cause"] == "decoding" and ev["loader_cause_share"] >= 0.5, ev
     assert f["ceiling"]["saving_us"] == ev["loader_cause_us_per_step"]
-    assert f["locations"][0]["function"] == "__getitem__" and f["locations"][0]["line"] == 64
+    line = (SCRIPTS / "decode_dataset.py").read_text().split("\n").index("    def __getitem__(self, i):") + 1
+    assert f["locations"][0]["function"] == "__getitem__" and f["locations"][0]["line"] == line
     waits = re.match(r"The training loop waits (\S+ \S+) per step", f["message"])
     assert waits, f["message"]
     assert f"of the loader's time is decoding in `PngDataset.__getitem__`" in f["message"]
-    assert "It comes from `__getitem__` (`" in f["message"] and "decode_dataset.py:64`)" in f["message"]
+    assert "It comes from `__getitem__` (`" in f["message"] and f"decode_dataset.py:{line}`)" in f["message"]
     fc = f["forecast"]
     assert (fc["kind"], fc["model"]) == ("forecast", "dataloader-sample-work"), fc
     assert fc["speedup"] > 1.2 and fc["assumptions"]["fix"].startswith("the decoded samples cached")
