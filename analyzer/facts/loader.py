@@ -2,7 +2,9 @@
 `__getitem__` and its collate run there, so the trace holds their torch ops inside `__next__`
 (issue 37: the loader's real cause). The share of the loader's time those ops fill says what is
 slow: per-sample tensor ops (batch them, move them to the device), or Python, decoding or I/O
-outside any torch op (cache, pre-decode)."""
+outside any torch op (cache, pre-decode). With python stacks (this trace's, or `perfsleuth run`'s
+stacks window: `join_split`), the Dataset's own work is split by class (analysis/frame_work.py):
+`loader_cause` names the class that fills most of it, with its share of the loader's time."""
 
 from __future__ import annotations
 
