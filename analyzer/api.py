@@ -107,6 +107,7 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     loaded = (memory.trace, memory.steps) if memory.trace is not report.trace else None
     companion = Companion(report.trace, config.companion_free_bytes, loaded)
     companion.join_dtypes(facts)  # only where a rule's condition reads them (GEMM time on a GPU)
+    companion.join_loader(facts, config.companion_loader_share)  # what fills an in-process loader
     forecasts = Forecasts(lambda: make_forecaster(facts.context, config.cpus, facts.values),
                           float(facts.values["step_us"]), facts)
     report.findings = evaluate(rules, facts, forecasts)

@@ -69,6 +69,10 @@ class Config:
     # lines, and only when it is no larger on disk than the main trace or than this (a small run's companion,
     # with Python stacks, is often many times its main trace and still loads in well under a second).
     companion_free_bytes: int = 4 << 20
+    # ... and for what fills an in-process DataLoader (dataloader-slow's cause, facts/loader.py)
+    # when the loader waits at least this share of the step (num-workers' min_share: it loads
+    # the lines then anyway)
+    companion_loader_share: float = 0.05
     # Compute efficiency (docs/efficiency.md): the device's peak when the user gives it -- one TFLOP/s
     # figure for every precision (`--peak-tflops`), and/or a TraceLens arch JSON (`--peak-arch`,
     # already read: a dict). None: the datasheet table for a known GPU, the peak `perfsleuth run`

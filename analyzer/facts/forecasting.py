@@ -50,4 +50,6 @@ def make_forecaster(ctx: Context, cpus: Optional[float] = None, values: Optional
         f.inputs.compute_capability = float(values.get("device_compute_capability") or 0.0) or None
         busy = values.get("machine_busy")
         f.inputs.machine_busy = str(values.get("machine_busy_reason") or "") if busy else ""
+        if values.get("loader_cause_source") == "the stacks window":  # no stacks of its own
+            f.inputs.loader_split = {k: values[k] for k in ("loader_cause", "loader_cause_share")}
     return f

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..trace.model import PYTHON, Trace
-from ..trace.names import name_mask
+from ..trace.model import CPU_OP, PYTHON, Trace
+from ..trace.names import is_dataloader, name_mask
 from ..trace.selection import derived, of_kind
 from .common import last_started, thread_key
 from .inside import inside_of
@@ -243,10 +243,20 @@ def sites_under(trace: Trace, windows: pd.DataFrame, n_steps: int) -> list:
                        "ns": py["dur"].to_numpy(np.float64)[top]})
     agg = df.groupby("name").sum().sort_values("ns", ascending=False)
     rows = location_rows(agg, n_steps, startup_names(trace))
-    said = inside_of(py, parent_row, top, inside)  # what fills each frame's time (issue 37)
+    ops = _ops_in(trace, windows, win)
+    said = inside_of(py, parent_row, top, inside, ops)  # what fills each frame's time (issue 37)
     for row, name in zip(rows, agg.index[:len(rows)]):
         row["inside"] = said.get(name, "")
     return rows
+
+
+def _ops_in(trace: Trace, windows: pd.DataFrame, win: iv.Intervals) -> iv.Intervals:
+    """The torch ops' spans inside `win` on the threads of `windows` (not the windows
+    themselves)."""
+    cpu = of_kind(trace.events, CPU_OP)
+    cpu = cpu[np.isin(thread_key(cpu), np.unique(thread_key(windows)))]
+    cpu = cpu[iv.covers(win, cpu["ts"].to_numpy(np.int64)) & ~name_mask(cpu["name"], is_dataloader)]
+    return iv.intersect(iv.merge(cpu["ts"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64)), win)
 
 
 def optimizer_sites(trace: Trace, windows: pd.DataFrame, n_steps: int, calls: bool = False) -> list:

@@ -25,6 +25,7 @@ from ..analysis.steps import find_steps
 from ..errors import TraceError
 from ..trace.companion import companion_of
 from ..trace.model import Trace, load_trace
+from .loader import join_split
 
 log = logging.getLogger(__name__)
 DTYPE_FRACTIONS = ("gemm_fp32_share", "gemm_tf32_share", "gemm_reduced_share", "gemm_dtype_from_inputs")
@@ -113,6 +114,18 @@ class Companion:
             return False
         _join_dtypes(facts, theirs)
         return True
+
+    def join_loader(self, facts, min_share: float) -> bool:
+        """The stacks window's split of an in-process DataLoader's time (decoding, I/O, Python,
+        tensor ops: facts/loader.py `join_split`) onto a trace without stacks, before the rules read
+        it: only where the loader waits at least `min_share` of the step
+        (`Config.companion_loader_share`). True when joined."""
+        v = facts.values
+        if (self.path is None or self.trace.has_stacks or not v.get("dataloader_single_process")
+                or float(v.get("dataloader_share") or 0.0) < min_share):
+            return False
+        theirs = self.facts()
+        return theirs is not None and join_split(v, theirs.values)
 
     def join_lines(self, facts) -> bool:
         """Fill `facts`' empty location tables from the companion (`has_stacks` then says that source lines are

@@ -110,15 +110,18 @@ def worker_counts(c: Context) -> list:
     return [n for i, n in enumerate(counts) if n not in counts[:i]]
 
 
-SAMPLE_WORK = ("the loader runs in the training process and its per-sample tensor ops are what is "
-               "slow: the fix batches that work, a code change (num-workers' experiment tries "
-               "worker processes)")
+SAMPLE_WORK = ("the loader runs in the training process and what is slow in its Dataset is "
+               "{cause}: the fix {does}, a code change (num-workers' experiment tries worker "
+               "processes)")
+SAMPLE_FIX = {"decoding": "caches the decoded samples", "I/O": "caches the samples' bytes",
+              "Python": "precomputes or vectorises that work"}  # else: batches that work
 
 
 def _workers(c: Context) -> Union[list, str]:
     now = _workers_now(c)
     if now == 0 and c.finding.get("rule") == "dataloader-slow":  # its single-process branch
-        return SAMPLE_WORK
+        cause = (c.finding.get("evidence") or {}).get("loader_cause") or "per-sample tensor ops"
+        return SAMPLE_WORK.format(cause=cause, does=SAMPLE_FIX.get(cause, "batches that work"))
     counts = [n for n in worker_counts(c) if n != now]
     return [{"num_workers": n} for n in counts] or f"num_workers={now} is already the count that fits the cores"
 

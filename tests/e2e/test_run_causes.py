@@ -93,5 +93,42 @@ def test_python_dataset_script_points_at_getitem(tmp_path):
     assert "The loading time is spent in `__getitem__` (`toy.py:55`" in f["message"]
     # what fills it (issue 37): the Dataset hashes tokens in pure Python, so Python leads
     assert re.search(r"of the loader's time; inside it: Python \d+%", f["message"]), f["message"]
+    # and dataloader-slow names that Python as the cause, with no forecast (issue 37)
+    slow = by_rule(report)["dataloader-slow"]
+    assert slow["evidence"]["loader_cause"] == "Python" and slow["forecast"]["kind"] == "none"
+    assert "of the loader's time is the Dataset's own Python in `PythonHeavyDataset.__getitem__`" in slow["message"]
     assert "at toy.py:55 in __getitem__ (first line of the function)" in out
     assert report["degree"] == "high" and report["verdict_text"].startswith("dataloader-bound: ")
+
+
+def test_decoding_dataset_names_decoding_with_a_caching_forecast(tmp_path):
+    """num_workers=0 and a Dataset that decodes a PNG held in memory in every __getitem__ (issue 37: the
+    loader's real cause): dataloader-slow says decoding, at PngDataset.__getitem__, with the split from the
+    stacks window and a forecast of caching the decoded samples; num-workers, on the same loader, says the
+    same loader time. Decoded once (--cached), the loader no longer fills the step."""
+    report, out = run(tmp_path, "decode_dataset.py")
+    found = by_rule(report)
+    f = found["dataloader-slow"]
+    ev = f["evidence"]
+    assert ev["loader_cause"] == "decoding" and ev["loader_cause_share"] >= 0.5, ev
+    assert f["ceiling"]["saving_us"] == ev["loader_cause_us_per_step"]
+    line = (SCRIPTS / "decode_dataset.py").read_text().split("\n").index("    def __getitem__(self, i):") + 1
+    assert f["locations"][0]["function"] == "__getitem__" and f["locations"][0]["line"] == line
+    waits = re.match(r"The training loop waits (\S+ \S+) per step", f["message"])
+    assert waits, f["message"]
+    assert f"of the loader's time is decoding in `PngDataset.__getitem__`" in f["message"]
+    assert "It comes from `__getitem__` (`" in f["message"] and f"decode_dataset.py:{line}`)" in f["message"]
+    fc = f["forecast"]
+    assert (fc["kind"], fc["model"]) == ("forecast", "dataloader-sample-work"), fc
+    assert fc["speedup"] > 1.2 and fc["assumptions"]["fix"].startswith("the decoded samples cached")
+    assert "as the stacks window measured it" in fc["assumptions"]["removed"]
+    assert "GPU" not in f["message"] + f["fix"] and "self.decoded[i]" in f["fix"]
+    # one loader time: num-workers says the same one
+    assert found["num-workers"]["message"].startswith(f"The training loop waits {waits.group(1)} per step")
+    # ordered by their numbers
+    rank = [x["rule"] for x in report["findings"]]
+    other = found["num-workers"]["forecast"].get("saving_us") or 0.0
+    assert (rank.index("dataloader-slow") < rank.index("num-workers")) == (fc["saving_us"] >= other)
+    assert "dataloader-slow" in out
+    cached, _ = run(tmp_path, "decode_dataset.py", "--cached")
+    assert "dataloader-slow" not in by_rule(cached)

@@ -112,14 +112,17 @@ def test_dataloader_slow_names_per_sample_tensor_ops_in_a_single_process_loader(
         "The training loop waits 6.00 ms per step (60.0% of step time) for the DataLoader, which runs in the training "
         "process (num_workers=0).\n66.7% of the loader's time is per-sample tensor ops: 40 torch ops per step, 5 per "
         "sample, run one sample at a time in `MyDataset.__getitem__`.\nRecord with `with_stack=True` to see which "
-        "Dataset line they come from.")
+        "Dataset line it comes from and what fills it.")
     assert f["ceiling"]["saving_us"] == 4000.0  # the loader's ops: what batching them acts on
     assert f["forecast"]["kind"] == "none" and f["forecast"]["model"] == "dataloader-sample-work"
     assert f["forecast"]["reason"].startswith("the per-sample work done once per batch instead")
     assert (f["severity"], f["severity_from"]) == ("medium", "rule")  # the rule says high (60%), capped: no number
     assert "return self.data[i], self.labels[i]" in f["fix"] and "on the GPU" not in f["fix"]
     assert "num_workers=" not in f["fix"]  # no worker advice: that is num-workers' fix
-    assert f["evidence"]["loader_cost"] == "per-sample tensor ops" and f["evidence"]["loader_ops_per_sample"] == 5.0
+    assert f["evidence"]["loader_cause"] == "per-sample tensor ops" and f["evidence"]["loader_ops_per_sample"] == 5.0
+    # without stacks the torch ops are the work that can be seen: the cause is theirs, its share theirs
+    assert (facts["loader_work_us_per_step"], facts["loader_cause_us_per_step"], facts["loader_cause_share"]) == (
+        4000.0, 4000.0, 0.6667)
 
 
 def test_a_single_process_loader_that_is_not_tensor_ops_is_num_workers_alone(tmp_path):

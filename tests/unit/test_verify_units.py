@@ -472,9 +472,15 @@ def test_a_single_process_dataloader_slow_is_not_measured_with_workers():
     assert [(e["variant"], e["rules"]) for e in experiments] == [
         ("num_workers=2", ["num-workers"]), ("num_workers=1", ["num-workers"]), ("num_workers=3", ["num-workers"])]
     reasons = {(x["rule"], x["reason"]) for x in not_tried}
-    assert ("dataloader-slow", "num_workers: the loader runs in the training process and its per-sample tensor ops "
-            "are what is slow: the fix batches that work, a code change (num-workers' experiment tries worker "
-            "processes)") in reasons
+    assert ("dataloader-slow", "num_workers: the loader runs in the training process and what is slow in its "
+            "Dataset is per-sample tensor ops: the fix batches that work, a code change (num-workers' experiment tries "
+            "worker processes)") in reasons
+    # the cause the finding names (issue 37): decoding is cached, not batched
+    decoding = {"rule": "dataloader-slow", "evidence": {"loader_cause": "decoding"}}
+    _, not_tried = plan([num_workers_finding(2), decoding], ctx)
+    assert ("dataloader-slow", "num_workers: the loader runs in the training process and what is slow in its "
+            "Dataset is decoding: the fix caches the decoded samples, a code change (num-workers' experiment tries worker "
+            "processes)") in {(x["rule"], x["reason"]) for x in not_tried}
     assert ("dataloader-slow", "persistent_workers: no DataLoader with worker processes") in reasons
     # with workers, dataloader-slow's experiments are as before
     ctx = Context(gpu=False, loaders=[{"num_workers": 1, "prefetch_factor": 2}], cores=4.0, free_cores=4.0)

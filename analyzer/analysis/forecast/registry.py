@@ -37,6 +37,9 @@ class Inputs:
     params: dict = field(default_factory=dict)  # settings of the fix, e.g. {"workers": 1} (defaults: the rule's)
     compute_capability: Optional[float] = None  # the device's, inferred where the trace lists none
     machine_busy: str = ""  # why the run found the machine busy (machine_busy_reason); '' if not
+    # an in-process loader's cause and its share of the loader's time, from the stacks window,
+    # when the trace has no python stacks of its own (facts/loader.py join_split); else None
+    loader_split: Optional[dict] = None
     _cache: dict = field(default_factory=dict)
 
     def cached(self, key, make):

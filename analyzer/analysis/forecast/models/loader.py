@@ -20,6 +20,7 @@ from dataclasses import fields
 from typing import Optional
 
 from ..registry import Inputs, NoForecast, model
+from .loader_work import in_process_work
 from ...machine import Machine
 from ..timeline import LOADER
 from ..plan import Plan, Workers, act_host, step_ns
@@ -307,18 +308,14 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
 
 # replayed after the other fixes (forecaster.py)
 LOADER_MODELS = ("dataloader-workers", "dataloader-sample-work")
-BATCHED_NOT_FORECAST = ("the per-sample work done once per batch instead: what the batched ops "
-                        "cost depends on their tensors' sizes and on where they run, which the "
-                        "trace does not show")
 
 
 @model("dataloader-sample-work")
 def dataloader_sample_work(x: Inputs, p: Plan, variant: str) -> dict:
     """`dataloader-slow`'s fix: with worker processes, more of them and deeper prefetching (the
-    workers model); with the loader in the training process (its per-sample tensor ops fill its
-    time, issue 37), the work batched or moved to the device, which no model here forecasts
-    (NoForecast with why)."""
+    workers model); with the loader in the training process (issue 37), its Dataset's work made
+    cheaper by its cause (loader_work.py)."""
     loaders = np.flatnonzero(x.tl.kind == LOADER)
     if loaders.size and not any("_MultiProcessing" in str(n) for n in x.tl.name[loaders]):
-        raise NoForecast(BATCHED_NOT_FORECAST)
+        return in_process_work(x, p, variant)
     return dataloader_workers(x, p, variant)
