@@ -187,7 +187,11 @@ def choose(p, findings: list, args: list, forced: str = None) -> tuple:
         f = next((f for f in findings if f.get("rule") == rule), None)
         setting = _forced(rule, text, f)
         return rule, f, setting, p.fixes[rule](setting, args), notes
-    usable = [f for f in findings if f.get("rule") in p.fixes]
+    # dataloader-slow's fix is the workers' only with worker processes already (its forecast is then the
+    # workers model's, with a `workers` assumption); in the training process it is a code change (cache, batch: issue 37 item 2)
+    usable = [f for f in findings if f.get("rule") in p.fixes
+              and (f.get("rule") != "dataloader-slow"
+                   or "workers" in ((f.get("forecast") or {}).get("assumptions") or {}))]
     usable.sort(key=lambda f: not isinstance(f.get("verified"), dict))  # stable: perfsleuth's order otherwise
     for f in usable:
         try:

@@ -145,9 +145,16 @@ def forecast_right(forecast: float, measured: float) -> bool:
     return RIGHT[0] <= forecast / measured <= RIGHT[1]
 
 
+# A rule's record counts the runs made after its forecast model last changed (`recorded`, "YYYY-MM-DD HH:MM"):
+# the checks before judge a model that is gone. Issue 37 item 4: fewer-threads gives no number; the worker model
+# counts the process's other threads and gives no number where torch's threads and the workers crowd the cores.
+MODEL_CHANGED = {"cpu-threads": "2026-12-02 11:00", "num-workers": "2026-12-02 11:00"}
+
+
 def rule_record(docs: list) -> dict:
     """{rule: {"checked", "right", "missed": [program, ...]}}: every finding of every (non-smoke) run whose forecast
-    and `--verify` measurement are both numbers, judged by `forecast_right`. analyzer/engine/unseen_record.py holds
+    and `--verify` measurement are both numbers, judged by `forecast_right`, from the runs after the rule's model
+    last changed (MODEL_CHANGED). analyzer/engine/unseen_record.py holds
     it for the committed results (tests/e2e/test_unseen_bench.py checks that it does)."""
     record: dict = {}
     for doc in docs:
@@ -155,6 +162,8 @@ def rule_record(docs: list) -> dict:
             continue
         for row in doc.get("rows") or []:
             for f in row.get("findings") or []:
+                if str(doc.get("recorded") or "") < MODEL_CHANGED.get(f["rule"], ""):
+                    continue
                 fc, v = f.get("forecast") or {}, f.get("verified") or {}
                 if fc.get("kind", "forecast") != "forecast" or not fc.get("speedup") or not v.get("speedup"):
                     continue
