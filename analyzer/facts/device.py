@@ -109,33 +109,16 @@ def _map_categories(col: pd.Series, fn) -> np.ndarray:
 
 
 def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops`.
-    A kernel's op follows from its correlation id alone, so each id is linked once per context: the
-    GEMM facts, the forecasts' dtypes and the top kernels' launches (report/launches.py) ask for
-    overlapping kernels, and `ops` (a copy of the cpu ops) is made once."""
+    """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops` (a
+    copy of the cpu ops with a fresh index, made once per context: the GEMM facts, the forecasts'
+    dtypes and the top kernels' launches (report/launches.py) each ask; do not modify it)."""
     ev = ctx.trace.events
+    rt = of_kind(ev, RUNTIME)
+    row = by_id(ev, (RUNTIME,), "corr").find(kernels["corr"].to_numpy())  # the kernel's first runtime call
     ops = ctx.cached(("launching ops",), lambda: of_kind(ev, CPU_OP).reset_index(drop=True))
+    found = row >= 0
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops
-    corr = kernels["corr"].to_numpy(np.int64)
-    known = ctx.cached(("launching op of corr",), lambda: {"corr": np.zeros(0, np.int64),
-                                                           "op": np.zeros(0, np.int64)})
-    new = np.setdiff1d(corr, known["corr"])  # sorted, unique
-    if new.size:
-        both = np.concatenate([known["corr"], new])
-        order = np.argsort(both, kind="stable")
-        known["corr"] = both[order]
-        known["op"] = np.concatenate([known["op"], _link(ev, ops, new)])[order]
-    return pd.DataFrame({"op": known["op"][np.searchsorted(known["corr"], corr)]}), ops
-
-
-def _link(ev: pd.DataFrame, ops: pd.DataFrame, corr: np.ndarray) -> np.ndarray:
-    """The launching op (positional index in `ops`, -1 if unknown) of a kernel with each correlation
-    id: the op with its first runtime call's External id that encloses the call, else the innermost
-    op enclosing the call on its thread."""
-    rt = of_kind(ev, RUNTIME)
-    row = by_id(ev, (RUNTIME,), "corr").find(corr)  # the kernel's first runtime call
-    found = row >= 0
     calls = pd.DataFrame({c: rt[c].to_numpy(np.int64)[row[found]] for c in ("ts", "pid", "tid", "ext")})
     idx = by_id(ev, (CPU_OP,), "ext").find(calls["ext"].to_numpy())  # the first op with the call's External id
     c = np.clip(idx, 0, None)
@@ -145,9 +128,9 @@ def _link(ev: pd.DataFrame, ops: pd.DataFrame, corr: np.ndarray) -> np.ndarray:
     miss = idx < 0
     if miss.any():
         idx[miss] = innermost_enclosing(calls[miss], ops)
-    out = np.full(len(corr), -1, dtype=np.int64)
+    out = np.full(len(kernels), -1, dtype=np.int64)
     out[found] = idx
-    return out
+    return pd.DataFrame({"op": out}), ops
 
 
 def gemm_dtypes(ctx: Context, gemm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
