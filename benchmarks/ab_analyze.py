@@ -1,7 +1,7 @@
 """Two installs of perfsleuth, one trace: `perfsleuth analyze` timed in interleaved pairs (A, B, A, B, ...).
 
     python benchmarks/ab_analyze.py --a BEFORE/.venv/bin/perfsleuth --b AFTER/.venv/bin/perfsleuth \\
-        --trace WORKDIR/v100_df_index_resolver.x10.json [--pairs 4] [--out-dir /tmp/ab] [-- EXTRA ARGS]
+        --trace WORKDIR/v100_df_index_resolver.x10.json [--pairs 4] [--out-dir DIR] [-- EXTRA ARGS]
 
 Each run is a fresh `A analyze TRACE --json OUT --force` (plus EXTRA ARGS, e.g. `-j 2`), its output
 thrown away. Per run: CPU time of the command and everything it started (its decoding workers: user +
@@ -22,6 +22,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,13 +75,13 @@ def main() -> int:
     ap.add_argument("--b", required=True, help="perfsleuth executable of the install measured against it")
     ap.add_argument("--trace", required=True)
     ap.add_argument("--pairs", type=int, default=4)
-    ap.add_argument("--out-dir", default="/tmp/perfsleuth_ab", help="where the two report.json files go")
+    ap.add_argument("--out-dir", help="where the two report.json files go [default: a new temporary folder]")
     ap.add_argument("--compare-reports", action=argparse.BooleanOptionalAction, default=True,
                     help="compare the two report.json files (off when A and B are versions whose reports "
                          "are expected to differ, e.g. before and after a new section)")
     ap.add_argument("extra", nargs="*", help="extra arguments for `analyze` (after --)")
     args = ap.parse_args()
-    out = Path(args.out_dir)
+    out = Path(args.out_dir or tempfile.mkdtemp(prefix="perfsleuth_ab_"))
     out.mkdir(parents=True, exist_ok=True)
     exe = {"A": args.a, "B": args.b}
     runs: dict = {"A": [], "B": []}
