@@ -3,8 +3,9 @@
     python benchmarks/ab_analyze.py --a BEFORE/.venv/bin/perfsleuth --b AFTER/.venv/bin/perfsleuth \\
         --trace WORKDIR/v100_df_index_resolver.x10.json [--pairs 4] [--out-dir DIR] [-- EXTRA ARGS]
 
-Each run is a fresh `A analyze TRACE --json OUT --force` (plus EXTRA ARGS, e.g. `-j 2`), its output
-thrown away. Per run: CPU time of the command and everything it started (its decoding workers: user +
+Each run is a fresh `A analyze TRACE --json OUT --force` (plus EXTRA ARGS, e.g. `-j 2`; with
+--terminal-only `A analyze TRACE`, the command benchmarks/bench.py times), its terminal output thrown
+away. Per run: CPU time of the command and everything it started (its decoding workers: user +
 sys from getrusage(RUSAGE_CHILDREN) before and after), wall time, and the 1-minute load average from
 /proc/loadavg just before it. The order inside a pair alternates (A B, then B A, ...) so neither
 install always runs first. Printed: one line per run, then the medians of A and B and each pair's
@@ -29,11 +30,12 @@ from pathlib import Path
 TIMING = frozenset({"elapsed_s", "analysis_s", "wall_s"})  # as benchmarks/report_equality.py
 
 
-def run_once(exe: str, trace: str, out: Path, extra: list) -> dict:
+def run_once(exe: str, trace: str, out: Path, extra: list, json_out: bool = True) -> dict:
     load = float(Path("/proc/loadavg").read_text().split()[0])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([exe, "analyze", trace, "--json", str(out), "--force", *extra],
+    files = ["--json", str(out), "--force"] if json_out else []
+    proc = subprocess.run([exe, "analyze", trace, *files, *extra],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -79,6 +81,9 @@ def main() -> int:
     ap.add_argument("--compare-reports", action=argparse.BooleanOptionalAction, default=True,
                     help="compare the two report.json files (off when A and B are versions whose reports "
                          "are expected to differ, e.g. before and after a new section)")
+    ap.add_argument("--terminal-only", action="store_true",
+                    help="no --json: the terminal report alone, as benchmarks/bench.py times it (no reports "
+                         "to compare)")
     ap.add_argument("extra", nargs="*", help="extra arguments for `analyze` (after --)")
     args = ap.parse_args()
     out = Path(args.out_dir or tempfile.mkdtemp(prefix="perfsleuth_ab_"))
@@ -87,7 +92,7 @@ def main() -> int:
     runs: dict = {"A": [], "B": []}
     for i in range(args.pairs):
         for which in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            r = run_once(exe[which], args.trace, out / f"{which}.json", args.extra)
+            r = run_once(exe[which], args.trace, out / f"{which}.json", args.extra, not args.terminal_only)
             runs[which].append(r)
             print(f"pair {i + 1} {which}: cpu {r['cpu']:.2f} s  wall {r['wall']:.2f} s  load {r['load']:.2f}",
                   flush=True)
@@ -100,7 +105,7 @@ def main() -> int:
               + ", ".join(f"{x:.3f}" for x in ratios))
     loads = [r["load"] for w in runs.values() for r in w]
     print(f"load average (1 min) before the runs: {min(loads):.2f}-{max(loads):.2f}")
-    if not args.compare_reports:
+    if not args.compare_reports or args.terminal_only:
         return 0
     diffs = first_differences(clean(json.loads((out / "A.json").read_text())),
                               clean(json.loads((out / "B.json").read_text())))
