@@ -103,8 +103,9 @@ def shape_signatures(dims: list, concrete: list) -> list:
 def _shape_codes(dims: list, concrete: list, ops: list, kept: list, every: bool) -> tuple:
     """(codes, categories) of the ops' shape signatures ("" for every other event). A chunk recorded
     without record_shapes (every value JSON null: list.count compares in C) skips the per-op strings."""
-    if dims.count(_NULL) == len(dims) and concrete.count(_NULL) == len(concrete):
-        return np.zeros(sum(kept), dtype=np.int64), [""]
+    n = sum(kept)  # none kept: no category at all, as coded([]) gives
+    if n and dims.count(_NULL) == len(dims) and concrete.count(_NULL) == len(concrete):
+        return np.zeros(n, dtype=np.int64), [""]
     in_shape = [""] * len(dims)
     for i, sig in zip(ops, shape_signatures([dims[i] for i in ops], [concrete[i] for i in ops])):
         in_shape[i] = sig

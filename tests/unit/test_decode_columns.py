@@ -109,3 +109,9 @@ def test_shape_signatures_of_a_chunk_with_and_without_shapes():
                          op("b", 2), op("c", 5, **{"Input Dims": [[2, 3]], "Concrete Inputs": ["", "1"]}),
                          op("d", 6, **{"Input Dims": [[4]]})])
     assert got == ([1, 0, 0, 1, 2], ["", '[[2, 3]]\x1f["", "1"]', "[[4]]\x1fnull"])
+
+
+def test_a_chunk_without_table_events_has_no_shape_category():
+    spans = {"ph": "X", "cat": "cpu_op", "name": "s", "pid": "Spans", "tid": 1, "ts": 4, "dur": 1}
+    meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}
+    assert _shape_column([spans]) == ([], []) == _shape_column([meta])  # as coded([]) gives
