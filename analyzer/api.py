@@ -113,9 +113,11 @@ def _findings(report: Report, config: Config, share: dict, gpu: bool) -> None:
     report.findings = evaluate(rules, facts, forecasts)
     from .report.launches import sources_from, way_in
 
-    way_in(report, facts.context)  # kernel -> op -> line, the step's timeline: the HTML's way in
+    if config.report_links:
+        way_in(report, facts.context)  # kernel -> op -> line, the step's timeline: the HTML's way in
     _join_lines(report, rules, facts, companion)
-    sources_from(report, companion)  # the kernels' lines, from the stacks window when it was loaded
+    if config.report_links:
+        sources_from(report, companion)  # the kernels' lines, from the stacks window when it was loaded
     forecast = report_forecast(report.findings, forecasts)
     if forecast:
         report.extra["forecast"] = forecast

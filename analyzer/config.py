@@ -80,6 +80,10 @@ class Config:
     peak_tflops: Optional[float] = None
     peak_arch: Optional[dict] = None
     efficiency_top_n: int = 20  # op groups listed in the report's efficiency section
+    # The HTML's way into the trace: each top kernel's launching op and source line, and the timeline of
+    # the median steady step (report/launches.way_in), in report.json, the HTML and the Markdown. The
+    # terminal shows neither: `analyze` without report files leaves them out (issue 35 item 5).
+    report_links: bool = True
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     python benchmarks/report_equality.py dump OUT [PATH ...]   # report.json of each trace / rank folder
     python benchmarks/report_equality.py compare OLD NEW       # every difference, path by path
     python benchmarks/report_equality.py rendered OUT [PATH ...]   # also the terminal text, HTML, Markdown
+    python benchmarks/report_equality.py bare-terminal OLD [PATH ...]  # `analyze` without report files
 
 `dump` analyses (in this interpreter, so run it with the version to check: a venv with the old code,
 then one with the new) every trace under fixtures/traces (stacks companions are
@@ -12,6 +13,9 @@ writes each report dict as JSON. Fields that hold timings of the analysis itself
 `rendered` dumps as `dump` does and writes beside each report its terminal text (.term), HTML page
 (.html) and Markdown summary (.md), which `compare` compares byte for byte: a move of the renderers
 (issue 34) must change none of them. Paths of the checkout read `<checkout>` in every file.
+`bare-terminal` analyses as `analyze` without report files does (Config.report_links off: no top
+kernels' ops and lines, no timeline) and compares each terminal text with the `.term` files of a
+`rendered` dump OLD (made with every link): the terminal must not change (issue 35 item 5).
 """
 
 from __future__ import annotations
@@ -123,9 +127,35 @@ def compare(old: Path, new: Path) -> int:
     return 1 if bad else 0
 
 
+def bare_terminal(old: Path, paths: list) -> int:
+    from perfsleuth.api import analyze_path
+    from perfsleuth.config import Config
+    from perfsleuth.errors import TraceError
+
+    term = _renderers()["term"]
+    bad = same = 0
+    for p in targets(paths):
+        name = "__".join(p.resolve().parts[-3:]).replace(".json.gz", "").replace(".json", "")
+        try:
+            result = analyze_path(p, Config(report_links=False), jobs=1)
+        except TraceError:
+            continue
+        text = term(result.to_dict()).replace(str(HERE.parent), "<checkout>")
+        want = old / f"{name}.term"
+        if want.exists() and want.read_text() == text:
+            same += 1
+        else:
+            print(f"{name}: the terminal text differs (or is not in {old})")
+            bad += 1
+    print(f"terminal texts without report links: {same} identical, {bad} different")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] in ("dump", "rendered"):
         dump(Path(sys.argv[2]), sys.argv[3:], rendered=sys.argv[1] == "rendered")
+    elif len(sys.argv) >= 3 and sys.argv[1] == "bare-terminal":
+        sys.exit(bare_terminal(Path(sys.argv[2]), sys.argv[3:]))
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

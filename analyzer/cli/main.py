@@ -177,7 +177,8 @@ def analyze(path: str, out_dir, json_path, html_path, markdown_path, force, fail
         details = True
     check_scheduler(scheduler)
     protect_inputs(path)
-    config = Config(hta=hta, cpus=cpus, **rule_settings(rule_paths, sets),
+    files = any((out_dir, json_path, html_path, markdown_path))  # the terminal shows no report links
+    config = Config(hta=hta, cpus=cpus, report_links=files, **rule_settings(rule_paths, sets),
                     **peak_settings(peak_tflops, peak_arch))
     gates = parse_fail_on(fail_on, known_rule_slugs(config) if fail_on else None)
     check_targets(out_dir=out_dir, json_path=json_path, html_path=html_path, markdown_path=markdown_path,

@@ -109,11 +109,13 @@ def _map_categories(col: pd.Series, fn) -> np.ndarray:
 
 
 def launching_ops(ctx: Context, kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops`."""
+    """For each kernel: the launching cpu_op's positional index in `ops` (-1 if unknown), and `ops` (a
+    copy of the cpu ops with a fresh index, made once per context: the GEMM facts, the forecasts'
+    dtypes and the top kernels' launches (report/launches.py) each ask; do not modify it)."""
     ev = ctx.trace.events
     rt = of_kind(ev, RUNTIME)
     row = by_id(ev, (RUNTIME,), "corr").find(kernels["corr"].to_numpy())  # the kernel's first runtime call
-    ops = of_kind(ev, CPU_OP).reset_index(drop=True)
+    ops = ctx.cached(("launching ops",), lambda: of_kind(ev, CPU_OP).reset_index(drop=True))
     found = row >= 0
     if ops.empty:
         return pd.DataFrame({"op": np.full(len(kernels), -1, dtype=np.int64)}), ops

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from itertools import compress
 
+import msgspec
 import numpy as np
 
 from . import devices, kineto
@@ -36,6 +37,7 @@ KIND_OF_CAT = {
     "mtia_ccp_events": KERNEL,  # MTIA's device events: kernels, and (by name: devices.refine_kinds) copies
 }
 MEMORY_KEYS = ("mem_ts", "mem_oom") + kineto.MEMORY_INT_COLUMNS
+_NULL = msgspec.Raw(b"null")  # an absent or null "Input Dims" / "Concrete Inputs" (kineto._Args)
 FLOAT_COLUMNS = ("ts", "dur")  # µs as in the file until every chunk is in (the origin is the minimum)
 
 
@@ -48,6 +50,8 @@ def kinds(cats: list) -> np.ndarray:
 def coded(values: list) -> tuple:
     """(codes, categories) of a list of strings, the categories sorted: what pd.Categorical(values)
     holds, with each value hashed once (model.py makes the categorical from them)."""
+    if values and values.count(values[0]) == len(values):  # one value throughout (list.count: in C)
+        return np.zeros(len(values), dtype=np.int64), [values[0]]
     index: dict = {}
     first = np.fromiter([index.setdefault(v, len(index)) for v in values], dtype=np.int64, count=len(values))
     uniques = list(index)
@@ -74,16 +78,12 @@ def chunk_columns(c: dict) -> tuple:
     raws = c["input_type"]
     for i, joined in zip(ops, kineto.joined_input_types([raws[i] for i in ops])):
         in_type[i] = joined
-    in_shape = [""] * len(names)
-    dims, concrete = c["input_dims"], c["concrete"]
-    for i, sig in zip(ops, shape_signatures([dims[i] for i in ops], [concrete[i] for i in ops])):
-        in_shape[i] = sig
     kept = keep.tolist()
     every = all(kept)
     cols["kind"] = kind[keep]
     cols["name"] = coded(names if every else list(compress(names, kept)))
     cols["in_type"] = coded(in_type if every else list(compress(in_type, kept)))
-    cols["in_shape"] = coded(in_shape if every else list(compress(in_shape, kept)))
+    cols["in_shape"] = _shape_codes(c["input_dims"], c["concrete"], ops, kept, every)
     cols["pg"] = _pg_codes(c["pg"], kept, every)
     cols["memory"] = {k: c[k] for k in MEMORY_KEYS}  # the allocator's instant events (memory.py)
     return cols, c["meta"], c.get("skipped", 0), seen
@@ -98,6 +98,18 @@ def shape_signatures(dims: list, concrete: list) -> list:
         both = d + b"\x1f" + c
         out.append("" if d == b"null" and c == b"null" else both.decode("utf-8", "replace"))
     return out
+
+
+def _shape_codes(dims: list, concrete: list, ops: list, kept: list, every: bool) -> tuple:
+    """(codes, categories) of the ops' shape signatures ("" for every other event). A chunk recorded
+    without record_shapes (every value JSON null: list.count compares in C) skips the per-op strings."""
+    n = sum(kept)  # none kept: no category at all, as coded([]) gives
+    if n and dims.count(_NULL) == len(dims) and concrete.count(_NULL) == len(concrete):
+        return np.zeros(n, dtype=np.int64), [""]
+    in_shape = [""] * len(dims)
+    for i, sig in zip(ops, shape_signatures([dims[i] for i in ops], [concrete[i] for i in ops])):
+        in_shape[i] = sig
+    return coded(in_shape if every else list(compress(in_shape, kept)))
 
 
 def _pg_codes(pgs: list, kept: list, every: bool) -> tuple:

@@ -44,30 +44,32 @@ MEMORY_INT_COLUMNS = (
     "mem_device_type",
     "mem_device_id",
 )
+_NAME, _TS, _ARGS = attrgetter("name"), attrgetter("ts"), attrgetter("args")
 _MEM_FIELDS = ("pid", "tid", "bytes", "addr", "allocated", "reserved", "device_type", "device_id")
 
 
 def memory_columns(evs: list, complete_or_meta: int) -> dict:
     """The allocator's instant events of a piece as columns (`mem_*`; ts in float µs, `mem_oom` for
     `[OutOfMemory]`). A piece of complete and metadata events only (the common case) is not
-    scanned."""
+    scanned; each column is one C-level `map` into np.fromiter (280 k events on the x10 benchmark)."""
     mems = (
         []
         if complete_or_meta == len(evs)
         else [e for e in evs if type(e) is _Instant and e.name in MEMORY_NAMES]
     )
     n = len(mems)
-    out = {
-        "mem_ts": np.fromiter(map(attrgetter("ts"), mems), dtype=np.float64, count=n),
-        "mem_oom": np.fromiter((e.name == "[OutOfMemory]" for e in mems), dtype=bool, count=n),
-    }
-    args = list(map(attrgetter("args"), mems))
+    names = list(map(_NAME, mems))
+    oom = np.zeros(n, dtype=bool)
+    if names.count("[memory]") != n:  # list.count runs in C: OOM events are rare
+        oom[[i for i, name in enumerate(names) if name == "[OutOfMemory]"]] = True
+    out = {"mem_ts": np.fromiter(map(_TS, mems), dtype=np.float64, count=n), "mem_oom": oom}
+    args = list(map(_ARGS, mems))
     for key, f in zip(MEMORY_INT_COLUMNS, _MEM_FIELDS):
-        src = mems if f in ("pid", "tid") else args
-        values = list(map(attrgetter(f), src))
+        src, get = (mems if f in ("pid", "tid") else args), attrgetter(f)
         try:
-            out[key] = np.fromiter(values, dtype=np.int64, count=n)
+            out[key] = np.fromiter(map(get, src), dtype=np.int64, count=n)
         except (TypeError, ValueError):  # string pids / tids
+            values = list(map(get, src))
             out[key] = np.array([v if type(v) is int else -1 for v in values], dtype=np.int64)
     return out
 

@@ -85,3 +85,33 @@ def test_the_decoding_transform_imports_no_pandas():
             "print(sorted(m for m in ('pandas', 'jinja2', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _shape_column(events: list) -> tuple:
+    cols, *_ = columns.chunk_columns(kineto._strict_columns(kineto._STRICT.decode(json.dumps(events).encode())))
+    codes, categories = cols["in_shape"]
+    return codes.tolist(), categories
+
+
+def test_shape_signatures_of_a_chunk_with_and_without_shapes():
+    def op(name, ts, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1, "args": args}
+
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 1,
+              "args": {"Input Dims": [[9]]}}  # not an op: no signature
+    spans = {"ph": "X", "cat": "cpu_op", "name": "s", "pid": "Spans", "tid": 1, "ts": 4, "dur": 1,
+             "args": {"Input Dims": [[5]]}}  # a string pid: dropped from the table
+    # without record_shapes (JSON null or absent): one category, "" (the fast path)
+    assert _shape_column([op("a", 1), op("b", 2, **{"Input Dims": None}), kernel]) == ([0, 0, 0], [""])
+    assert _shape_column([op("a", 1), spans, op("b", 2)]) == ([0, 0], [""])
+    # with shapes: each op's texts joined by \x1f, codes into the sorted categories
+    got = _shape_column([op("a", 1, **{"Input Dims": [[2, 3]], "Concrete Inputs": ["", "1"]}), spans, kernel,
+                         op("b", 2), op("c", 5, **{"Input Dims": [[2, 3]], "Concrete Inputs": ["", "1"]}),
+                         op("d", 6, **{"Input Dims": [[4]]})])
+    assert got == ([1, 0, 0, 1, 2], ["", '[[2, 3]]\x1f["", "1"]', "[[4]]\x1fnull"])
+
+
+def test_a_chunk_without_table_events_has_no_shape_category():
+    spans = {"ph": "X", "cat": "cpu_op", "name": "s", "pid": "Spans", "tid": 1, "ts": 4, "dur": 1}
+    meta = {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}
+    assert _shape_column([spans]) == ([], []) == _shape_column([meta])  # as coded([]) gives

@@ -217,3 +217,18 @@ def test_kernel_lines_from_the_stacks_window_when_it_was_loaded(tmp_path):
     assert row["op"] == "aten::mm"
     assert row["source"] == {"file": "model.py", "line": 42, "function": "forward",
                              "line_kind": "function", "window": "stacks"}
+
+
+def test_without_report_files_the_links_are_left_out_and_the_terminal_is_the_same(tmp_path):
+    """`analyze` without report files (Config.report_links off: cli/main.py) skips the top kernels'
+    ops and lines and the timeline, which only report.json, the HTML and the Markdown show."""
+    from perfsleuth.config import Config
+    from perfsleuth.render.terminal import render_terminal
+
+    path = three_steps().write(tmp_path / "t.json.gz")
+    full, bare = analyze_file(path).to_dict(), analyze_file(path, Config(report_links=False)).to_dict()
+    assert "timeline" in full and full["top_kernels"][0]["op"] == "aten::mm"
+    assert "timeline" not in bare
+    assert all(set(r) == set(full["top_kernels"][0]) - {"op", "op_share", "source"} for r in bare["top_kernels"])
+    assert [r["name"] for r in bare["top_kernels"]] == [r["name"] for r in full["top_kernels"]]
+    assert render_terminal(bare) == render_terminal(full)
