@@ -140,5 +140,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     rates = []
     for kind, work, total, ceiling in ((matrix, m.flops, flops.sum(), peak[0]), (vector, m.nbytes, nbytes.sum(), peak[1])):
         r = _rate(work[outside & kind].astype(np.float64), dur[outside & kind], SIZE_SHARE * total / kinds)
+        if r > 0 and ceiling > 0:
+            r = min(r, ceiling)  # faster than the machine's ceiling: the op's time is not its work
         rates.append((r, "step") if r > 0 else (ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     return Work(flops, nbytes, *rates[0], *rates[1])
