@@ -5,7 +5,9 @@ sequential chain that stays without a batching forecast."""
 
 from __future__ import annotations
 
-from perfsleuth.analysis.loops import SEQUENTIAL
+import numpy as np
+import pandas as pd
+from perfsleuth.analysis.loops import SEQUENTIAL, loop_backward, loop_ops
 from test_forecast import cpu_step_trace, forecaster
 from test_forecast_caps import loop
 
@@ -168,3 +170,22 @@ def test_without_shapes_the_fitted_cost_says_so(tmp_path):
     assert fc["assumptions"]["whole_tensor_ops"].endswith(
         "assumed (fitted to two fixtures): the trace has no input shapes; record them (perfsleuth run "
         "--record-shapes) to derive it from the loops' work")
+
+
+def test_a_loop_op_split_off_its_loop_is_no_iteration_of_its_own():
+    """A forward loop of 16 iterations (select, linear: 32 ops of 3 µs from 10 µs), then a cat and one more
+    linear (the model's own layer, in the same stretch of short ops): the lone linear is a segment of one
+    iteration. The loop iterates 16 times a step, not 17, so the 16 ReluBackward0 nodes of 60 µs (over a short
+    op's 50 µs) are the loop's backward (the MoE loop of issue 39: 32 per step, need raised to 34)."""
+    names = [("aten::select", "aten::linear")[j % 2] for j in range(32)] + ["aten::cat", "aten::linear"]
+    ts = [10.0 + 10 * j for j in range(34)]
+    dur = [3.0] * 34
+    names += [f"{BWD}ReluBackward0"] * 16
+    ts += [1000.0 + 100 * j for j in range(16)]
+    dur += [60.0] * 16
+    top = pd.DataFrame({"ts": np.array(ts) * 1000, "dur": np.array(dur) * 1000, "name": names})  # ns
+    top = top.assign(end=top["ts"] + top["dur"], gap=7000.0)
+    ends = np.array([10_000_000.0])
+    loop = loop_ops(top, ends)
+    assert loop["name"].value_counts().to_dict() == {"aten::linear": 17, "aten::select": 16}
+    assert loop_backward(top, loop, ends) == (f"{BWD}ReluBackward0",)

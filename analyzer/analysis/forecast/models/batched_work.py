@@ -88,13 +88,14 @@ def _shaped_ops(x: Inputs) -> pd.DataFrame | None:
 
 
 def _rate(work: np.ndarray, dur: np.ndarray, least: float) -> float:
-    """Work per ns of the ops doing at least BIG_SHARE of the largest one's work, if the largest one
+    """Work per ns (the median of their rates) of the ops doing at least BIG_SHARE of the largest one's work, if the largest one
     does at least `least` per call; else 0 (the step shows no rate at the batched op's size: a rate
     measured on ops far smaller is their dispatch's)."""
     if not work.size or work.max() <= 0 or work.max() < least:
         return 0.0
     big = work >= BIG_SHARE * work.max()
-    return float(work[big].sum()) / max(float(dur[big].sum()), 1.0)
+    # the median op's rate: one op preempted on a busy machine (a 20x longer add) does not set it
+    return float(np.median(work[big] / np.maximum(dur[big], 1.0)))
 
 
 def _peak(x: Inputs) -> tuple:
