@@ -208,6 +208,7 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
 NO_SHAPES = ("the trace has no input shapes; record them (perfsleuth run --record-shapes) to derive it from the "
              "loops' work")
 ON_DEVICE = "on a device the host's op times are launches, no measure of the loops' work"
+NO_MODEL = "no op of the loops has a FLOPs or bytes model (analysis/efficiency/flops.py)"
 
 
 def _fitted(whole: float, per: np.ndarray, n: int, why: str) -> str:
@@ -267,7 +268,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
         added = {"low": 2 * OPS_PER_KIND, "central": OPS_PER_KIND, "high": 1}[variant] * kinds
         per = added * whole
-        adds = _fitted(whole, per, len(steps), NO_SHAPES if not p.tl.n_nodes else ON_DEVICE)
+        why = ON_DEVICE if p.tl.n_nodes else NO_MODEL if x.trace.has_shapes else NO_SHAPES
+        adds = _fitted(whole, per, len(steps), why)
     _add_back(p, seg["end"].to_numpy(np.float64), per)
     launched = 0
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels

@@ -84,13 +84,14 @@ def _shaped_ops(x: Inputs) -> pd.DataFrame | None:
     sel = ev[(t >= w0) & (t < w1) & (ev["pid"].to_numpy() == main["pid"].iloc[0])
              & (ev["tid"].to_numpy() == main["tid"].iloc[0])]
     return pd.DataFrame({"ts": sel["ts"].to_numpy() - w0, "end": sel["end"].to_numpy() - w0,
-                         "name": sel["name"].values, "in_type": sel["in_type"].values, "in_shape": sel["in_shape"].values})
+                         "name": sel["name"].values, "in_type": sel["in_type"].values,
+                         "in_shape": sel["in_shape"].values})
 
 
 def _rate(work: np.ndarray, dur: np.ndarray, least: float) -> float:
-    """Work per ns (the median of their rates) of the ops doing at least BIG_SHARE of the largest one's work, if the largest one
-    does at least `least` per call; else 0 (the step shows no rate at the batched op's size: a rate
-    measured on ops far smaller is their dispatch's)."""
+    """Work per ns (the median of their rates) of the ops doing at least BIG_SHARE of the largest
+    one's work, if the largest one does at least `least` per call; else 0 (the step shows no rate at
+    the batched op's size: a rate measured on ops far smaller is their dispatch's)."""
     if not work.size or work.max() <= 0 or work.max() < least:
         return 0.0
     big = work >= BIG_SHARE * work.max()
@@ -115,7 +116,8 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
               other: iv.Intervals) -> Work | None:
     """The work of each loop segment (`segments`: sorted, disjoint spans) done by ops that start in
     `loop` (the loop ops' spans), and the rates of the step's ops outside `loop` and `other` (the
-    gathering, DataLoader fetches, the optimizer). None without recorded shapes or modelled ops."""
+    gathering, DataLoader fetches, the optimizer). None without recorded shapes, or when no op of the
+    loops has a FLOPs/bytes model."""
     ops = _shaped_ops(x)
     if ops is None:
         return None
@@ -139,8 +141,10 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     kinds = max(int(np.sum(segment_kinds)), 1)
     peak = _peak(x)
     rates = []
-    for kind, work, total, ceiling in ((matrix, m.flops, flops.sum(), peak[0]), (vector, m.nbytes, nbytes.sum(), peak[1])):
-        r = _rate(work[outside & kind].astype(np.float64), dur[outside & kind], SIZE_SHARE * total / kinds)
+    for kind, work, total, ceiling in ((matrix, m.flops, flops.sum(), peak[0]),
+                                       (vector, m.nbytes, nbytes.sum(), peak[1])):
+        least = SIZE_SHARE * total / kinds
+        r = _rate(work[outside & kind].astype(np.float64), dur[outside & kind], least)
         if r > 0 and ceiling > 0:
             r = min(r, ceiling)  # faster than the machine's ceiling: the op's time is not its work
         rates.append((r, "step") if r > 0 else (ceiling, "peak") if ceiling > 0 else (0.0, "none"))
