@@ -1,15 +1,16 @@
 """The batched-ops forecast against the measured rewrite (issue 39), per loop pattern and thread count.
 
 For each pattern of benchmarks/batched_loops.py and each thread count:
-(a) `perfsleuth run` on the loop version, fresh (its own output folder), and the `tiny-ops` finding's
-    forecast read from report.json (speed-up, range, assumptions);
+(a) `perfsleuth run --record-shapes` on the loop version, fresh (its own output folder), and the `tiny-ops`
+    finding's forecast read from report.json (speed-up, range, assumptions);
 (b) the loop (A) and its rewrite (B) timed without the profiler, interleaved A B A B ..., each a fresh
     process that reports its median step after its warm-up steps; a pair's ratio is A's median over B's,
     the measured speed-up the median of the pair ratios. The 1-minute load average is read before each pair.
 The forecast is right when it lies within 0.67-1.5x of the measured speed-up (/work/shared/FORECAST.md).
 
     python benchmarks/batched_rewrite.py [--patterns grouped_mlp moe] [--threads 1 2] [--pairs 4]
-        [--out results.json]
+        [--out results.json] [--runs DIR] [--table]
+    python benchmarks/batched_rewrite.py --rejudge results.json   # the model again on the kept traces
 """
 
 from __future__ import annotations
@@ -26,17 +27,23 @@ from pathlib import Path
 
 PROGRAM = Path(__file__).resolve().parent / "batched_loops.py"
 PATTERNS = ("grouped_mlp", "cat_loop", "heads", "moe", "moe_dispatch")
+# the issue's four ways (comprehension + stack, for + append + cat, per-head attention, per-expert MoE with the
+# rewrite that keeps the loop's arithmetic); `moe` (the dense rewrite, 8x the arithmetic) on request
+DEFAULT = ("grouped_mlp", "cat_loop", "heads", "moe_dispatch")
+FITTED = ("grouped_mlp", "cat_loop")
 
 
 def load() -> float:
     return os.getloadavg()[0]
 
 
-def forecast(pattern: str, threads: int, workdir: Path) -> dict:
-    """The tiny-ops finding's forecast of a fresh `perfsleuth run` of the loop version."""
+def forecast(pattern: str, threads: int, workdir: Path, no_shapes: bool = False) -> dict:
+    """The tiny-ops finding's forecast of a fresh `perfsleuth run` of the loop version, recorded with input shapes
+    (the batched-ops model derives what the rewrite adds from them; `no_shapes`: its fitted cost instead)."""
     out = workdir / f"{pattern}-t{threads}"
-    cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force", str(PROGRAM),
-           "--pattern", pattern, "--threads", str(threads), "--steps", "200"]
+    cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force"] + (
+        [] if no_shapes else ["--record-shapes"]) + [str(PROGRAM), "--pattern", pattern, "--threads", str(threads),
+                                                    "--steps", "200"]
     before = load()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if not (out / "report.json").exists():
@@ -73,6 +80,29 @@ def rejudge(path: Path) -> None:
               f"{min(r['load'][0] for r in mea['pairs'])}-{max(r['load'][1] for r in mea['pairs'])}); "
               f"ratio {ratio}", flush=True)
     path.write_text(json.dumps(rows, indent=1))
+    print(table(rows, model=True), flush=True)
+
+
+def table(rows: list, model: bool = False) -> str:
+    """The results as the Markdown table of docs/accuracy.md (issue 39): fitted patterns first; the tiny-ops
+    finding's forecast where it fired, else (and with `model`: always) the batched-ops model's."""
+    out = [("| pattern | threads | run (UTC), load | fired | forecast (range) | measured (pairs) | pairs' load | "
+            "forecast / measured | right |"), "|---|--:|---|---|---|---|---|--:|---|"]
+    for fitted in (True, False):
+        for r in (r for r in rows if (r["pattern"] in FITTED) == fitted):
+            run, mea = r.get("run") or {}, r["measured"]
+            fc = (run.get("model") if model else None) or run.get("forecast") or run.get("model") or {}
+            ratio = round(fc["speedup"] / mea["speedup"], 3) if fc.get("speedup") else None
+            got = (f"{fc['speedup']:.2f}x ({fc['low']:.2f}–{fc['high']:.2f}x)" if fc.get("speedup")
+                   else f"none: {fc.get('reason')}")
+            load = run.get("load") or [float("nan")] * 2
+            pl = [x for p in mea["pairs"] for x in p["load"]]
+            out.append(f"| `{r['pattern']}` ({'fitted' if fitted else 'unseen'}) | {r['threads']} | "
+                       f"{r['date'][11:16]}, {load[0]:.2f} → {load[1]:.2f} | {'yes' if run.get('finding') else 'no'} | "
+                       f"{got} | **{mea['speedup']:.2f}x** ({mea['min']:.2f}–{mea['max']:.2f}x, {len(mea['pairs'])}) | "
+                       f"{min(pl):.2f}–{max(pl):.2f} | {ratio if ratio is not None else '—'} | "
+                       f"{'yes' if ratio and 0.67 <= ratio <= 1.5 else 'no'} |")
+    return "\n".join(out) + "\n"
 
 
 def step_ms(pattern: str, threads: int, batched: bool, steps: int, warmup: int) -> float:
@@ -98,13 +128,15 @@ def measure(pattern: str, threads: int, pairs: int, steps: int, warmup: int) -> 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--patterns", nargs="+", default=list(PATTERNS), choices=PATTERNS)
+    p.add_argument("--patterns", nargs="+", default=list(DEFAULT), choices=PATTERNS)
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--pairs", type=int, default=4)
     p.add_argument("--steps", type=int, default=40, help="steps per timed process")
     p.add_argument("--warmup", type=int, default=10, help="of which left out of the median")
     p.add_argument("--no-forecast", action="store_true", help="only the A/B")
+    p.add_argument("--no-shapes", action="store_true", help="record without input shapes (the model's fitted cost)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--table", type=Path, help="write the results as docs/accuracy.md's Markdown table here")
     p.add_argument("--runs", type=Path, help="keep the perfsleuth runs' folders here (default: a temporary folder)")
     p.add_argument("--rejudge", type=Path, help="recompute the model's forecasts in this results file, measure nothing")
     args = p.parse_args()
@@ -119,7 +151,7 @@ def main() -> None:
                 row = {"pattern": pattern, "threads": threads,
                        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")}
                 if not args.no_forecast:
-                    row["run"] = forecast(pattern, threads, Path(tmp))
+                    row["run"] = forecast(pattern, threads, Path(tmp), args.no_shapes)
                     fc = row["run"].get("forecast") or row["run"].get("model") or {}
                     print(f"{pattern} t{threads}: forecast {fc.get('speedup')} ({fc.get('low')}-{fc.get('high')}) "
                           f"rule fired: {row['run'].get('finding')} {fc.get('reason') or ''} "
@@ -135,6 +167,9 @@ def main() -> None:
                 results.append(row)
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1))
+                if args.table:
+                    args.table.write_text(table(results))
+    print(table(results), flush=True)
 
 
 if __name__ == "__main__":

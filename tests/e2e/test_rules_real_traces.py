@@ -23,7 +23,7 @@ EXPECTED = {
     "a100_triton_example.json.gz": {},
     "b200_eager_inference.json.gz": {"cuda-graphs": "high", "pin-memory": "low"},
     "cpu_only_tiny.pt.trace.json.gz": {"exposed-communication": "medium"},
-    "cpu_rank_non_gpu.json.gz": {"tiny-ops": "medium"},  # 1.12x once preempted ops are no saving (issue 24)
+    "cpu_rank_non_gpu.json.gz": {"tiny-ops": "medium"},  # 1.15x once preempted ops are no saving (issue 24; 39)
     "h100_qwen0.5b_inference.json.gz": {"elementwise-fusion": "medium", "explicit-sync": "low"},
     # one hipLaunchKernel of 6.54 ms in 4.67 ms steps: a first call loading its code (issue 37)
     "mi250_rocm_minitoy.json.gz": {"first-calls": "medium"},

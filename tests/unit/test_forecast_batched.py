@@ -5,7 +5,9 @@ sequential chain that stays without a batching forecast."""
 
 from __future__ import annotations
 
-from perfsleuth.analysis.loops import SEQUENTIAL
+import numpy as np
+import pandas as pd
+from perfsleuth.analysis.loops import SEQUENTIAL, loop_backward, loop_ops
 from test_forecast import cpu_step_trace, forecaster
 from test_forecast_caps import loop
 
@@ -100,3 +102,90 @@ def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
         "8 after (0.57 ms)")
     plain = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
     assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
+
+
+
+def shaped(dims):
+    return {"Input Dims": dims, "Input type": ["float"] * len(dims)}
+
+
+def shaped_step(tb, o, k, mm=((1, 64, 64), (1, 64, 64)), mul=((65536,), (65536,))):
+    """40 ops of 3 µs, 7 µs apart, from 107 µs (mm, mul, relu, select: 107-500 µs): each mm of
+    [16, 8] x [8, 8] (2 x 16 x 8 x 8 = 2048 FLOPs), each mul of two [256] (3 x 1024 bytes); then, outside
+    the loop (no short ops: they would continue its run), a bmm (64 µs) at 700 µs and an add (96 µs) at
+    800 µs of the shapes given: by default 524,288 FLOPs (8.192 per ns) and 786,432 bytes (8.192 per ns)."""
+    kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
+    args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}
+    for j in range(40):
+        name = kinds[j % 4]
+        tb.op(name, o + 107 + 10 * j, 3, **args.get(name, {}))
+    tb.op("aten::bmm", o + 700, 64, **shaped([list(d) for d in mm]))
+    tb.op("aten::add", o + 800, 96, **shaped([list(d) for d in mul]))
+
+
+def test_what_comes_in_is_the_loops_work_at_the_rate_of_the_steps_big_ops(tmp_path):
+    """With shapes: the loop goes (107-500 µs: 393 µs), and 40 µs of Python before it and after it (1 µs per
+    op of the loop). In come one dispatch per distinct op (4 x 10 µs: each loop op with the 7 µs before it)
+    and the loop's arithmetic at the rate of the step's big ops: 10 mm of 2048 FLOPs at 8.192 FLOPs per ns
+    (2500 ns), 10 mul of 3072 bytes at 8.192 bytes per ns (3750 ns): 46.25 µs."""
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.5 + 3.75), 3)
+    assert fc["assumptions"]["whole_tensor_ops"] == (
+        "one whole-tensor op per distinct op of each loop (4 per step), each a dispatch of the loop's own op with "
+        "the Python before it (10.0 µs), and the loops' arithmetic from the recorded shapes: 0.02 MFLOP of matrix "
+        "ops per step at 8.19 GFLOP/s, the step's largest ops outside the loops; 0.03 MiB of the other ops' "
+        "bytes at 7.63 GiB/s, the step's largest ops outside the loops (copies and gradient sums left out): "
+        "46 µs per step")
+
+
+def test_a_rate_needs_an_op_a_tenth_of_a_batched_ops_size(tmp_path):
+    """A tenth of an average batched op's work: 20,480 FLOPs / 4 distinct ops / 10 = 512 FLOPs, 30,720 bytes
+    / 4 / 10 = 768 bytes. An outside bmm of [1, 16, 8] x [1, 8, 8] (2048 FLOPs in 64 µs: 0.032 per ns) sets
+    the rate: the loop's 20,480 FLOPs take 640 µs; one of [1, 4, 4] x [1, 4, 4] (128 FLOPs) and an add of two
+    [32] (384 bytes) set none: the work is free (no ceiling in the trace), or at perfsleuth run's measured
+    ceilings (0.01 TFLOP/s: 10 FLOPs per ns, 10 GB/s: 10 bytes per ns): 2048 + 3072 ns."""
+    small = cpu_step_trace(tmp_path, lambda tb, o, k: shaped_step(tb, o, k, mm=((1, 16, 8), (1, 8, 8)), mul=((32,), (32,))))
+    fc = forecaster(small).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 640), 3)
+    tiny = lambda tb, o, k: shaped_step(tb, o, k, mm=((1, 4, 4), (1, 4, 4)), mul=((32,), (32,)))
+    fc = forecaster(cpu_step_trace(tmp_path, tiny)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40), 3)
+    assert "0.02 MFLOP of matrix ops per step at 0.00 GFLOP/s, taken as free" in fc["assumptions"]["whole_tensor_ops"]
+    peak = {"kind": "measured", "mem_bw_gbps": 10.0, "max_achievable_tflops": {"matrix_fp32": 0.01}}
+    fc = forecaster(cpu_step_trace(tmp_path, tiny), meta={"peak": peak}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.048 + 3.072), 3)
+
+
+def test_without_shapes_the_fitted_cost_says_so(tmp_path):
+    """No shapes recorded: what comes in is the fitted rule (2 ops per distinct op at the step's median
+    other op with the Python before it: the bmm 64 + 200 µs, the add 96 + 36 µs, median 198 µs), and the
+    assumption says to record shapes."""
+    def plain(tb, o, k):
+        for j in range(40):
+            tb.op(("aten::mm", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
+        tb.op("aten::bmm", o + 700, 64)
+        tb.op("aten::add", o + 800, 96)
+    fc = forecaster(cpu_step_trace(tmp_path, plain)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 2 * 4 * 198), 3)
+    assert fc["assumptions"]["whole_tensor_ops"].endswith(
+        "assumed (fitted to two fixtures): the trace has no input shapes; record them (perfsleuth run "
+        "--record-shapes) to derive it from the loops' work")
+
+
+def test_a_loop_op_split_off_its_loop_is_no_iteration_of_its_own():
+    """A forward loop of 16 iterations (select, linear: 32 ops of 3 µs from 10 µs), then a cat and one more
+    linear (the model's own layer, in the same stretch of short ops): the lone linear is a segment of one
+    iteration. The loop iterates 16 times a step, not 17, so the 16 ReluBackward0 nodes of 60 µs (over a short
+    op's 50 µs) are the loop's backward (the MoE loop of issue 39: 32 per step, need raised to 34)."""
+    names = [("aten::select", "aten::linear")[j % 2] for j in range(32)] + ["aten::cat", "aten::linear"]
+    ts = [10.0 + 10 * j for j in range(34)]
+    dur = [3.0] * 34
+    names += [f"{BWD}ReluBackward0"] * 16
+    ts += [1000.0 + 100 * j for j in range(16)]
+    dur += [60.0] * 16
+    top = pd.DataFrame({"ts": np.array(ts) * 1000, "dur": np.array(dur) * 1000, "name": names})  # ns
+    top = top.assign(end=top["ts"] + top["dur"], gap=7000.0)
+    ends = np.array([10_000_000.0])
+    loop = loop_ops(top, ends)
+    assert loop["name"].value_counts().to_dict() == {"aten::linear": 17, "aten::select": 16}
+    assert loop_backward(top, loop, ends) == (f"{BWD}ReluBackward0",)

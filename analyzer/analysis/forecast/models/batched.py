@@ -15,8 +15,12 @@ ops and 8 of each kind on average; the loop is the kinds the run repeats. What g
   parameters per iteration, stacked;
 - in traces `perfsleuth run` recorded, the profiler's share of a step's CPU time, spread over the ops a step
   records, with the ops that go (`_without_profiler`).
-What comes in: per loop, OPS_PER_KIND whole-tensor ops per distinct op, each costing the step's median
-other op with the Python before it (chosen against the fixtures, docs/forecast.md).
+What comes in, per loop segment: one whole-tensor op per distinct op, each a dispatch of the loop's own op
+with the Python before it, and the loop's arithmetic from the recorded shapes (FLOPs of its matrix ops,
+bytes of the others) at the rate the step's big ops run at (batched_work.py). Without shapes (or on a
+device, whose host op times are launches): OPS_PER_KIND whole-tensor ops per distinct op, each costing the
+step's median other op with the Python before it (fitted to the fixtures, docs/forecast.md), and the
+assumption says so.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ...loops import (
 )
 from ..plan import Plan, remove_host, step_ns
 from ..registry import Inputs, NoForecast, model
+from .batched_work import Work, loop_work
 from .host import _add_back, _collapse_device, top_ops
 
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -183,6 +188,36 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
             f"{after_ops:.0f} after ({a / 1e6:.2f} ms)")
 
 
+_FROM = {"step": "the step's largest ops outside the loops",
+         "peak": "the machine's measured ceiling (perfsleuth run's probe; no op in the step does a tenth of a "
+                 "batched op's work)",
+         "none": "taken as free: no op in the step does a tenth of a batched op's work, no measured ceiling"}
+
+
+def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: int) -> str:
+    flops = (f"{work.flops.sum() / n / 1e6:.2f} MFLOP of matrix ops per step at {work.flop_rate:.2f} GFLOP/s, "
+             f"{_FROM[work.flop_from]}")
+    moved = (f"{work.nbytes.sum() / n / 2**20:.2f} MiB of the other ops' bytes at "
+             f"{work.byte_rate * 1e9 / 2**30:.2f} GiB/s, {_FROM[work.byte_from]}")
+    return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
+            f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "
+            f"from the recorded shapes: {flops}; {moved} (copies and gradient sums left out): "
+            f"{(kinds * unit + busy).sum() / n / 1000:.0f} µs per step")
+
+
+NO_SHAPES = ("the trace has no input shapes; record them (perfsleuth run --record-shapes) to derive it from the "
+             "loops' work")
+ON_DEVICE = "on a device the host's op times are launches, no measure of the loops' work"
+NO_MODEL = "no op of the loops has a FLOPs or bytes model (analysis/efficiency/flops.py)"
+
+
+def _fitted(whole: float, per: np.ndarray, n: int, why: str) -> str:
+    return (f"{OPS_PER_KIND} whole-tensor ops per distinct op of each loop (the op, and the indexing or reshaping "
+            f"that batches it), each costing this step's median other op with the Python before it "
+            f"({whole / 1000:.1f} µs): {per.sum() / n / 1000:.0f} µs per step -- assumed (fitted to two fixtures): "
+            f"{why}")
+
+
 @model("batched-ops")
 def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     top = top_ops(x)
@@ -218,29 +253,41 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     rest = top[~iv.covers(iv.union(ivs, gather), ts)]
     # before the whole-tensor ops: a loop may end in the optimizer
     params = _fewer_parameters(x, p, df, iv.union(ivs, theirs), variant)
-    # A whole-tensor op is no tiny op: it costs what the step's other ops cost, the Python before them included.
-    whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
-    per = {"low": 2 * OPS_PER_KIND * seg["kinds"] * whole, "central": OPS_PER_KIND * seg["kinds"] * whole,
-           "high": seg["kinds"] * whole}[variant].to_numpy()
+    spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
+    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+    kinds = seg["kinds"].to_numpy(np.float64)
+    # on a device the host's op times are launches, no measure of the work: the fitted cost there
+    work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter))
+    if work is not None:  # one dispatch per kind, and the loop's arithmetic at the step's measured rate
+        busy = work.ns()
+        per = {"low": 2 * (kinds * unit + busy), "central": kinds * unit + busy,
+               "high": kinds * unit + busy / 2}[variant]
+        added = kinds
+        adds = _derived(work, unit, kinds, busy, len(steps))
+    else:  # no shapes: each kind's ops at the step's median other op with the Python before it (fitted)
+        whole = max(float((rest["dur"] + rest["gap"]).median()) if len(rest) else 0.0, unit)
+        added = {"low": 2 * OPS_PER_KIND, "central": OPS_PER_KIND, "high": 1}[variant] * kinds
+        per = added * whole
+        why = ON_DEVICE if p.tl.n_nodes else NO_MODEL if x.trace.has_shapes else NO_SHAPES
+        adds = _fitted(whole, per, len(steps), why)
     _add_back(p, seg["end"].to_numpy(np.float64), per)
     launched = 0
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
-        spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
-        launched = _collapse_device(p, spans, (per / whole).round())
-    unprofiled = _without_profiler(x, p, before_ns, start_cut, float((per / whole).round().sum()))
+        launched = _collapse_device(p, spans, added)
+    unprofiled = _without_profiler(x, p, before_ns, start_cut, float(added.sum()))
     n = len(steps)
     out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
                     f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
-           "whole_tensor_ops": f"{OPS_PER_KIND} whole-tensor ops per distinct op of each loop (the op, and the "
-                               f"indexing or reshaping that batches it), each costing this step's median other op "
-                               f"with the Python before it ({whole / 1000:.1f} µs): "
-                               f"{per.sum() / n / 1000:.0f} µs per step",
+           "whole_tensor_ops": adds,
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
                     f"({edged / n / 1000:.0f} µs per step)",
-           "pessimistic": f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op; the Python around the loops "
-                          "stays; zero_grad and optimizer.step keep twice the parameters",
-           "optimistic": "one whole-tensor op per distinct op (one batched op per loop, forward and backward)",
+           "pessimistic": ("the whole-tensor ops cost twice" if work is not None else
+                           f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op")
+                          + "; the Python around the loops stays; zero_grad and optimizer.step keep twice the "
+                            "parameters",
+           "optimistic": ("their arithmetic runs twice as fast" if work is not None else
+                          "one whole-tensor op per distinct op (one batched op per loop, forward and backward)"),
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
                            "DataLoader's, and stay"}

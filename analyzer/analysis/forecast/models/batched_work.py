@@ -1,0 +1,151 @@
+"""What the batched rewrite of a loop adds, from the work the loop does (issue 39): the loop's arithmetic
+(FLOPs of its matrix ops, bytes of its elementwise, softmax, normalisation and reduction ops), from the
+recorded input shapes (analysis/efficiency: one model per op), at the rate the step's big ops run at,
+plus one dispatch per distinct op of the loop.
+
+- The loop's work is what its iterations compute, added up: a batched op does the same arithmetic over
+  all iterations at once. Copies (zero_, fill_, copy_, cat, index_select, ...) are left out: they are
+  how a loop scatters and gathers its slices (a slice's backward zero-fills a whole-size gradient per
+  iteration), which the batched op does not repeat; so are the autograd engine's in-place sums of the
+  gradients the iterations give one input (`add_`): batched, the input is read once.
+- The rate is measured, not assumed: per kind of work (matrix FLOPs, other ops' bytes) the FLOPs or
+  bytes per ns of the step's ops outside the loops that do the most of it -- those with at least
+  BIG_SHARE of the largest one's work, their work over their time. A rate needs an op of the batched
+  op's size: the largest must do at least SIZE_SHARE of an average batched op's work (the loops' work
+  over their distinct ops); a rate measured on ops as small as the loop's is their dispatch's. Without
+  one, the machine's measured ceiling (`perfsleuth run`'s probe: fp32 matmul, a 64 MiB copy) stands in,
+  else the work is taken as free -- the assumption says which.
+- Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
+  and says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ....trace.model import CPU_OP
+from ....trace.selection import of_kind
+from ... import intervals as iv
+from ...efficiency import flops as fl
+from ...efficiency.shapes import FAMILIES, modelled_names, op_models
+from ..registry import Inputs
+
+SIZE_SHARE = 0.1  # ... and when the largest does at least this share of an average batched op's work
+BIG_SHARE = 0.5  # an op outside the loops sets the rate when it does at least this share of the largest one's work
+# the autograd engine sums the gradients the iterations give one input (each a whole-size tensor when the
+# iterations read slices of it): batched, one op reads the input once and nothing is summed
+ACCUMULATE_INTO = "aten::add_"
+MATRIX = tuple(FAMILIES.index(f) for f in fl.MATRIX_FAMILIES)
+VECTOR = tuple(FAMILIES.index(f) for f in (fl.ELEMENTWISE, fl.NORM, fl.SOFTMAX, fl.REDUCE, fl.EMBEDDING))
+
+
+@dataclass
+class Work:
+    """Per loop segment its matrix FLOPs and other ops' bytes; the rates (per ns; 0: unknown) and where
+    each comes from: "step" (the step's big ops), "peak" (the machine's measured ceiling), "none"."""
+
+    flops: np.ndarray
+    nbytes: np.ndarray
+    flop_rate: float
+    flop_from: str
+    byte_rate: float
+    byte_from: str
+
+    def ns(self) -> np.ndarray:
+        """Per segment, the time of its arithmetic at the rates (work at an unknown rate: none)."""
+        f = self.flops / self.flop_rate if self.flop_rate > 0 else np.zeros_like(self.flops)
+        b = self.nbytes / self.byte_rate if self.byte_rate > 0 else np.zeros_like(self.nbytes)
+        return f + b
+
+
+def _outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
+    ops = ops[modelled_names(ops["name"])].sort_values(["ts", "end"], ascending=[True, False])
+    if ops.empty:
+        return ops
+    e = ops["end"].to_numpy(np.int64)
+    prev = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
+    return ops[ops["ts"].to_numpy(np.int64) >= prev]
+
+
+def _shaped_ops(x: Inputs) -> pd.DataFrame | None:
+    """The main thread's cpu ops in the window (times relative to it, as `x.ops`), with their
+    categorical name, in_type and in_shape columns; None without recorded shapes."""
+    ev = x.trace.events
+    main = x.main_ops
+    if not x.trace.has_shapes or "in_shape" not in ev or main.empty:
+        return None
+    ev = of_kind(ev, CPU_OP)
+    w0, w1 = x.tl.w0, x.tl.w0 + int(x.tl.steps["host_end"].iloc[-1]) + 1
+    t = ev["ts"].to_numpy()
+    sel = ev[(t >= w0) & (t < w1) & (ev["pid"].to_numpy() == main["pid"].iloc[0])
+             & (ev["tid"].to_numpy() == main["tid"].iloc[0])]
+    return pd.DataFrame({"ts": sel["ts"].to_numpy() - w0, "end": sel["end"].to_numpy() - w0,
+                         "name": sel["name"].values, "in_type": sel["in_type"].values,
+                         "in_shape": sel["in_shape"].values})
+
+
+def _rate(work: np.ndarray, dur: np.ndarray, least: float) -> float:
+    """Work per ns (the median of their rates) of the ops doing at least BIG_SHARE of the largest
+    one's work, if the largest one does at least `least` per call; else 0 (the step shows no rate at
+    the batched op's size: a rate measured on ops far smaller is their dispatch's)."""
+    if not work.size or work.max() <= 0 or work.max() < least:
+        return 0.0
+    big = work >= BIG_SHARE * work.max()
+    # the median op's rate: one op preempted on a busy machine (a 20x longer add) does not set it
+    return float(np.median(work[big] / np.maximum(dur[big], 1.0)))
+
+
+def _peak(x: Inputs) -> tuple:
+    """The machine's measured ceilings (perfsleuth run's probe: fp32 matmul, a copy), per ns: (FLOPs,
+    bytes); 0 where unknown."""
+    meta = x.trace.run_metadata
+    peak = meta.get("peak") if isinstance(meta, dict) else None
+    if not isinstance(peak, dict) or peak.get("kind") != "measured":
+        return 0.0, 0.0
+    tflops = (peak.get("max_achievable_tflops") or {}).get("matrix_fp32")
+    bw = peak.get("mem_bw_gbps")
+    ok = (lambda v: isinstance(v, (int, float)) and v > 0)
+    return (float(tflops) * 1000.0 if ok(tflops) else 0.0), (float(bw) if ok(bw) else 0.0)
+
+
+def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop: iv.Intervals,
+              other: iv.Intervals) -> Work | None:
+    """The work of each loop segment (`segments`: sorted, disjoint spans) done by ops that start in
+    `loop` (the loop ops' spans), and the rates of the step's ops outside `loop` and `other` (the
+    gathering, DataLoader fetches, the optimizer). None without recorded shapes, or when no op of the
+    loops has a FLOPs/bytes model."""
+    ops = _shaped_ops(x)
+    if ops is None:
+        return None
+    ops = _outermost_modelled(ops)
+    if ops.empty:
+        return None
+    m = op_models(ops)
+    ts = ops["ts"].to_numpy(np.int64)
+    dur = (ops["end"] - ops["ts"]).to_numpy(np.float64)
+    matrix = np.isin(m.family, MATRIX)
+    vector = np.isin(m.family, VECTOR) & (ops["name"].to_numpy() != ACCUMULATE_INTO)
+    inside = iv.covers(loop, ts)
+    seg = np.searchsorted(segments[0], ts, side="right") - 1
+    inside &= seg >= 0
+    n = segments[0].size
+    flops = np.bincount(seg[inside & matrix], weights=m.flops[inside & matrix], minlength=n).astype(np.float64)
+    nbytes = np.bincount(seg[inside & vector], weights=m.nbytes[inside & vector], minlength=n).astype(np.float64)
+    if not (flops.sum() + nbytes.sum()):
+        return None
+    outside = ~inside & ~iv.covers(other, ts)
+    kinds = max(int(np.sum(segment_kinds)), 1)
+    peak = _peak(x)
+    rates = []
+    for kind, work, total, ceiling in ((matrix, m.flops, flops.sum(), peak[0]),
+                                       (vector, m.nbytes, nbytes.sum(), peak[1])):
+        least = SIZE_SHARE * total / kinds
+        r = _rate(work[outside & kind].astype(np.float64), dur[outside & kind], least)
+        if r > 0 and ceiling > 0:
+            r = min(r, ceiling)  # faster than the machine's ceiling: the op's time is not its work
+        rates.append((r, "step") if r > 0 else (ceiling, "peak") if ceiling > 0 else (0.0, "none"))
+    return Work(flops, nbytes, *rates[0], *rates[1])
