@@ -34,6 +34,10 @@ _RULES = (  # first match wins
 # default collate, the profiler's hooks), perfsleuth's, and built-ins (`<built-in ...>`,
 # `<perfsleuth>`).
 MACHINERY = re.compile(r"(?:^|/)(?:torch|perfsleuth)/|(?:^|/)analyzer/record/|^<")
+# A frame this can read: `file(N): func` (what the profiler writes for Python code) or a built-in (`<...>`).
+# Another name (an `nn.Module: ...` range, a garbled name: issue 38) is no Dataset code of its own: never
+# a top, only work where a readable top calls it.
+READABLE = re.compile(r"^.+?\(\d+\): .+$|^<")
 
 
 def classify(name: str) -> str:
@@ -156,7 +160,7 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     names = f["name"].astype(str)
     parent = parent_rows(f["py_id"].to_numpy(np.int64), f["py_parent"].to_numpy(np.int64))
     # the Dataset's own code (or a collate's)
-    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)))
+    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)) or not READABLE.search(s))
     called = _under(dataset, parent)  # called by it, torch's code included
     top, mach = dataset & ~called, ~dataset & ~called
     if not top.any():
