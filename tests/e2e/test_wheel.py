@@ -103,7 +103,7 @@ def test_the_installed_wheel_works_from_another_folder(venv, tmp_path):
     analyzed = _perfsleuth(venv, "analyze", EXAMPLE.name, "-o", "out", cwd=elsewhere)
     assert analyzed.returncode == 0, analyzed.stderr
     assert analyzed.stdout.startswith(f"perfsleuth {VERSION} — {EXAMPLE.name}\n")
-    assert "verdict: DATALOADER-BOUND (high)" in analyzed.stdout and "[medium] num-workers" in analyzed.stdout
+    assert "verdict: DATALOADER-BOUND (high)" in analyzed.stdout and "[high] num-workers" in analyzed.stdout
     assert sorted(p.name for p in (elsewhere / "out").iterdir()) == ["report.html", "report.json", "summary.md"]
     assert "<style>" in (elsewhere / "out" / "report.html").read_text()  # the templates and their CSS
 
