@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -27,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-TIMING = frozenset({"elapsed_s", "analysis_s", "wall_s"})  # as benchmarks/report_equality.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report_equality import clean
 
 
 def run_once(exe: str, trace: str, out: Path, extra: list, json_out: bool = True) -> dict:
@@ -43,14 +43,6 @@ def run_once(exe: str, trace: str, out: Path, extra: list, json_out: bool = True
         sys.exit(f"{exe} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"cpu": cpu, "wall": wall, "load": load}
-
-
-def clean(obj):
-    if isinstance(obj, dict):
-        return {k: clean(v) for k, v in obj.items() if k not in TIMING}
-    if isinstance(obj, list):
-        return [clean(v) for v in obj]
-    return obj
 
 
 def first_differences(a, b, where: str = "", limit: int = 5) -> list:
