@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace.names import name_mask
+from ..trace.names import PY_FRAME, name_mask
 from . import intervals as iv
 
 MAX_DEPTH = 512
@@ -34,10 +34,9 @@ _RULES = (  # first match wins
 # default collate, the profiler's hooks), perfsleuth's, and built-ins (`<built-in ...>`,
 # `<perfsleuth>`).
 MACHINERY = re.compile(r"(?:^|/)(?:torch|perfsleuth)/|(?:^|/)analyzer/record/|^<")
-# A frame this can read: `file(N): func` (what the profiler writes for Python code) or a built-in (`<...>`).
-# Another name (an `nn.Module: ...` range, a garbled name: issue 38) is no Dataset code of its own: never
-# a top, only work where a readable top calls it.
-READABLE = re.compile(r"^.+?\(\d+\): .+$|^<")
+# A frame this can read: `file(N): func` (trace.names.PY_FRAME) or a built-in (`<...>`). Another name
+# (an `nn.Module: ...` range, a garbled name: issue 38) is no Dataset code of its own: never a top, only
+# work where a readable top calls it.
 
 
 def classify(name: str) -> str:
@@ -160,7 +159,8 @@ def loader_work(frames: pd.DataFrame, windows: iv.Intervals,
     names = f["name"].astype(str)
     parent = parent_rows(f["py_id"].to_numpy(np.int64), f["py_parent"].to_numpy(np.int64))
     # the Dataset's own code (or a collate's)
-    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s)) or not READABLE.search(s))
+    dataset = ~name_mask(names, lambda s: bool(MACHINERY.search(s))
+                         or not (s.startswith("<") or PY_FRAME.match(s)))
     called = _under(dataset, parent)  # called by it, torch's code included
     top, mach = dataset & ~called, ~dataset & ~called
     if not top.any():

@@ -34,12 +34,11 @@ import pandas as pd
 
 from ..analysis import intervals as iv
 from ..trace.model import CPU_OP, PYTHON, Trace
-from ..trace.names import is_dataloader, name_mask
+from ..trace.names import PY_FRAME, is_dataloader, name_mask
 from ..trace.selection import derived, of_kind
 from .common import last_started, thread_key
 from .inside import inside_of
 
-_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIBRARY_ROOTS = frozenset({"torch", "perfsleuth"})
 # perfsleuth's own frames (`perfsleuth run` records the machine facts inside the step) are not the user's,
 # wherever the package lives (an editable checkout is not named perfsleuth).
@@ -57,7 +56,7 @@ _OPTIMIZER_CLASS = re.compile(r"#(\w+)\.")
 
 def parse_frame(name: str):
     """'train.py(57): train_step' -> ('train.py', 57, 'train_step'); None for built-ins."""
-    m = _FRAME.match(name)
+    m = PY_FRAME.match(name)
     return (m.group("file"), int(m.group("line")), m.group("func")) if m else None
 
 

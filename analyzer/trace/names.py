@@ -21,6 +21,8 @@ BLOCKING_COPY_CALLS = frozenset({
     "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpyHtoD", "hipMemcpyDtoH",
 })
 DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
+# A Python frame as the profiler names it: `train.py(57): train_step` (built-ins are `<built-in ...>`).
+PY_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 OWN_SPAN = "perfsleuth#step"  # `run`/`profile()` mark the profiler's step and their own bookkeeping with it
 _MEMCPY = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 _COMM = re.compile(r"nccl|rccl|c10d::|gloo:|record_param_comms", re.IGNORECASE)

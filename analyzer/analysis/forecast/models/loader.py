@@ -233,9 +233,9 @@ def dataloader_workers(x: Inputs, p: Plan, variant: str) -> dict:
     tensors = _tensors_per_batch(x, loaders) if not multi else DEFAULT_TENSORS
     s0 = m.recording_speed
     span = tl.e[loaders] - tl.t[loaders]
-    if not multi:  # the loading as the fixes replayed before this one left it (the cached decoding gone)
-        span = np.minimum(span, np.maximum(p.a[loaders] - tl.gap[loaders], 0.0))
     gaps = tl.gap[loaders]
+    if not multi:  # the loading as the fixes replayed before this one left it (the cached decoding gone)
+        span = np.minimum(span, np.maximum(p.a[loaders] - gaps, 0.0))
     if multi:
         produce0 = w0 * float(np.median(np.diff(tl.steps["end"].to_numpy(np.float64), prepend=tl.steps["start"].iloc[0])))
         v0 = m.speed(1 + w0)
