@@ -49,16 +49,31 @@ def kinds(cats: list) -> np.ndarray:
 
 def coded(values: list) -> tuple:
     """(codes, categories) of a list of strings, the categories sorted: what pd.Categorical(values)
-    holds, with each value hashed once (model.py makes the categorical from them)."""
-    if values and values.count(values[0]) == len(values):  # one value throughout (list.count: in C)
-        return np.zeros(len(values), dtype=np.int64), [values[0]]
-    index: dict = {}
-    first = np.fromiter([index.setdefault(v, len(index)) for v in values], dtype=np.int64, count=len(values))
-    uniques = list(index)
-    order = sorted(range(len(uniques)), key=uniques.__getitem__)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[first], [uniques[i] for i in order]
+    holds, each value looked up by C-level calls (model.py makes the categorical from them)."""
+    distinct = dict.fromkeys(values)  # hashed in C (a str keeps its hash): few
+    if len(distinct) == 1:  # one value throughout
+        return np.zeros(len(values), dtype=np.int64), list(distinct)
+    categories = sorted(distinct)
+    rank = dict(zip(categories, range(len(categories))))
+    return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values)), categories
+
+
+def scattered_codes(n: int, at: np.ndarray, values: list, kept) -> tuple:
+    """coded() of n strings that are "" but at the positions `at` (`values`), of those `kept` (a list
+    of bools, or None for all): without a list of n strings where every one is kept."""
+    if kept is not None:
+        full = [""] * n
+        for i, value in zip(at.tolist(), values):
+            full[i] = value
+        return coded(list(compress(full, kept)))
+    distinct = dict.fromkeys(values)
+    if len(at) < n:
+        distinct[""] = None
+    categories = sorted(distinct)
+    rank = dict(zip(categories, range(len(categories))))
+    codes = np.full(n, rank.get("", 0), dtype=np.int64)
+    codes[at] = np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, categories
 
 
 def chunk_columns(c: dict) -> tuple:
@@ -73,19 +88,18 @@ def chunk_columns(c: dict) -> tuple:
     seen = devices.categories_seen(c["cat"])
     if devices.MTIA_CATEGORY in seen:
         devices.refine_kinds(kind, c["cat"], np.array(names, dtype=object), MEMCPY, OTHER)
-    in_type = [""] * len(names)
-    ops = np.flatnonzero(kind == CPU_OP).tolist()
-    raws = c["input_type"]
-    for i, joined in zip(ops, kineto.joined_input_types([raws[i] for i in ops])):
-        in_type[i] = joined
+    ops = np.flatnonzero(kind == CPU_OP)
+    in_type = kineto.joined_input_types(list(map(c["input_type"].__getitem__, ops.tolist())))
     kept = keep.tolist()
     every = all(kept)
     cols["kind"] = kind[keep]
     cols["name"] = coded(names if every else list(compress(names, kept)))
-    cols["in_type"] = coded(in_type if every else list(compress(in_type, kept)))
+    cols["in_type"] = scattered_codes(len(names), ops, in_type, None if every else kept)
+    ops = ops.tolist()
     cols["in_shape"] = _shape_codes(c["input_dims"], c["concrete"], ops, kept, every)
     cols["pg"] = _pg_codes(c["pg"], kept, every)
-    cols["memory"] = {k: c[k] for k in MEMORY_KEYS}  # the allocator's instant events (memory.py)
+    # the allocator's instant events (memory.py); None when decoded apart (memory_child.py)
+    cols["memory"] = {k: c[k] for k in MEMORY_KEYS} if "mem_ts" in c else None
     return cols, c["meta"], c.get("skipped", 0), seen
 
 
@@ -106,10 +120,8 @@ def _shape_codes(dims: list, concrete: list, ops: list, kept: list, every: bool)
     n = sum(kept)  # none kept: no category at all, as coded([]) gives
     if n and dims.count(_NULL) == len(dims) and concrete.count(_NULL) == len(concrete):
         return np.zeros(n, dtype=np.int64), [""]
-    in_shape = [""] * len(dims)
-    for i, sig in zip(ops, shape_signatures([dims[i] for i in ops], [concrete[i] for i in ops])):
-        in_shape[i] = sig
-    return coded(in_shape if every else list(compress(in_shape, kept)))
+    sigs = shape_signatures(list(map(dims.__getitem__, ops)), list(map(concrete.__getitem__, ops)))
+    return scattered_codes(len(dims), np.array(ops, dtype=np.int64), sigs, None if every else kept)
 
 
 def _pg_codes(pgs: list, kept: list, every: bool) -> tuple:
