@@ -11,7 +11,9 @@ sys from getrusage(RUSAGE_CHILDREN) before and after), wall time, and the 1-minu
 install always runs first. Printed: one line per run, then the medians of A and B and each pair's
 ratio B / A, for CPU and wall. The two report.json files of the last pair are compared, fields that
 time the analysis itself left out: "reports: identical" or the first keys that differ (exit 1).
-Issue 35 item 5 measures `--a` at dbb31fa against `--b` at the current code (docs/perf.md).
+Issue 35 item 5 measures `--a` at dbb31fa against `--b` at the current code (docs/perf.md), and what
+the allocator's events alone cost: `--a "python benchmarks/without_memory.py" --b perfsleuth`
+(--a and --b are command lines, split as a shell would).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -35,7 +38,7 @@ def run_once(exe: str, trace: str, out: Path, extra: list, json_out: bool = True
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     files = ["--json", str(out), "--force"] if json_out else []
-    proc = subprocess.run([exe, "analyze", trace, *files, *extra],
+    proc = subprocess.run([*shlex.split(exe), "analyze", trace, *files, *extra],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

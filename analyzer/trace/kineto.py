@@ -14,8 +14,9 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from itertools import chain
-from operator import attrgetter
+from functools import partial
+from itertools import chain, compress
+from operator import attrgetter, is_
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -79,6 +80,10 @@ def _skipped_phase(ph: str) -> type:
 # Tagged by "ph": msgspec picks the struct from the phase and skips what the analysis never reads.
 # A phase not listed here sends its chunk to the lenient path below.
 _EVENT = Union[(_Complete, _Meta, _Instant) + tuple(_skipped_phase(p) for p in "BEICbnestfPNODVvRc")]
+# The same phases with the allocator's instants skipped (their columns decoded apart: memory_child.py), and
+# with all but them skipped (what that decodes).
+_TIMED_EVENT = Union[(_Complete, _Meta) + tuple(_skipped_phase(p) for p in "BEiICbnestfPNODVvRc")]
+_MEMORY_EVENT = Union[(_Instant,) + tuple(_skipped_phase(p) for p in "XMBEICbnestfPNODVvRc")]
 
 
 class Header(msgspec.Struct):
@@ -98,6 +103,8 @@ class Header(msgspec.Struct):
 _HEADER = msgspec.json.Decoder(Header)
 _SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
 _STRICT = msgspec.json.Decoder(list[_EVENT])
+_STRICT_TIMED = msgspec.json.Decoder(list[_TIMED_EVENT])
+_STRICT_MEMORY = msgspec.json.Decoder(list[_MEMORY_EVENT])
 _LAX = msgspec.json.Decoder(list[Any])  # anything at all; non-objects are skipped
 INT_COLUMNS = ("pid", "tid", "corr", "ext", "bytes", "py_id", "py_parent", "seq", "peer")
 
@@ -227,8 +234,12 @@ def merge(pieces: list) -> dict:
     return out
 
 
-def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
+def decode_piece(path: Path, blob: bytes, warnings: list, memory: bool = True) -> dict:
+    """The columns of one piece (a JSON array of events); without the allocator's (`mem_*`) with
+    `memory` False (memory_child.py decodes those)."""
     try:
+        if not memory:
+            return _strict_columns(_STRICT_TIMED.decode(blob), memory=False)
         return _strict_columns(_STRICT.decode(blob))
     except msgspec.ValidationError:
         pass  # not a sane chunk: lenient decoding below
@@ -243,6 +254,31 @@ def decode_piece(path: Path, blob: bytes, warnings: list) -> dict:
         blob = blob.decode("utf-8", errors="replace").encode("utf-8")
     except (OverflowError, TypeError, ValueError):
         pass
+    columns = _lenient(path, blob)
+    return columns if memory else {k: v for k, v in columns.items() if not k.startswith("mem_")}
+
+
+def decode_memory_piece(path: Path, blob: bytes) -> dict:
+    """The allocator's (`mem_*`) columns of one piece, the rest of its events skipped: what
+    decode_piece gives of them (a piece whose allocator events do not fit the strict Structs is
+    decoded leniently, as there)."""
+    try:
+        evs = _STRICT_MEMORY.decode(blob)
+        return memory_columns(evs, list(map(type, evs)))
+    except msgspec.ValidationError:
+        pass
+    except RecursionError as exc:
+        raise _json_error(path, exc) from None
+    except msgspec.DecodeError as exc:
+        if "UTF-8" not in str(exc):
+            raise _json_error(path, exc) from None
+        blob = blob.decode("utf-8", errors="replace").encode("utf-8")
+    except (OverflowError, TypeError, ValueError):
+        pass
+    return {k: v for k, v in _lenient(path, blob).items() if k.startswith("mem_")}
+
+
+def _lenient(path: Path, blob: bytes) -> dict:
     try:
         return lenient_columns(_LAX.decode(blob))
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -255,6 +291,8 @@ def _ints(values, n: int) -> np.ndarray:
 
 def _ids(values: list) -> np.ndarray:
     """Optional integer ids (JSON null allowed) -> int64 with -1 for null."""
+    if None not in values:  # the common case (a C-level scan): no float round trip
+        return np.fromiter(values, dtype=np.int64, count=len(values))
     arr = np.array(values, dtype=np.float64)  # None -> nan; ids stay exact below 2**53
     return np.where(np.isnan(arr), -1, arr).astype(np.int64)
 
@@ -265,10 +303,13 @@ def _int_or_string(values: list) -> tuple[np.ndarray, np.ndarray]:
     return np.array([-1 if type(v) is str else v for v in values], dtype=np.int64), strings
 
 
-def _strict_columns(evs: list) -> dict:
-    """Columns of the complete ("X") events of one chunk; metadata ("M") events as tuples."""
-    meta = [(e.pid, e.tid, e.name, e.args.name) for e in evs if type(e) is _Meta]
-    xs = [e for e in evs if type(e) is _Complete]
+def _strict_columns(evs: list, memory: bool = True) -> dict:
+    """Columns of the complete ("X") events of one chunk, and of the allocator's with `memory`;
+    metadata ("M") events as tuples."""
+    types = list(map(type, evs))  # C-level filters by type below: a piece holds ~5k events
+    xs = evs if types.count(_Complete) == len(evs) else list(compress(evs, map(partial(is_, _Complete), types)))
+    meta = [(e.pid, e.tid, e.name, e.args.name) for e in compress(evs, map(partial(is_, _Meta), types))] \
+        if types.count(_Meta) else []
     n = len(xs)
     args = list(map(attrgetter("args"), xs))
     try:
@@ -292,7 +333,7 @@ def _strict_columns(evs: list) -> dict:
         "input_dims": list(map(attrgetter("input_dims"), args)),
         "concrete": list(map(attrgetter("concrete"), args)),
         **_comm_columns(list(map(attrgetter("pg"), args)), args, n),
-        **memory_columns(evs, n + len(meta)),
+        **(memory_columns(evs, types) if memory else {}),
         "meta": meta,
         "entries": len(evs),
     }

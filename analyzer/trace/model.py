@@ -23,6 +23,7 @@ from pandas.api.types import union_categoricals
 from ..errors import TraceError
 from . import devices, files, kineto, reading, sources, times, validate
 from .memory import MemoryEvents, assemble as assemble_memory
+from .memory_child import FAILED as MEMORY_FAILED, MemoryChild
 # the normalised event kinds, defined with the decoding workers' transform (no pandas there)
 from .columns import (ANNOTATION, CPU_OP, DEVICE_KINDS, DEVICE_SYNC, GPU_ANNOTATION, KERNEL,  # noqa: F401
                       KIND_NAMES, MEMCPY, MEMSET, OTHER, PYTHON, RUNTIME, FLOAT_COLUMNS)
@@ -49,6 +50,46 @@ class Device:
         if self.compute_major is None:
             return None
         return float(f"{self.compute_major}.{self.compute_minor or 0}")
+
+
+class PendingMemory:
+    """The allocator's events a MemoryChild decodes, assembled when first read (Trace.memory)."""
+
+    def __init__(self, child: MemoryChild, t0_us: float, warnings: list):
+        self.child, self.t0_us, self.warnings = child, t0_us, warnings
+
+    def resolve(self) -> Optional[MemoryEvents]:
+        columns = self.child.result()
+        if columns is None:
+            self.warnings.append(MEMORY_FAILED)
+            return None
+        return assemble_memory([columns] if columns else [], self.t0_us)
+
+    def __reduce__(self):  # a pickled Trace carries the events, not the process
+        return _identity, (self.resolve(),)
+
+
+def _identity(value):
+    return value
+
+
+class _Memory:
+    """`Trace.memory`: a data descriptor (a dataclass field's default), so that a PendingMemory set
+    there is resolved on the first read and replaced by what it gives."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return None  # the field's default
+        value = obj.__dict__.get(self.slot)
+        if isinstance(value, PendingMemory):
+            value = obj.__dict__[self.slot] = value.resolve()
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.slot] = value
 
 
 @dataclass
@@ -91,7 +132,7 @@ class Trace:
     run_metadata: dict = field(default_factory=dict)
     # The allocator's events ([memory], [OutOfMemory]; trace/memory.py), None when the trace has none;
     # memory_profiled: the trace's own `profile_memory` option (None when it does not say).
-    memory: Optional[MemoryEvents] = None
+    memory: Optional[MemoryEvents] = _Memory()  # type: ignore[assignment]  # a PendingMemory until first read
     memory_profiled: Optional[bool] = None
 
     @property
@@ -142,10 +183,11 @@ def build_trace(path, header: kineto.Header, outs: list, entries: int, warnings:
     trace = Trace(path=sources.absolute(path), events=_empty_frame(), raw_event_count=entries, warnings=warnings)
     _read_header(trace, header)
     memory = [out[0].pop("memory", None) for out in outs]
+    child = next((m for m in memory if isinstance(m, MemoryChild)), None)  # decoded apart (memory_child.py)
     frames = [_take_chunk(out, trace) for out in outs]
     outs.clear()  # the caller's list too: the decoded pieces go before the columns are assembled
     trace.events = _assemble(frames, trace)
-    trace.memory = assemble_memory(memory, trace.t0_us)
+    trace.memory = PendingMemory(child, trace.t0_us, trace.warnings) if child else assemble_memory(memory, trace.t0_us)
     if entries >= TRIM_AFTER_ENTRIES:
         release_free_memory()  # the decode's freed chunks, before the analysis builds on top of them
     if trace.events.empty:

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Optional
 from ..errors import TraceError
 from . import kineto
 
-_SHARED: tuple = ()  # (path, blobs_of, transform, fallible): inherited by the forked workers
+_SHARED: tuple = ()  # (path, blobs_of, transform, fallible, memory): inherited by the forked workers
 
 
 def can_fork() -> bool:
@@ -27,10 +27,10 @@ def can_fork() -> bool:
 def _task(task) -> Optional[tuple]:
     """(transform(columns), entries, warnings) of one task; None when a fallible task's bytes are not
     JSON (the caller then decodes the document another way)."""
-    path, blobs_of, transform, fallible = _SHARED
+    path, blobs_of, transform, fallible, memory = _SHARED
     warnings: list = []
     try:
-        columns = kineto.merge([kineto.decode_piece(path, blob, warnings) for blob in blobs_of(task)])
+        columns = kineto.merge([kineto.decode_piece(path, blob, warnings, memory) for blob in blobs_of(task)])
     except TraceError:
         if fallible:
             return None
@@ -42,8 +42,9 @@ class Decoder:
     """`submit` tasks (in document order), then `results`. With jobs > 1 the tasks run in forked
     workers as soon as they are submitted; otherwise in this process when the results are asked for."""
 
-    def __init__(self, path: Path, blobs_of: Callable, transform: Callable, jobs: int, fallible: bool = False):
-        self.shared = (path, blobs_of, transform, fallible)
+    def __init__(self, path: Path, blobs_of: Callable, transform: Callable, jobs: int, fallible: bool = False,
+                 memory: bool = True):
+        self.shared = (path, blobs_of, transform, fallible, memory)  # memory: the allocator's events too
         self.jobs, self.pool, self.pending = jobs, None, []
 
     def __enter__(self) -> "Decoder":
@@ -104,9 +105,9 @@ class Decoder:
 
 def run(path: Path, blobs_of: Callable, tasks: Iterable, transform: Callable, jobs: int, done_at: Callable,
         total: int, progress: Optional[Callable] = None, fallible: bool = False,
-        idle: Optional[Callable[[], None]] = None) -> Optional[tuple]:
+        idle: Optional[Callable[[], None]] = None, memory: bool = True) -> Optional[tuple]:
     """All `tasks` in order: (outputs, entries, warnings), or None when a fallible task fails."""
-    with Decoder(path, blobs_of, transform, jobs, fallible) as decoder:
+    with Decoder(path, blobs_of, transform, jobs, fallible, memory) as decoder:
         for task in tasks:
             decoder.submit(task)
         return decoder.results(done_at, total, progress, idle)

@@ -6,12 +6,14 @@ import json
 import os
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfsleuth.errors import TraceError
-from perfsleuth.trace import byteranges, gzstream, kineto
-from perfsleuth.trace.model import load_trace
+from perfsleuth.trace import byteranges, gzstream, kineto, memory_child
+from perfsleuth.trace.memory import COLUMNS as MEMORY_COLUMNS
+from perfsleuth.trace.model import PendingMemory, load_trace
 
 
 def _event(i: int, name: str = "aten::mm") -> dict:
@@ -85,6 +87,9 @@ def _spy_on_plan(monkeypatch) -> list:
 
 def _same(a, b):
     assert a.events.equals(b.events)
+    assert (a.memory is None) == (b.memory is None)
+    if a.memory is not None:
+        assert all(np.array_equal(getattr(a.memory, c), getattr(b.memory, c)) for c in MEMORY_COLUMNS)
     assert (a.warnings, a.thread_names, a.raw_event_count, a.rank) == (b.warnings, b.thread_names,
                                                                         b.raw_event_count, b.rank)
 
@@ -102,6 +107,65 @@ def test_ranges_give_the_sequential_result(tmp_path, small_ranges, gz):
     _same(par, seq)
     assert par.raw_event_count == 63 and len(par.events) == 60 and par.rank == 3
     assert par.thread_names == {(1, 1): "main"} and par.warnings == ["1 duplicate events were ignored"]
+
+
+def _memory_event(i: int, nbytes, name: str = "[memory]") -> dict:
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": name, "pid": 1, "tid": 1, "ts": 10 * i + 2,
+            "args": {"Total Reserved": 0, "Total Allocated": 100 * i, "Bytes": nbytes, "Addr": 1000 + i,
+                     "Device Type": 1, "Device Id": 0}}
+
+
+def _memory_doc(lenient_at=None) -> list:
+    events = []
+    for i in range(60):
+        events.append(_event(i, f"op{i % 5}"))
+        events.append(_memory_event(i, 64 * i - 1000, "[OutOfMemory]" if i == 41 else "[memory]"))
+    events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "marker", "pid": 1, "tid": 1, "ts": 7})
+    if lenient_at is not None:  # an allocator event the strict Structs refuse: its piece is decoded leniently
+        events[lenient_at]["args"]["Bytes"] = "12"
+    return events
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("lenient_at", [None, 31])
+def test_ranges_read_the_allocator_events_apart(tmp_path, small_ranges, gz, lenient_at):
+    """With workers, a process of its own decodes the [memory] / [OutOfMemory] events (memory_child.py):
+    the trace holds them as the sequential path reads them, asked for when first read."""
+    raw = _doc(_memory_doc(lenient_at), pretty=True)
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    par, seq = load_trace(path, jobs=2), load_trace(path, jobs=1)
+    assert small_ranges == ["inflating" if gz else "ranges", "split"]
+    assert type(par.__dict__["_memory"]) is PendingMemory and type(seq.__dict__["_memory"]) is not PendingMemory
+    _same(par, seq)
+    assert type(par.__dict__["_memory"]) is not PendingMemory  # read once, kept
+    assert len(par.memory) == 60 and par.memory.oom.tolist() == [i == 41 for i in range(60)]
+    assert par.memory.bytes[15] == (12 if lenient_at else 64 * 15 - 1000) and par.memory.addr[59] == 1059  # 31: i=15
+
+
+def test_a_memory_process_that_fails_is_said_not_guessed(tmp_path, small_ranges, monkeypatch):
+    def dies(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(memory_child, "_decode", dies)
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc(_memory_doc()))
+    trace = load_trace(path, jobs=2)
+    assert trace.memory is None and trace.warnings == [memory_child.FAILED]
+    assert len(trace.events) == 60  # the rest of the trace is read as ever
+
+
+def test_a_memory_process_not_needed_is_ended(tmp_path, small_ranges, monkeypatch):
+    ended = []
+    real_cancel = memory_child.MemoryChild.cancel
+    monkeypatch.setattr(memory_child.MemoryChild, "cancel", lambda self: ended.append(self.pid) or real_cancel(self))
+    events = [_event(i, '}, {"ph": "X"}, {' * 8 if i < 35 else "aten::mm") for i in range(40)]
+    path = tmp_path / "t.json"
+    path.write_bytes(_doc(events + [_memory_event(3, 64)]))
+    trace = load_trace(path, jobs=2)  # a range fails: the sequential path reads everything, memory too
+    assert len(ended) == 1 and len(trace.memory) == 1 and trace.memory.bytes.tolist() == [64]
+    with pytest.raises(ProcessLookupError):
+        os.kill(ended[0], 0)  # ended and reaped
 
 
 def test_a_cut_inside_a_string_falls_back(tmp_path, small_ranges):
