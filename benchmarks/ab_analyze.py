@@ -42,7 +42,8 @@ def run_once(exe: str, trace: str, out: Path, extra: list, json_out: bool = True
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode not in (0, 1):  # 1: a --fail-on gate, still a full analysis
+    # 1: a --fail-on gate, still a full analysis; but an uncaught exception exits with 1 too
+    if proc.returncode not in (0, 1) or "Traceback (most recent call last)" in proc.stderr:
         sys.exit(f"{exe} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"cpu": cpu, "wall": wall, "load": load}
