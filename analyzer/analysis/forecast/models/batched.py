@@ -109,8 +109,9 @@ def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFra
     before it runs a node, and, where the step rebinds its loss, the freeing of the previous step's graph --
     costs per node of the graph: per step, the gap before each backward's first node (and before the seed
     gradient's `ones_like` right before it) keeps the share of the step's backward nodes that stay (those
-    outside `gone`, and one per distinct kind of each backward segment of the loops that comes in). Returns
-    the ns removed and the backward nodes per step before and after (0, 0 when the steps run no backward)."""
+    outside `gone`, and one per distinct kind of each backward segment of the loops that comes in), in the
+    steps whose loops have a backward. Returns the ns removed and the backward nodes per step before and after
+    (0, 0 when no loop has a backward)."""
     name = top["name"].astype(str)
     bw = name.str.startswith(BACKWARD).to_numpy()
     if not bw.any():
@@ -128,11 +129,13 @@ def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFra
     added = np.bincount(seg_step, weights=seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy(),
                         minlength=n + 1)[:n]
     removed = 0.0
-    for s in np.flatnonzero(nodes):
+    for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
         at = (first | seed) & (step == s) & (top["gap"].to_numpy() > 0)
         t = top["ts"].to_numpy(np.int64)[at]
         keep = min(1.0, (left[s] + added[s]) / nodes[s])
         removed += remove_host(p, iv.merge((t - top["gap"].to_numpy()[at]).astype(np.int64), t), keep=keep)
+    if not added.any():
+        return 0.0, 0, 0
     return removed, int(nodes.sum() // n), int((left + added).sum() // n)
 
 
