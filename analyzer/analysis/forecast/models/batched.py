@@ -126,8 +126,8 @@ def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFra
     left = np.bincount(step[stays], minlength=n + 1)[:n].astype(np.float64)
     backward_seg = df["name"].astype(str).str.startswith(BACKWARD).groupby(df["segment"]).all()
     seg_step = np.searchsorted(ends, seg["end"].to_numpy())
-    added = np.bincount(seg_step, weights=seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy(),
-                        minlength=n + 1)[:n]
+    kinds = seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy()
+    added = np.bincount(seg_step, weights=kinds, minlength=n + 1)[:n]
     removed = 0.0
     for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
         at = (first | seed) & (step == s) & (top["gap"].to_numpy() > 0)
