@@ -60,9 +60,12 @@ def test_the_loops_backward_goes_however_long_its_nodes(tmp_path):
     Edges: 48 µs before the forward loop (1 µs per op), the 7 µs after it, and 72 µs of the 82 µs after the
     backward; the stack and StackBackward0 go (60 µs). In come 2 whole-tensor ops per kind (2 kinds forward,
     3 backward) at the median of the step's other ops with the Python before them (the mm 20 + 10 µs, the
-    add_ 20 + 82 µs: 66 µs)."""
+    add_ 20 + 82 µs: 66 µs). The 113 µs of Python before the backward's first node (StackBackward0, after the
+    mm) keep the share of the backward's 73 nodes that stay: none of them, and the 3 kinds that come in."""
     fc = forecaster(cpu_step_trace(tmp_path, grouped_step, period=4000)).forecast("batched-ops")
-    assert fc["speedup"] == round(4000 / (4000 - 473 - 2088 - (48 + 7 + 72) - 60 + 2 * (2 + 3) * 66), 3)
+    assert fc["speedup"] == round(4000 / (4000 - 473 - 2088 - (48 + 7 + 72) - 60 + 2 * (2 + 3) * 66
+                                          - 113 * (1 - 3 / 73)), 3)
+    assert fc["assumptions"]["graph"].endswith("73 per step become 3 (108 µs per step less)")
     assert fc["assumptions"]["loops"] == ("2.0 loops per step of 60 short ops (median): their ops and the "
                                           "Python between them go (2561 µs per step)")
 
@@ -72,12 +75,13 @@ def test_a_batched_layer_keeps_its_parameters_per_iteration(tmp_path):
     per step: 24 iterations x 2), and an optimizer step of 300 µs of per-parameter Python: batched, the
     layer has one stacked weight and one stacked bias, 2 parameters where there were 48, so zero_grad and
     optimizer.step keep 2/48 of their work. The backward now runs 790-3358 µs (2568 µs); the 22 µs after it
-    go; its 4 kinds come in as 2 ops each at the median of the mm (30 µs) and the add_ (20 + 22 µs): 36 µs."""
+    go; its 4 kinds come in as 2 ops each at the median of the mm (30 µs) and the add_ (20 + 22 µs): 36 µs.
+    The 113 µs before the backward's first node keep 4 of its 121 nodes' share."""
     def body(tb, o, k):
         grouped_step(tb, o, k, acc=True)
         tb.annotation("Optimizer.step#SGD.step", o + 3600, 300)
     fc = forecaster(cpu_step_trace(tmp_path, body, period=4500)).forecast("batched-ops")
-    after = 4500 - 473 - 2568 - (48 + 7 + 22) - 60 - 300 * 46 / 48 + 2 * (2 + 4) * 36
+    after = 4500 - 473 - 2568 - (48 + 7 + 22) - 60 - 300 * 46 / 48 + 2 * (2 + 4) * 36 - 113 * (1 - 4 / 121)
     assert fc["speedup"] == round(4500 / after, 3)
     assert fc["assumptions"]["parameters"] == ("48 parameters per step become 2: zero_grad and optimizer.step "
                                                "keep 4% of their work (288 µs per step less)")
@@ -189,3 +193,70 @@ def test_a_loop_op_split_off_its_loop_is_no_iteration_of_its_own():
     loop = loop_ops(top, ends)
     assert loop["name"].value_counts().to_dict() == {"aten::linear": 17, "aten::select": 16}
     assert loop_backward(top, loop, ends) == (f"{BWD}ReluBackward0",)
+
+
+def prelude_step(tb, o, k):
+    """A forward loop (select, mul: 40 ops of 3 µs from 107 µs), the loss (a linear at 520 µs, 30 µs), the
+    seed gradient (`ones_like` at 700 µs: 150 µs of Python before it) and the backward: NllLossBackward0 at
+    805 µs (100 µs after the seed), then the loop's backward (SelectBackward0, MulBackward0: 40 nodes of 3 µs
+    from 830 µs), and an add_ at 1400 µs."""
+    loop(tb, o, kinds=("aten::select", "aten::mul"), n=40, at=107)
+    tb.op("aten::linear", o + 520, 30)
+    tb.op("aten::ones_like", o + 700, 5)
+    tb.op(f"{BWD}NllLossBackward0", o + 805, 20)
+    loop(tb, o, kinds=(f"{BWD}SelectBackward0", f"{BWD}MulBackward0"), n=40, at=830)
+    tb.op("aten::add_", o + 1400, 20)
+
+
+def test_the_python_before_a_backward_keeps_the_share_of_its_nodes_that_stay(tmp_path, monkeypatch):
+    """The call into the backward (150 µs before the seed's ones_like: in a training loop that rebinds its loss,
+    the previous step's graph is freed there) and the engine's walk over the graph before its first node
+    (100 µs) cost per node of the graph: the backward's 41 nodes become 3 (NllLossBackward0 stays, the loop's
+    2 backward kinds come in as one node each), so 250 µs x 38/41 go -- 231.7 µs a step less than the same
+    forecast without this term."""
+    from perfsleuth.analysis.forecast.models import batched
+
+    fc = forecaster(cpu_step_trace(tmp_path, prelude_step, period=2000)).forecast("batched-ops")
+    assert fc["assumptions"]["graph"] == (
+        "the Python from the call into each backward to its first node (the engine's walk over the graph; where "
+        "the loss is rebound, the freeing of the previous step's graph) keeps the share of the backward's nodes "
+        "that stay: 41 per step become 3 (232 µs per step less)")
+    monkeypatch.setattr(batched, "_graph_prelude", lambda *a: (0.0, 0, 0))
+    without = forecaster(cpu_step_trace(tmp_path, prelude_step, period=2000)).forecast("batched-ops")
+    assert "graph" not in without["assumptions"]
+    assert fc["speedup"] == round(2000 / (2000 / without["speedup"] - 250 * 38 / 41), 3)
+
+
+def test_an_embedding_sets_no_byte_rate(tmp_path):
+    """The step of test_what_comes_in with an embedding lookup outside the loop (4096 rows of a [1000, 64]
+    table: 2,113,536 bytes in 90 µs, the largest byte op of the step): its time goes on the indices, so the
+    add (8.192 bytes per ns) still sets the rate and the forecast is that test's."""
+    def body(tb, o, k):
+        shaped_step(tb, o, k)
+        tb.op("aten::embedding", o + 900, 90, **shaped([[1000, 64], [4096]]))
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.5 + 3.75), 3)
+    assert "0.03 MiB of the other ops' bytes at 7.63 GiB/s, the step's largest ops outside the loops" in (
+        fc["assumptions"]["whole_tensor_ops"])
+
+
+def test_without_a_big_op_the_bytes_go_at_the_loops_own_rate_less_a_dispatch(tmp_path):
+    """The loop of shaped_step with its mul taking 5 µs (3,072 bytes each), and outside it only ops too small
+    to set a rate. A dispatch is what the loop's ops without arithmetic take (select: 3 µs), so the mul's
+    bytes go at 3,072 bytes per 2 µs (1.536 per ns): 10 a step, 20 µs. The machine's measured ceiling caps
+    it (1 GB/s: 30.72 µs)."""
+    def body(tb, o, k):
+        kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
+        for j in range(40):
+            name = kinds[j % 4]
+            args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}.get(name, {})
+            tb.op(name, o + 107 + 10 * j, 5 if name == "aten::mul" else 3, **args)
+        tb.op("aten::bmm", o + 700, 64, **shaped([[1, 4, 4], [1, 4, 4]]))
+        tb.op("aten::add", o + 800, 96, **shaped([[32], [32]]))
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 20), 3)
+    assert ("0.03 MiB of the other ops' bytes at 1.43 GiB/s, the loop's own elementwise ops less a dispatch each"
+            in fc["assumptions"]["whole_tensor_ops"])
+    peak = {"kind": "measured", "mem_bw_gbps": 1.0, "max_achievable_tflops": {"matrix_fp32": 0.01}}
+    fc = forecaster(cpu_step_trace(tmp_path, body), meta={"peak": peak}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.048 + 30.72), 3)

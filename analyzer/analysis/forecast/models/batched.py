@@ -31,6 +31,7 @@ import pandas as pd
 from ....trace.model import CPU_OP
 from ... import intervals as iv
 from ...loops import (
+    BACKWARD,
     GATHER_BACKWARD,
     MIN_REPEAT,
     MIN_RUN,
@@ -97,6 +98,45 @@ def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals,
     n = len(p.tl.steps)
     return (f"{total // max(n, 1)} parameters per step become {after // max(n, 1)}: zero_grad and optimizer.step "
             f"keep {keep:.0%} of their work ({removed / n / 1000:.0f} µs per step less)")
+
+
+SEED = "aten::ones_like"  # backward() of a scalar loss makes its seed gradient first
+
+
+def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFrame, gone: iv.Intervals,
+                   steps: pd.DataFrame) -> tuple[float, int, int]:
+    """The Python from the call into a backward to its first node -- the engine's walk over the whole graph
+    before it runs a node, and, where the step rebinds its loss, the freeing of the previous step's graph --
+    costs per node of the graph: per step, the gap before each backward's first node (and before the seed
+    gradient's `ones_like` right before it) keeps the share of the step's backward nodes that stay (those
+    outside `gone`, and one per distinct kind of each backward segment of the loops that comes in), in the
+    steps whose loops have a backward. Returns the ns removed and the backward nodes per step before and after
+    (0, 0 when no loop has a backward)."""
+    name = top["name"].astype(str)
+    bw = name.str.startswith(BACKWARD).to_numpy()
+    if not bw.any():
+        return 0.0, 0, 0
+    first = bw & ~np.r_[False, bw[:-1]]
+    seed = np.r_[first[1:], False] & (name == SEED).to_numpy()
+    ends = steps["host_end"].to_numpy(np.float64)
+    step = np.searchsorted(ends, top["ts"].to_numpy())
+    n = len(steps)
+    nodes = np.bincount(step[bw], minlength=n + 1)[:n].astype(np.float64)
+    stays = bw & ~iv.covers(gone, top["ts"].to_numpy(np.int64))
+    left = np.bincount(step[stays], minlength=n + 1)[:n].astype(np.float64)
+    backward_seg = df["name"].astype(str).str.startswith(BACKWARD).groupby(df["segment"]).all()
+    seg_step = np.searchsorted(ends, seg["end"].to_numpy())
+    kinds = seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy()
+    added = np.bincount(seg_step, weights=kinds, minlength=n + 1)[:n]
+    removed = 0.0
+    for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
+        at = (first | seed) & (step == s) & (top["gap"].to_numpy() > 0)
+        t = top["ts"].to_numpy(np.int64)[at]
+        keep = min(1.0, (left[s] + added[s]) / nodes[s])
+        removed += remove_host(p, iv.merge((t - top["gap"].to_numpy()[at]).astype(np.int64), t), keep=keep)
+    if not added.any():
+        return 0.0, 0, 0
+    return removed, int(nodes.sum() // n), int((left + added).sum() // n)
 
 
 def _segment_ids(df: pd.DataFrame) -> np.ndarray:
@@ -189,6 +229,8 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
 
 
 _FROM = {"step": "the step's largest ops outside the loops",
+         "loop": "the loop's own elementwise ops less a dispatch each (no op in the step does a tenth of a batched "
+                 "op's work)",
          "peak": "the machine's measured ceiling (perfsleuth run's probe; no op in the step does a tenth of a "
                  "batched op's work)",
          "none": "taken as free: no op in the step does a tenth of a batched op's work, no measured ceiling"}
@@ -249,6 +291,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     edged = remove_host(p, iv.subtract(_edges(top, seg, df.index.to_numpy()), theirs)) if optimistic else 0.0
     gather = iv.subtract(_gathering(top, df, steps), theirs)
     gathered = remove_host(p, gather)  # batched, the output is whole already: no gathering, no backward of it
+    walked, nodes_before, nodes_after = _graph_prelude(p, top, df, seg, iv.union(ivs, gather), steps)
     ts = top["ts"].to_numpy(np.int64)
     rest = top[~iv.covers(iv.union(ivs, gather), ts)]
     # before the whole-tensor ops: a loop may end in the optimizer
@@ -298,6 +341,11 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if gather[0].size:
         out["gather"] = (f"the cat/stack of the loops' outputs and its backward go "
                          f"({gathered / n / 1000:.0f} µs per step)")
+    if nodes_before:
+        out["graph"] = (f"the Python from the call into each backward to its first node (the engine's walk over "
+                        f"the graph; where the loss is rebound, the freeing of the previous step's graph) keeps "
+                        f"the share of the backward's nodes that stay: {nodes_before} per step become "
+                        f"{nodes_after} ({walked / n / 1000:.0f} µs per step less)")
     if params:
         out["parameters"] = params
     if unprofiled:

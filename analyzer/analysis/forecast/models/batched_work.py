@@ -12,9 +12,15 @@ plus one dispatch per distinct op of the loop.
   bytes per ns of the step's ops outside the loops that do the most of it -- those with at least
   BIG_SHARE of the largest one's work, their work over their time. A rate needs an op of the batched
   op's size: the largest must do at least SIZE_SHARE of an average batched op's work (the loops' work
-  over their distinct ops); a rate measured on ops as small as the loop's is their dispatch's. Without
-  one, the machine's measured ceiling (`perfsleuth run`'s probe: fp32 matmul, a 64 MiB copy) stands in,
-  else the work is taken as free -- the assumption says which.
+  over their distinct ops); a rate measured on ops as small as the loop's is their dispatch's. An
+  embedding lookup sets no byte rate: its time goes on the indices, not on the bytes.
+- Without such an op, the bytes go at the loop's own rate less its dispatch (issue 39, third round): the
+  loop's elementwise ops' bytes over their time less a dispatch each, a dispatch being the median time of
+  the loop's ops that do no arithmetic (select, view, t: outermost ops without a FLOPs/bytes model). A
+  batched op does the same work per element (a `tanh` is as dear per byte at 2 KiB as at 200 KiB, less
+  its fixed cost); the machine's measured ceiling (`perfsleuth run`'s probe: a 64 MiB copy) caps it. The
+  matrix ops' FLOPs, whose rate grows with the matrices' size, go at the probe's fp32 matmul ceiling.
+  Else the work is taken as free -- the assumption says which.
 - Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
   and says so).
 """
@@ -40,12 +46,17 @@ BIG_SHARE = 0.5  # an op outside the loops sets the rate when it does at least t
 ACCUMULATE_INTO = "aten::add_"
 MATRIX = tuple(FAMILIES.index(f) for f in fl.MATRIX_FAMILIES)
 VECTOR = tuple(FAMILIES.index(f) for f in (fl.ELEMENTWISE, fl.NORM, fl.SOFTMAX, fl.REDUCE, fl.EMBEDDING))
+# the ops whose bytes per ns are a rate for the loop's bytes: an embedding lookup (or its backward) spends its
+# time on the indices, row by row (issue 39: `heads`' embedding ran at 1.3 GB/s where the rewrite's softmax and
+# masked_fill over the loop's bytes ran at 3-4 GB/s)
+STREAMING = tuple(FAMILIES.index(f) for f in (fl.ELEMENTWISE, fl.NORM, fl.SOFTMAX, fl.REDUCE))
 
 
 @dataclass
 class Work:
     """Per loop segment its matrix FLOPs and other ops' bytes; the rates (per ns; 0: unknown) and where
-    each comes from: "step" (the step's big ops), "peak" (the machine's measured ceiling), "none"."""
+    each comes from: "step" (the step's big ops), "loop" (the loop's own ops less a dispatch each), "peak"
+    (the machine's measured ceiling), "none"."""
 
     flops: np.ndarray
     nbytes: np.ndarray
@@ -61,14 +72,41 @@ class Work:
         return f + b
 
 
-def _outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
-    ops = ops[modelled_names(ops["name"])].sort_values(["ts", "end"], ascending=[True, False])
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops no other op of `ops` encloses (one thread, time order)."""
+    ops = ops.sort_values(["ts", "end"], ascending=[True, False])
     if ops.empty:
         return ops
     e = ops["end"].to_numpy(np.int64)
     prev = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
     return ops[ops["ts"].to_numpy(np.int64) >= prev]
+
+
+def _outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
+    return _outermost(ops[modelled_names(ops["name"])])
+
+
+def _dispatch_ns(ops: pd.DataFrame, loop: iv.Intervals) -> float:
+    """An op's fixed cost in the loop: the median time of its outermost ops that do no arithmetic (neither
+    they nor an op inside them has a FLOPs/bytes model: select, view, t, TBackward0, ...); 0 without one."""
+    top = _outermost(ops)
+    top = top[iv.covers(loop, top["ts"].to_numpy(np.int64)) & ~modelled_names(top["name"])]
+    modelled = ops[modelled_names(ops["name"])]
+    if top.empty:
+        return 0.0
+    inner = iv.merge(top["ts"].to_numpy(np.int64), top["end"].to_numpy(np.int64))
+    hit = np.searchsorted(inner[0], modelled["ts"].to_numpy(np.int64), side="right") - 1
+    hit = np.unique(hit[(hit >= 0) & iv.covers(inner, modelled["ts"].to_numpy(np.int64))])
+    span = np.searchsorted(inner[0], top["ts"].to_numpy(np.int64), side="right") - 1
+    plain = top[~np.isin(span, hit)]
+    return float(np.median((plain["end"] - plain["ts"]).to_numpy(np.float64))) if len(plain) else 0.0
+
+
+def _own_rate(work: np.ndarray, dur: np.ndarray, dispatch: float) -> float:
+    """The loop's own ops' work per ns of their time less a dispatch each (0 where none is left)."""
+    left = np.maximum(dur - dispatch, 0.0).sum()
+    return float(work.sum() / left) if work.sum() > 0 and left > 0 else 0.0
 
 
 def _shaped_ops(x: Inputs) -> pd.DataFrame | None:
@@ -121,6 +159,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     ops = _shaped_ops(x)
     if ops is None:
         return None
+    dispatch = _dispatch_ns(ops, loop)
     ops = _outermost_modelled(ops)
     if ops.empty:
         return None
@@ -141,11 +180,20 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     kinds = max(int(np.sum(segment_kinds)), 1)
     peak = _peak(x)
     rates = []
+    streaming = vector & np.isin(m.family, STREAMING)
     for kind, work, total, ceiling in ((matrix, m.flops, flops.sum(), peak[0]),
-                                       (vector, m.nbytes, nbytes.sum(), peak[1])):
+                                       (streaming, m.nbytes, nbytes.sum(), peak[1])):
         least = SIZE_SHARE * total / kinds
         r = _rate(work[outside & kind].astype(np.float64), dur[outside & kind], least)
         if r > 0 and ceiling > 0:
             r = min(r, ceiling)  # faster than the machine's ceiling: the op's time is not its work
-        rates.append((r, "step") if r > 0 else (ceiling, "peak") if ceiling > 0 else (0.0, "none"))
+        if r > 0:
+            rates.append((r, "step"))
+            continue
+        own = _own_rate(work[inside & kind].astype(np.float64), dur[inside & kind], dispatch) \
+            if kind is streaming else 0.0
+        if own > 0:
+            rates.append((min(own, ceiling) if ceiling > 0 else own, "loop"))
+        else:
+            rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     return Work(flops, nbytes, *rates[0], *rates[1])
