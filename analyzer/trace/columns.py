@@ -53,9 +53,18 @@ def coded(values: list) -> tuple:
     distinct = dict.fromkeys(values)  # hashed in C (a str keeps its hash): few
     if len(distinct) == 1:  # one value throughout
         return np.zeros(len(values), dtype=np.int64), list(distinct)
+    categories, rank = _ranked(distinct)
+    return _codes(rank, values), categories
+
+
+def _ranked(distinct) -> tuple:
+    """(the distinct values sorted, value -> its position there)."""
     categories = sorted(distinct)
-    rank = dict(zip(categories, range(len(categories))))
-    return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values)), categories
+    return categories, dict(zip(categories, range(len(categories))))
+
+
+def _codes(rank: dict, values: list) -> np.ndarray:
+    return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def scattered_codes(n: int, at: np.ndarray, values: list, kept) -> tuple:
@@ -69,10 +78,9 @@ def scattered_codes(n: int, at: np.ndarray, values: list, kept) -> tuple:
     distinct = dict.fromkeys(values)
     if len(at) < n:
         distinct[""] = None
-    categories = sorted(distinct)
-    rank = dict(zip(categories, range(len(categories))))
+    categories, rank = _ranked(distinct)
     codes = np.full(n, rank.get("", 0), dtype=np.int64)
-    codes[at] = np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
+    codes[at] = _codes(rank, values)
     return codes, categories
 
 

@@ -24,8 +24,6 @@ from .memory_child import MemoryChild
 CHUNK = 100_000  # events per task on the sequential path (and per progress step)
 PIECE = 5_000  # events decoded at a time: their objects stay in the CPU cache while columns are read
 MIN_PARALLEL_CHUNKS = 4  # below this, forking workers costs more than it saves
-# With workers on byte ranges, the allocator's events are decoded apart, off the critical path (memory_child.py)
-DEFER_MEMORY = True
 
 
 def _identity(columns: dict) -> dict:
@@ -70,21 +68,21 @@ def _ranges(path: Path, buf, pieces_of: Callable, transform, jobs: int, progress
     planned = byteranges.plan(buf, kineto._HEADER, byteranges.range_size(len(buf), jobs))
     if planned is None:
         return None
-    # forked first (the smallest process, no threads yet); the workers leave the allocator's events to it
-    child = MemoryChild(path, pieces_of, planned[1]) if DEFER_MEMORY else None
+    # with workers the allocator's events are decoded apart, off the critical path (memory_child.py): its
+    # process forked first (the smallest process, no threads yet), the workers leave those events to it
+    child = MemoryChild(path, pieces_of, planned[1])
     done = workers.run(path, pieces_of, planned[1], transform, jobs, _end, len(buf), progress, fallible=True,
-                       idle=idle, memory=child is None)
+                       idle=idle, memory=False)
     return None if done is None else (planned[0], *_with_memory(done, child))
 
 
-def _with_memory(done: Optional[tuple], child: Optional[MemoryChild]) -> Optional[tuple]:
+def _with_memory(done: Optional[tuple], child: MemoryChild) -> Optional[tuple]:
     """The workers' (outputs, entries, warnings), the first output carrying the memory child (model.py
     asks it when the analysis reads the allocator's events); the child ended when not needed."""
-    if child is not None:
-        if done is None or not done[0]:
-            child.cancel()
-        else:
-            done[0][0][0]["memory"] = child
+    if done is None or not done[0]:
+        child.cancel()
+    else:
+        done[0][0][0]["memory"] = child
     return done
 
 
@@ -114,7 +112,7 @@ def _inflating(path: Path, gz, transform, jobs: int, progress, idle) -> tuple:
     total = len(buf)
     spans: list = []  # for the memory child, forked once the workers are done (no pool thread then)
     with workers.Decoder(path, partial(_span_pieces, buf), transform, jobs, fallible=True,
-                         memory=not DEFER_MEMORY) as decoder:
+                         memory=False) as decoder:
         try:
             for span in stream:
                 spans.append(span)
@@ -133,8 +131,7 @@ def _inflating(path: Path, gz, transform, jobs: int, progress, idle) -> tuple:
         done = decoder.results(lambda span: (total + span[1]) // 2, total, progress, idle)
     if done is None:
         return None, buf
-    child = MemoryChild(path, partial(_span_pieces, buf), spans) if DEFER_MEMORY else None
-    return (header, *_with_memory(done, child)), None
+    return (header, *_with_memory(done, MemoryChild(path, partial(_span_pieces, buf), spans))), None
 
 
 def _sequential(path: Path, buf, warnings: list, transform, jobs: int, progress, idle) -> tuple:

@@ -237,12 +237,33 @@ def merge(pieces: list) -> dict:
 def decode_piece(path: Path, blob: bytes, warnings: list, memory: bool = True) -> dict:
     """The columns of one piece (a JSON array of events); without the allocator's (`mem_*`) with
     `memory` False (memory_child.py decodes those)."""
+    if memory:
+        columns, blob = _strict(path, blob, warnings, _STRICT, _strict_columns)
+    else:
+        columns, blob = _strict(path, blob, warnings, _STRICT_TIMED, partial(_strict_columns, memory=False))
+    if columns is not None:
+        return columns
+    columns = _lenient(path, blob)
+    return columns if memory else {k: v for k, v in columns.items() if not k.startswith("mem_")}
+
+
+def decode_memory_piece(path: Path, blob: bytes) -> dict:
+    """The allocator's (`mem_*`) columns of one piece, the rest of its events skipped: what
+    decode_piece gives of them (a piece whose allocator events do not fit the strict Structs is
+    decoded leniently, as there)."""
+    columns, blob = _strict(path, blob, [], _STRICT_MEMORY, lambda evs: memory_columns(evs, list(map(type, evs))))
+    if columns is not None:
+        return columns
+    return {k: v for k, v in _lenient(path, blob).items() if k.startswith("mem_")}
+
+
+def _strict(path: Path, blob: bytes, warnings: list, decoder, columns_of) -> tuple:
+    """(`columns_of` the piece decoded by a strict `decoder`, the blob), or (None, the blob to decode
+    leniently: with invalid UTF-8 replaced, said in `warnings`) when the piece does not fit the Structs."""
     try:
-        if not memory:
-            return _strict_columns(_STRICT_TIMED.decode(blob), memory=False)
-        return _strict_columns(_STRICT.decode(blob))
+        return columns_of(decoder.decode(blob)), blob
     except msgspec.ValidationError:
-        pass  # not a sane chunk: lenient decoding below
+        pass  # not a sane chunk: lenient decoding
     except RecursionError as exc:
         raise _json_error(path, exc) from None
     except msgspec.DecodeError as exc:
@@ -254,28 +275,7 @@ def decode_piece(path: Path, blob: bytes, warnings: list, memory: bool = True) -
         blob = blob.decode("utf-8", errors="replace").encode("utf-8")
     except (OverflowError, TypeError, ValueError):
         pass
-    columns = _lenient(path, blob)
-    return columns if memory else {k: v for k, v in columns.items() if not k.startswith("mem_")}
-
-
-def decode_memory_piece(path: Path, blob: bytes) -> dict:
-    """The allocator's (`mem_*`) columns of one piece, the rest of its events skipped: what
-    decode_piece gives of them (a piece whose allocator events do not fit the strict Structs is
-    decoded leniently, as there)."""
-    try:
-        evs = _STRICT_MEMORY.decode(blob)
-        return memory_columns(evs, list(map(type, evs)))
-    except msgspec.ValidationError:
-        pass
-    except RecursionError as exc:
-        raise _json_error(path, exc) from None
-    except msgspec.DecodeError as exc:
-        if "UTF-8" not in str(exc):
-            raise _json_error(path, exc) from None
-        blob = blob.decode("utf-8", errors="replace").encode("utf-8")
-    except (OverflowError, TypeError, ValueError):
-        pass
-    return {k: v for k, v in _lenient(path, blob).items() if k.startswith("mem_")}
+    return None, blob
 
 
 def _lenient(path: Path, blob: bytes) -> dict:
