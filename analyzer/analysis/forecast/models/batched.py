@@ -128,14 +128,15 @@ def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFra
     seg_step = np.searchsorted(ends, seg["end"].to_numpy())
     kinds = seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy()
     added = np.bincount(seg_step, weights=kinds, minlength=n + 1)[:n]
-    removed = 0.0
-    for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
-        at = (first | seed) & (step == s) & (top["gap"].to_numpy() > 0)
-        t = top["ts"].to_numpy(np.int64)[at]
-        keep = min(1.0, (left[s] + added[s]) / nodes[s])
-        removed += remove_host(p, iv.merge((t - top["gap"].to_numpy()[at]).astype(np.int64), t), keep=keep)
     if not added.any():
         return 0.0, 0, 0
+    ts, gap = top["ts"].to_numpy(np.int64), top["gap"].to_numpy()
+    starts = (first | seed) & (gap > 0)
+    removed = 0.0
+    for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
+        at = starts & (step == s)
+        keep = min(1.0, (left[s] + added[s]) / nodes[s])
+        removed += remove_host(p, iv.merge((ts[at] - gap[at]).astype(np.int64), ts[at]), keep=keep)
     return removed, int(nodes.sum() // n), int((left + added).sum() // n)
 
 
