@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 from ..trace.companion import companion_name
 from . import code_sites, cpu_peak, forks, memory_window, other_profilers as rival, trace_metadata as run_facts, outputs as run_outputs
 from . import model_flops
+from . import batched_probe
 from .config import RunConfig
 from .outcome import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, WHOLE_RUN_WARNING,  # noqa: F401
                           RunOutcome, analyze, conclude)
@@ -309,7 +310,11 @@ class ProfileSession:
         # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
         given = self.config.peak_tflops is not None or self.config.peak_arch is not None  # not measured then
         peak = None if given else cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
-        final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {})}
+        # the loops' small ops timed batched at their recorded shapes (batched_probe.py; issue 39)
+        threads = (self._host or {}).get("torch_threads")
+        batched = batched_probe.for_run(raw.raw, self.profiled_steps, self.config.record_shapes, threads)
+        final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {}),
+                 **({"batched_probe": batched} if batched else {})}
         written, self.export_error = run_outputs.finish_trace(raw, {**final, **({"peak": peak} if peak else {}),
                                                                     "model_flops": self._flops.final(),
                                                                     **self._memory.final()})

@@ -30,6 +30,9 @@ the same file later knows them too: a trace alone says nothing about free cores 
 
     "perfsleuth_final": {"clock": {...}, "compile": {...},                     # see below
                          "peak": {...} | absent,                               # cpu_peak.py: this CPU's
+                         "batched_probe": {"threads", "source", "seconds",     # batched_probe.py: the loops'
+                                           "ops": [{"name", "shapes", "per_step", "batch", "ns"}]} | absent,
+                                                                               # small ops timed batched
                          "model_flops": {"flops_per_step", "source", "by_op",  # model_flops.py: one step
                                          "step_s", "unprofiled_step_s", "unavailable"},  # under FlopCounterMode
                          "memory_trace": "trace.memory.pt.trace.json.gz" | null,  # memory_window.py: the window

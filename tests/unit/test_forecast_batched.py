@@ -260,3 +260,39 @@ def test_without_a_big_op_the_bytes_go_at_the_loops_own_rate_less_a_dispatch(tmp
     peak = {"kind": "measured", "mem_bw_gbps": 1.0, "max_achievable_tflops": {"matrix_fp32": 0.01}}
     fc = forecaster(cpu_step_trace(tmp_path, body), meta={"peak": peak}).forecast("batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.048 + 30.72), 3)
+
+
+def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
+    """shaped_step's loop with `perfsleuth run`'s probe in the trace: the mm of [16, 8] x [8, 8] batched over 10
+    took 5,000 ns (500 ns a call: 10 a step, 5 µs) and replaces its FLOPs at the step's rate (2.5 µs); the mul,
+    not timed, keeps its bytes at the rate (3.75 µs). Pessimistic: the derived cost twice and the timed one half
+    again (2 x 43.75 + 7.5 µs, the Python around the loop stays); optimistic: the derived arithmetic twice as
+    fast, the timed as timed (40 + 1.875 + 5 µs). A probe entry of other shapes, or of an fp16 op, is no
+    measure of these calls."""
+    probe = {"threads": 1, "source": "test", "ops": [
+        {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "per_step": 10.0, "batch": 10, "ns": 5000},
+        {"name": "aten::mul", "shapes": [[512], [512]], "per_step": 10.0, "batch": 10, "ns": 90000}]}
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 5 + 3.75), 3)
+    assert fc["low"] == round(1000 / (1000 - 393 + 2 * (40 + 3.75) + 1.5 * 5), 3)
+    assert fc["high"] == round(1000 / (1000 - 393 - 80 + 40 + 3.75 / 2 + 5), 3)
+    assert fc["assumptions"]["whole_tensor_ops"] == (
+        "one whole-tensor op per distinct op of each loop (4 per step), each a dispatch of the loop's own op with "
+        "the Python before it (10.0 µs), and the loops' arithmetic from the recorded shapes: 10 of the loops' 20 op "
+        "calls per step measured: perfsleuth run's probe timed each batched over its recorded shapes on this "
+        "machine (5 µs per step); the others' 0.00 MFLOP of matrix ops per step at 8.19 GFLOP/s, the step's "
+        "largest ops outside the loops; 0.03 MiB of the other ops' bytes at 7.63 GiB/s, the step's largest ops "
+        "outside the loops (copies and gradient sums left out): 49 µs per step")
+    assert "1.5x what perfsleuth run's probe timed" in fc["assumptions"]["pessimistic"]
+    other = {**probe, "ops": [{**probe["ops"][0], "shapes": [[16, 8], [8, 16]]}]}
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": other}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.5 + 3.75), 3)
+    assert "measured" not in fc["assumptions"]["whole_tensor_ops"]
+
+    def half(tb, o, k):
+        shaped_step(tb, o, k)
+        for e in tb.events:
+            if e.get("name") == "aten::mm":
+                e["args"]["Input type"] = ["c10::Half", "c10::Half"]
+    fc = forecaster(cpu_step_trace(tmp_path, half), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert "measured" not in fc["assumptions"]["whole_tensor_ops"]

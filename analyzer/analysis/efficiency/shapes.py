@@ -78,7 +78,7 @@ def op_models(ops: pd.DataFrame) -> OpModels:
         type_list = str(types[tc]).split(",") if tc >= 0 else []
         got = fl.model(name, dims, type_list, concrete)
         if got is not None:
-            rows.append((i, name, _shape_text(dims), got[3], FAMILIES.index(got[0]), got[1], got[2],
+            rows.append((i, name, shape_text(dims), got[3], FAMILIES.index(got[0]), got[1], got[2],
                          fl.misaligned(name, dims), fl.score_softmax(name, dims)))
     table = pd.DataFrame(rows, columns=["sig", "name", "shape", "dtype", "family", "flops", "bytes",
                                         "misaligned", "scores"])
@@ -97,7 +97,7 @@ def op_models(ops: pd.DataFrame) -> OpModels:
                     table=table.set_index("sig"))
 
 
-def _shape_text(dims: list) -> str:
+def shape_text(dims: list) -> str:
     """The tensor shapes of a call as text: '[8944, 1024] x [1024, 2816]' (scalars left out)."""
     parts = []
     for d in dims:

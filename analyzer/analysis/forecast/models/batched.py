@@ -60,6 +60,7 @@ EDGE_PER_OP_NS = 1_000.0
 # The profiler's cost taken out must leave at least this share of the replayed step after the rewrite
 # (else the per-op estimate is no estimate: no correction).
 MIN_LEFT = 0.1
+TIMED_PESSIMISTIC = 1.5  # the pessimistic variant's factor on what perfsleuth run's probe timed batched
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
 
 
@@ -242,9 +243,14 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
              f"{_FROM[work.flop_from]}")
     moved = (f"{work.nbytes.sum() / n / 2**20:.2f} MiB of the other ops' bytes at "
              f"{work.byte_rate * 1e9 / 2**30:.2f} GiB/s, {_FROM[work.byte_from]}")
+    timed = ""
+    if work.measured_calls:
+        timed = (f"{work.measured_calls / n:.0f} of the loops' {work.calls / n:.0f} op calls per step measured: "
+                 f"perfsleuth run's probe timed each batched over its recorded shapes on this machine "
+                 f"({work.measured.sum() / n / 1000:.0f} µs per step); the others' ")
     return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
             f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "
-            f"from the recorded shapes: {flops}; {moved} (copies and gradient sums left out): "
+            f"from the recorded shapes: {timed}{flops}; {moved} (copies and gradient sums left out): "
             f"{(kinds * unit + busy).sum() / n / 1000:.0f} µs per step")
 
 
@@ -304,8 +310,12 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter))
     if work is not None:  # one dispatch per kind, and the loop's arithmetic at the step's measured rate
         busy = work.ns()
-        per = {"low": 2 * (kinds * unit + busy), "central": kinds * unit + busy,
-               "high": kinds * unit + busy / 2}[variant]
+        timed = work.measured if work.measured is not None else np.zeros_like(busy)
+        # optimistic: the derived arithmetic twice as fast; what the probe timed no faster than it ran there
+        # pessimistic: the derived cost twice; what the probe timed half again (the rewrite's own reshapes and
+        # permutes around it: grouped_mlp's einsum ran 110 µs where the probe's bmm of the same work ran 67)
+        per = {"low": 2 * (kinds * unit + busy - timed) + TIMED_PESSIMISTIC * timed, "central": kinds * unit + busy,
+               "high": kinds * unit + (busy - timed) / 2 + timed}[variant]
         added = kinds
         adds = _derived(work, unit, kinds, busy, len(steps))
     else:  # no shapes: each kind's ops at the step's median other op with the Python before it (fitted)
@@ -326,11 +336,16 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
                     f"({edged / n / 1000:.0f} µs per step)",
-           "pessimistic": ("the whole-tensor ops cost twice" if work is not None else
+           "pessimistic": (("the whole-tensor ops cost twice" + (
+                               f" ({TIMED_PESSIMISTIC:g}x what perfsleuth run's probe timed: the rewrite's own "
+                               "reshapes and permutes around the batched op)" if work.measured_calls else ""))
+                           if work is not None else
                            f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op")
                           + "; the Python around the loops stays; zero_grad and optimizer.step keep twice the "
                             "parameters",
-           "optimistic": ("their arithmetic runs twice as fast" if work is not None else
+           "optimistic": (("their arithmetic runs twice as fast" + (
+                              " (what perfsleuth run's probe timed: as timed)" if work.measured_calls else ""))
+                          if work is not None else
                           "one whole-tensor op per distinct op (one batched op per loop, forward and backward)"),
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "

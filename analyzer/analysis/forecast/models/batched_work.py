@@ -21,6 +21,11 @@ plus one dispatch per distinct op of the loop.
   its fixed cost); the machine's measured ceiling (`perfsleuth run`'s probe: a 64 MiB copy) caps it. The
   matrix ops' FLOPs, whose rate grows with the matrices' size, go at the probe's fp32 matmul ceiling.
   Else the work is taken as free -- the assumption says which.
+- Measured where `perfsleuth run` could (issue 39, fourth round): its probe (record/batched_probe.py, the
+  trace's `batched_probe` metadata) timed each repeated small op of the window batched over its recorded
+  shapes on this machine. A loop op whose name, shapes and dtype (fp32) the probe timed costs that time per
+  call (the batched call's time over its batch) instead of its work at a rate, and its work is left out of
+  the rates' sums; the assumption counts the ops so measured.
 - Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
   and says so).
 """
@@ -36,7 +41,7 @@ from ....trace.model import CPU_OP
 from ....trace.selection import of_kind
 from ... import intervals as iv
 from ...efficiency import flops as fl
-from ...efficiency.shapes import FAMILIES, modelled_names, op_models
+from ...efficiency.shapes import FAMILIES, shape_text, modelled_names, op_models
 from ..registry import Inputs
 
 SIZE_SHARE = 0.1  # ... and when the largest does at least this share of an average batched op's work
@@ -64,12 +69,16 @@ class Work:
     flop_from: str
     byte_rate: float
     byte_from: str
+    measured: np.ndarray | None = None  # per segment, the probe's time of its ops it timed batched (ns)
+    measured_calls: int = 0  # how many loop op calls that is
+    calls: int = 0  # of the loop's modelled op calls
 
     def ns(self) -> np.ndarray:
-        """Per segment, the time of its arithmetic at the rates (work at an unknown rate: none)."""
+        """Per segment, the time of its arithmetic: measured by the probe, else at the rates (work at an
+        unknown rate: none)."""
         f = self.flops / self.flop_rate if self.flop_rate > 0 else np.zeros_like(self.flops)
         b = self.nbytes / self.byte_rate if self.byte_rate > 0 else np.zeros_like(self.nbytes)
-        return f + b
+        return f + b + (self.measured if self.measured is not None else 0.0)
 
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
@@ -150,6 +159,40 @@ def _peak(x: Inputs) -> tuple:
     return (float(tflops) * 1000.0 if ok(tflops) else 0.0), (float(bw) if ok(bw) else 0.0)
 
 
+def _probed(x: Inputs) -> dict:
+    """{(op name, shapes as text): ns per call batched} from `perfsleuth run`'s probe (record/batched_probe.py);
+    empty without it."""
+    meta = x.trace.run_metadata
+    probe = meta.get("batched_probe") if isinstance(meta, dict) else None
+    out = {}
+    for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
+        if not isinstance(o, dict):
+            continue
+        name, shapes, ns, batch = o.get("name"), o.get("shapes"), o.get("ns"), o.get("batch")
+        if isinstance(name, str) and isinstance(shapes, list) and isinstance(ns, (int, float)) \
+                and isinstance(batch, int) and ns > 0 and batch > 0:
+            out[(name, shape_text(shapes))] = float(ns) / batch
+    return out
+
+
+def _measured_ns(m, inside: np.ndarray, probed: dict) -> np.ndarray:
+    """Per op, the probe's ns per call for the loop ops (`inside`) it timed at their name, shapes and fp32;
+    NaN elsewhere."""
+    out = np.full(inside.size, np.nan)
+    if not probed or not len(m.table):
+        return out
+    t = m.table
+    per_sig = {sig: probed.get((name, shape)) for sig, name, shape, dtype in
+               zip(t.index, t["name"], t["shape"], t["dtype"]) if dtype == "fp32"}
+    per_sig = {k: v for k, v in per_sig.items() if v is not None}
+    if not per_sig:
+        return out
+    sig = m.signature
+    hit = inside & np.isin(sig, list(per_sig))
+    out[hit] = [per_sig[s] for s in sig[hit]]
+    return out
+
+
 def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop: iv.Intervals,
               other: iv.Intervals) -> Work | None:
     """The work of each loop segment (`segments`: sorted, disjoint spans) done by ops that start in
@@ -172,9 +215,13 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     seg = np.searchsorted(segments[0], ts, side="right") - 1
     inside &= seg >= 0
     n = segments[0].size
-    flops = np.bincount(seg[inside & matrix], weights=m.flops[inside & matrix], minlength=n).astype(np.float64)
-    nbytes = np.bincount(seg[inside & vector], weights=m.nbytes[inside & vector], minlength=n).astype(np.float64)
-    if not (flops.sum() + nbytes.sum()):
+    probe_ns = _measured_ns(m, inside & (matrix | vector), _probed(x))
+    timed = ~np.isnan(probe_ns)
+    rated = inside & ~timed  # the loop ops whose time comes from their work at a rate
+    flops = np.bincount(seg[rated & matrix], weights=m.flops[rated & matrix], minlength=n).astype(np.float64)
+    nbytes = np.bincount(seg[rated & vector], weights=m.nbytes[rated & vector], minlength=n).astype(np.float64)
+    measured = np.bincount(seg[timed], weights=probe_ns[timed], minlength=n).astype(np.float64)
+    if not (flops.sum() + nbytes.sum() + measured.sum()):
         return None
     outside = ~inside & ~iv.covers(other, ts)
     kinds = max(int(np.sum(segment_kinds)), 1)
@@ -196,4 +243,6 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
             rates.append((min(own, ceiling) if ceiling > 0 else own, "loop"))
         else:
             rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
-    return Work(flops, nbytes, *rates[0], *rates[1])
+    calls = int((inside & (matrix | vector)).sum())
+    return Work(flops, nbytes, *rates[0], *rates[1], measured=measured, measured_calls=int(timed.sum()),
+                calls=calls)

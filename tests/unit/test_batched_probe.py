@@ -1,0 +1,102 @@
+"""`perfsleuth run`'s batched-op probe (record/batched_probe.py, issue 39): which of the window's ops it times,
+and that the op it times is the loop's op over a batch of the recorded inputs (the same arithmetic, stacked)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from perfsleuth.record import batched_probe as bp
+
+
+def window(tmp_path, ops):
+    """The JSON torch exports for a window: each (name, dims, types, calls, µs a call) as that many cpu_ops."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "ts": 0, "dur": us,
+               "args": {"Input Dims": dims, "Input type": types}}
+              for name, dims, types, calls, us in ops for _ in range(calls)]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "aten::tanh", "ts": 0, "dur": 1})  # not an op
+    path = tmp_path / "window.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+F2 = ["float", "float"]
+
+
+def test_the_ops_it_times_repeat_eight_times_a_step_with_the_same_shapes_and_are_short(tmp_path):
+    path = window(tmp_path, [
+        ("aten::addmm", [[8], [64, 8], [8, 8], [], []], ["float"] * 3 + ["Scalar"] * 2, 864, 4.0),  # 288 a step
+        ("aten::tanh", [[64, 8]], ["float"], 21, 2.0),  # 7 a step: no loop
+        ("aten::mm", [[1024, 1024], [1024, 1024]], F2, 30, 900.0),  # 10 a step, 900 µs: not small
+        ("aten::select", [[64, 96, 8], [], []], ["float", "Scalar", "Scalar"], 864, 1.0),  # no arithmetic
+        ("aten::mul", [[64, 8], [64, 8]], ["c10::Half"] * 2, 96, 3.0),  # not float32
+        ("aten::mul", [[64, 8], [64, 8]], F2, 96, 3.0)])
+    assert bp.groups_of(path, 3) == [("aten::addmm", [[8], [64, 8], [8, 8], [], []], 288.0, None),
+                                     ("aten::mul", [[64, 8], [64, 8]], 32.0, None)]
+
+
+def test_a_sums_dims_come_from_its_concrete_inputs(tmp_path):
+    """A bias gradient: sum over dim 0 of [64, 8], kept: batched, dim 1 of (batch, 64, 8)."""
+    path = tmp_path / "w.json"
+    sums = [{"ph": "X", "cat": "cpu_op", "name": "aten::sum", "ts": 0, "dur": 2.0,
+             "args": {"Input Dims": [[64, 8], [], [], []], "Input type": ["float", "ScalarList", "Scalar", ""],
+                      "Concrete Inputs": ["", "[0]", "True", ""]}}] * 16
+    path.write_text(json.dumps({"traceEvents": sums}))
+    [group] = bp.groups_of(path, 2)
+    assert group == ("aten::sum", [[64, 8], [], [], []], 8.0, ["", "[0]", "True", ""])
+    assert tuple(bp._call(torch, "aten::sum", group[1], 5, group[3])().shape) == (5, 1, 8)
+    assert tuple(bp._call(torch, "aten::sum", [[64, 8], []], 5, ["", ""])().shape) == (5,)  # the whole item
+    assert bp._call(torch, "aten::sum", [[64, 8], [], [], []], 5, ["", "[2]", "False", ""]) is None
+
+
+@pytest.mark.parametrize("name, shapes, expected", [
+    ("aten::mm", [[64, 8], [8, 4]], (5, 64, 4)),
+    ("aten::addmm", [[4], [64, 8], [8, 4], [], []], (5, 64, 4)),
+    ("aten::addmm", [[64, 4], [64, 8], [8, 4], [], []], (5, 64, 4)),
+    ("aten::bmm", [[3, 16, 8], [3, 8, 4]], (15, 16, 4)),
+    ("aten::baddbmm", [[3, 16, 4], [3, 16, 8], [3, 8, 4], [], []], (15, 16, 4)),
+    ("aten::tanh", [[64, 8]], (5, 64, 8)),
+    ("aten::add", [[64, 8], [8], []], (5, 64, 8)),
+    ("aten::tanh_backward", [[64, 8], [64, 8]], (5, 64, 8)),
+    ("aten::threshold_backward", [[64, 8], [64, 8], []], (5, 64, 8)),
+    ("aten::_softmax", [[16, 16], [], []], (5, 16, 16)),
+    ("aten::_softmax_backward_data", [[16, 16], [16, 16], [], []], (5, 16, 16)),
+])
+def test_each_op_runs_over_a_batch_of_its_recorded_inputs(name, shapes, expected):
+    fn = bp._call(torch, name, shapes, 5)
+    assert tuple(fn().shape) == expected
+
+
+def test_what_it_cannot_build_from_shapes_alone_it_leaves_to_the_derived_rate():
+    assert bp._call(torch, "aten::prod", [[64, 8], [], [], []], 5) is None
+    assert bp._call(torch, "aten::mm", [[64, 8]], 5) is None
+    assert bp._call(torch, "aten::addmm", [[4], [2, 64, 8], [8, 4]], 5) is None
+    assert bp._call(torch, "aten::tanh", [[]], 5) is None  # a 0-dim input
+
+
+def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
+    monkeypatch.setattr(bp, "_timed", lambda fn: (fn(), 1000)[1])
+    monkeypatch.setattr(bp, "MAX_BYTES", 3 * 64 * 64 * 4)  # three 64 x 64 floats per batched input at most
+    got = bp.measure([("aten::tanh", [[64, 8]], 288.0, None), ("aten::sum", [[64, 8], [], [], []], 288.0, None),
+                      ("aten::mul", [[64, 64], [64, 64]], 9.0, None),
+                      ("aten::sum", [[64, 8], [], [], []], 96.0, ["", "[0]", "True", ""])], threads=1)
+    assert got["threads"] == 1 and got["ops"] == [
+        # 2 KiB an item: 24 of them in the 48 KiB allowed, not the 288 a step
+        {"name": "aten::tanh", "shapes": [[64, 8]], "per_step": 288.0, "batch": 24, "ns": 1000},
+        {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 288.0, "batch": 24, "ns": 1000},
+        {"name": "aten::mul", "shapes": [[64, 64], [64, 64]], "per_step": 9.0, "batch": 3, "ns": 1000},
+        {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 96.0, "batch": 24, "ns": 1000,
+         "concrete": ["", "[0]", "True", ""]}]
+    assert "the median of 5" in got["source"]
+
+
+def test_no_probe_without_shapes_or_when_switched_off(tmp_path, monkeypatch):
+    path = window(tmp_path, [("aten::tanh", [[64, 8]], ["float"], 96, 1.0)])
+    assert bp.for_run(path, 3, record_shapes=False) is None
+    monkeypatch.setenv(bp.ENV, "1")
+    assert bp.for_run(path, 3, record_shapes=True) is None
+    monkeypatch.delenv(bp.ENV)
+    got = bp.for_run(path, 3, record_shapes=True, threads=1)
+    assert [o["name"] for o in got["ops"]] == ["aten::tanh"] and got["seconds"] >= 0
+    assert bp.for_run(tmp_path / "gone.json", 3, record_shapes=True) is None  # never the run's problem
