@@ -8,7 +8,7 @@ torch and the recorded shapes, so it times the batched op itself: for each op of
 (read with msgspec, the fields needed only) that repeats at least MIN_PER_STEP times a step with the same
 float32 input shapes (and is short: under SHORT_US a call), the same op over a batch of `batch` such inputs
 stacked on a new first dimension -- a `mm` / `addmm` as a `bmm` / `baddbmm`, an elementwise or softmax op over
-the stacked tensors -- at the window's thread count, the median of REPEATS calls after one to warm up. Only
+the stacked tensors -- at the window's thread count, the median of REPEATS calls after warming up. Only
 the ops listed in OPS (their arguments are known from the shapes alone); the rest keep the derived rate.
 
 Recorded in the trace's `perfsleuth_final` metadata as `batched_probe`:
@@ -39,7 +39,9 @@ SHORT_US = 50.0  # ... and short (analysis/loops: a loop's ops are short)
 MAX_GROUPS = 48  # the most repeated ones first
 MAX_BATCH = 1024
 MAX_BYTES = 64 << 20  # the largest batched input
-REPEATS = 5
+REPEATS = 7
+WARM_CALLS, WARM_NS = 3, 2_000_000  # before timing, at least this many calls and this long: the first calls of
+# a batched op on fresh tensors ran 1.5-2x its steady time (page faults, the allocator, the caches)
 MAX_SECONDS = 1.0  # the probe's own budget
 ENV = "PERFSLEUTH_NO_BATCHED_PROBE"  # set: no probe (tests that must not time anything)
 
@@ -64,9 +66,48 @@ def _tensors(shapes: list, n: int) -> Optional[list]:
     return out
 
 
-def _stacked(torch, shape: list, batch: int, rank: int):
-    """A batch of tensors of `shape` on a new first dimension, aligned to `rank` (broadcasting kept)."""
-    return torch.randn(batch, *([1] * (rank - len(shape))), *shape)
+def _layout(shape: list, strides: Any) -> Optional[tuple]:
+    """Where the loop's items lie, from one item's recorded strides: (the batch's stride, how many items fit
+    or None). An item with no gaps (contiguous, or transposed: its strides a permutation of a contiguous
+    tensor's) is stacked after the others; one with gaps -- a slice `x[:, g]` of a bigger tensor, strides
+    [768, 1] for [64, 8] -- has the loop's other slices in them: the batch's stride is the dense block's size
+    (8) and as many items fit as the first gap holds (768 / 8 = 96). None: no strides, or nothing fits."""
+    if not isinstance(strides, list) or len(strides) != len(shape) \
+            or not all(isinstance(x, int) and x >= 0 for x in strides):
+        return None
+    dense = 1
+    for i in sorted(range(len(shape)), key=lambda i: (strides[i], shape[i])):
+        if shape[i] == 1 or strides[i] == 0:  # a broadcast dimension (expand) takes no room
+            continue
+        if strides[i] != dense:
+            fit = strides[i] // dense
+            return (dense, fit) if fit >= 2 else None
+        dense *= shape[i]
+    return dense, None
+
+
+def _fits(shapes: list, strides: Optional[list], batch: int) -> int:
+    """The batch: `batch`, or fewer when the loop's slices of one tensor hold fewer items (at least 2)."""
+    for i, shape in enumerate(shapes):
+        lay = _layout(shape, strides[i] if strides and i < len(strides) else None)
+        if lay is not None and lay[1] is not None:
+            batch = min(batch, lay[1])
+    return max(batch, 2)
+
+
+def _input(torch, shape: list, strides: Any, batch: int, rank: Optional[int] = None):
+    """A batch of `batch` items of `shape` on a new first dimension, laid out as the loop's items lie
+    (`_layout`: interleaved where the recorded strides have gaps), aligned to `rank` (broadcasting kept)."""
+    lay = _layout(shape, strides)
+    if lay is None:
+        x = torch.randn(batch, *shape)
+    else:
+        step = lay[0]
+        size = (batch - 1) * step + sum((d - 1) * st for d, st in zip(shape, strides)) + 1
+        x = torch.as_strided(torch.randn(size), (batch, *shape), (step, *strides))
+    for _ in range((rank or len(shape)) - len(shape)):
+        x = x.unsqueeze(1)
+    return x
 
 
 def _sum_dims(concrete: Optional[list], rank: int) -> Optional[tuple]:
@@ -85,30 +126,34 @@ def _sum_dims(concrete: Optional[list], rank: int) -> Optional[tuple]:
     return tuple(d + 1 if d >= 0 else d for d in dims) or tuple(range(1, rank + 1)), keep
 
 
-def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] = None):
-    """A function running `name` batched over `batch` inputs of `shapes` (float32), or None when this probe
-    cannot build its arguments from the shapes (and, for a sum, its Concrete Inputs)."""
+def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] = None,
+          strides: Optional[list] = None):
+    """A function running `name` batched over `batch` inputs of `shapes` (float32), each input laid out as the
+    loop's lie (`strides`: the recorded Input Strides; `_layout`), or None when this probe cannot build its
+    arguments from the shapes (and, for a sum, its Concrete Inputs). `batch` should be `_fits`'."""
     op = name.split("::", 1)[-1]
     aten = torch.ops.aten
+
+    def at(i: int, shape: list, rank: Optional[int] = None):
+        return _input(torch, shape, strides[i] if strides and i < len(strides) else None, batch, rank)
     if op == "sum":
         s = _tensors(shapes, 1)
         got = None if s is None else _sum_dims(concrete, len(s[0]))
         if got is None:
             return None
-        x, (dims, keep) = torch.randn(batch, *s[0]), got
+        x, (dims, keep) = at(0, s[0]), got
         return lambda: torch.sum(x, dim=dims, keepdim=keep)
     if op == "mm":
         s = _tensors(shapes, 2)
         if s is None or len(s[0]) != 2 or len(s[1]) != 2:
             return None
-        a, b = torch.randn(batch, *s[0]), torch.randn(batch, *s[1])
+        a, b = at(0, s[0]), at(1, s[1])
         return lambda: torch.bmm(a, b)
     if op == "addmm":
         s = _tensors(shapes, 3)
         if s is None or len(s[1]) != 2 or len(s[2]) != 2 or len(s[0]) > 2:
             return None
-        bias = torch.randn(batch, *([1] * (2 - len(s[0]))), *s[0])
-        a, b = torch.randn(batch, *s[1]), torch.randn(batch, *s[2])
+        bias, a, b = at(0, s[0], 2), at(1, s[1]), at(2, s[2])
         return lambda: torch.baddbmm(bias, a, b)
     if op in ("bmm", "baddbmm"):
         s = _tensors(shapes, 2 if op == "bmm" else 3)
@@ -126,7 +171,8 @@ def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] =
         s = _tensors(shapes, 1)
         if s is None:
             return None
-        x = torch.randn(batch, *s[0]).abs() + 0.5  # positive: log, sqrt, rsqrt stay finite
+        x = at(0, s[0])
+        x.copy_(x.abs() + 0.5)  # positive: log, sqrt, rsqrt stay finite (in place: the layout stays)
         fn = getattr(aten, op)
         return lambda: fn(x)
     if op in BINARY or op == "threshold_backward":
@@ -134,7 +180,9 @@ def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] =
         if s is None:
             return None
         rank = max(len(x) for x in s)
-        a, b = (_stacked(torch, x, batch, rank).abs() + 0.5 for x in s)
+        a, b = (at(i, x, rank) for i, x in enumerate(s))
+        for x in (a, b):
+            x.copy_(x.abs() + 0.5)
         if op == "threshold_backward":
             return lambda: aten.threshold_backward(a, b, 0.0)
         fn = getattr(aten, op)
@@ -143,14 +191,15 @@ def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] =
         s = _tensors(shapes, 1)
         if s is None:
             return None
-        x = torch.randn(batch, *s[0])
+        x = at(0, s[0])
         fn = getattr(aten, op)
         return lambda: fn(x, -1, False)
     if op in ("_softmax_backward_data", "_log_softmax_backward_data"):
         s = _tensors(shapes, 2)
         if s is None or s[0] != s[1]:
             return None
-        g, y = torch.randn(batch, *s[0]), torch.randn(batch, *s[1]).softmax(-1)
+        g, y = at(0, s[0]), at(1, s[1])
+        y.copy_(y.softmax(-1))
         fn = getattr(aten, op)
         return lambda: fn(g, y, -1, torch.float32)
     return None
@@ -170,6 +219,7 @@ class _Args(msgspec.Struct):
     dims: Optional[list] = msgspec.field(name="Input Dims", default=None)
     types: Optional[list] = msgspec.field(name="Input type", default=None)
     concrete: Optional[list] = msgspec.field(name="Concrete Inputs", default=None)
+    strides: Optional[list] = msgspec.field(name="Input Strides", default=None)
 
 
 class _Event(msgspec.Struct):
@@ -188,14 +238,15 @@ def _key(dims: Any) -> str:
 
 
 def groups_of(trace_json: Path, steps: int) -> list:
-    """[(name, shapes, per_step, concrete inputs or None)] of the ops of the window's trace (the JSON torch exported) that this probe can
-    batch: float32 inputs, repeated at least MIN_PER_STEP times a step with the same shapes, short; the most
+    """[(name, shapes, per_step, concrete inputs or None, strides or None)] of the ops of the window's trace
+    (the JSON torch exported) that this probe can batch: float32 inputs, repeated at least MIN_PER_STEP times a step with the same shapes, short; the most
     repeated first (at most MAX_GROUPS). Read with msgspec: only the fields needed (the profiler's own
     `key_averages` took 8 s over the 96,000 events of a 5-step loop window)."""
     doc = msgspec.json.decode(Path(trace_json).read_bytes(), type=_Doc)
     count: dict = {}
     total: dict = {}
     shapes_of: dict = {}
+    strides_of: dict = {}
     for e in doc.traceEvents:
         if e.cat != "cpu_op" or e.name not in OPS or e.args is None or not isinstance(e.args.dims, list):
             continue
@@ -208,11 +259,15 @@ def groups_of(trace_json: Path, steps: int) -> list:
         count[k] = count.get(k, 0) + 1
         total[k] = total.get(k, 0.0) + e.dur
         shapes_of[k] = (e.args.dims, concrete)
+        layouts = strides_of.setdefault(k, {})
+        lk = _key(e.args.strides)
+        layouts[lk] = (layouts.get(lk, (0, None))[0] + 1, e.args.strides)
     out = []
     for k, n in count.items():
         per_step = n / max(steps, 1)
         if per_step >= MIN_PER_STEP and total[k] / n <= SHORT_US:
-            out.append((k[0], shapes_of[k][0], per_step, shapes_of[k][1]))
+            strides = max(strides_of[k].values(), key=lambda v: v[0])[1]  # the calls' most common layout
+            out.append((k[0], shapes_of[k][0], per_step, shapes_of[k][1], strides))
     out.sort(key=lambda g: -g[2])
     return out[:MAX_GROUPS]
 
@@ -228,24 +283,25 @@ def measure(groups: list, threads: int) -> Optional[dict]:
     ops = []
     try:
         with torch.no_grad():
-            for name, shapes, per_step, *concrete in groups:
-                concrete = concrete[0] if concrete else None
+            for name, shapes, per_step, *more in groups:
+                concrete, strides = (list(more) + [None, None])[:2]
                 if time.perf_counter() - started > MAX_SECONDS:
                     break
                 item = max(_numel(shapes), 1) * 4
-                batch = int(max(2, min(round(per_step), MAX_BATCH, MAX_BYTES // item)))
+                batch = _fits(shapes, strides, int(max(2, min(round(per_step), MAX_BATCH, MAX_BYTES // item))))
                 try:
-                    fn = _call(torch, name, shapes, batch, concrete)
+                    fn = _call(torch, name, shapes, batch, concrete, strides)
                     if fn is None:
                         continue
-                    fn()  # warm the kernel and the allocator
+                    _warm(fn)
                     # the median call, as the A/B a user runs takes medians (a ceiling would take the fastest)
                     best = statistics.median(_timed(fn) for _ in range(REPEATS))
                 except Exception as exc:  # noqa: BLE001 -- a shape this probe misread: that op keeps the derived rate
                     log.info("batched probe: %s %s: %s", name, shapes, exc)
                     continue
                 ops.append({"name": name, "shapes": shapes, "per_step": round(per_step, 3), "batch": batch,
-                            "ns": int(best), **({"concrete": concrete} if concrete else {})})
+                            "ns": int(best), **({"concrete": concrete} if concrete else {}),
+                            **({"strides": strides} if strides else {})})
     finally:
         torch.set_num_threads(before)
     if not ops:
@@ -257,6 +313,13 @@ def measure(groups: list, threads: int) -> Optional[dict]:
     return {"threads": threads, "ops": ops,
             "source": (f"measured by perfsleuth run: each repeated small op batched over `batch` inputs of its "
                        f"recorded shapes (float32) at {threads} thread(s), the median of {REPEATS}{load}")}
+
+
+def _warm(fn) -> None:
+    t0, calls = time.perf_counter_ns(), 0
+    while calls < WARM_CALLS or time.perf_counter_ns() - t0 < WARM_NS:
+        fn()
+        calls += 1
 
 
 def _timed(fn) -> float:

@@ -32,8 +32,8 @@ def test_the_ops_it_times_repeat_eight_times_a_step_with_the_same_shapes_and_are
         ("aten::select", [[64, 96, 8], [], []], ["float", "Scalar", "Scalar"], 864, 1.0),  # no arithmetic
         ("aten::mul", [[64, 8], [64, 8]], ["c10::Half"] * 2, 96, 3.0),  # not float32
         ("aten::mul", [[64, 8], [64, 8]], F2, 96, 3.0)])
-    assert bp.groups_of(path, 3) == [("aten::addmm", [[8], [64, 8], [8, 8], [], []], 288.0, None),
-                                     ("aten::mul", [[64, 8], [64, 8]], 32.0, None)]
+    assert bp.groups_of(path, 3) == [("aten::addmm", [[8], [64, 8], [8, 8], [], []], 288.0, None, None),
+                                     ("aten::mul", [[64, 8], [64, 8]], 32.0, None, None)]
 
 
 def test_a_sums_dims_come_from_its_concrete_inputs(tmp_path):
@@ -44,10 +44,34 @@ def test_a_sums_dims_come_from_its_concrete_inputs(tmp_path):
                       "Concrete Inputs": ["", "[0]", "True", ""]}}] * 16
     path.write_text(json.dumps({"traceEvents": sums}))
     [group] = bp.groups_of(path, 2)
-    assert group == ("aten::sum", [[64, 8], [], [], []], 8.0, ["", "[0]", "True", ""])
+    assert group == ("aten::sum", [[64, 8], [], [], []], 8.0, ["", "[0]", "True", ""], None)
     assert tuple(bp._call(torch, "aten::sum", group[1], 5, group[3])().shape) == (5, 1, 8)
     assert tuple(bp._call(torch, "aten::sum", [[64, 8], []], 5, ["", ""])().shape) == (5,)  # the whole item
     assert bp._call(torch, "aten::sum", [[64, 8], [], [], []], 5, ["", "[2]", "False", ""]) is None
+
+
+def test_the_items_lie_as_the_loops_slices_lie(tmp_path):
+    """x[:, g] of a [64, 96, 8] tensor: strides [768, 1] for [64, 8]. Its 96 slices sit in the gaps, 8 apart:
+    the batch is a [96, 64, 8] view with strides (8, 768, 1), 96 items at most (of the 288 a step the window
+    repeats: three layers). A transposed weight ([1, 8]) has no gaps: stacked after each other, 64 apart; an
+    expanded bias ([0, 1]) takes 8 elements. The calls' most common layout is the group's."""
+    assert bp._layout([64, 8], [768, 1]) == (8, 96)
+    assert bp._layout([8, 8], [1, 8]) == (64, None)
+    assert bp._layout([64, 8], [0, 1]) == (8, None)
+    assert bp._layout([64, 8], [9, 1]) is None  # a gap of one: no other item fits
+    assert bp._layout([64, 8], None) is None
+    x = bp._input(torch, [64, 8], [768, 1], 96)
+    assert x.shape == (96, 64, 8) and x.stride() == (8, 768, 1)
+    assert bp._input(torch, [8], [1], 5, rank=2).shape == (5, 1, 8)
+    assert bp._fits([[8], [64, 8], [8, 8]], [[1], [768, 1], [1, 8]], 288) == 96
+    dims, types = [[64, 8], [64, 8]], ["float", "float"]
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::tanh_backward", "ts": 0, "dur": 2.0,
+               "args": {"Input Dims": dims, "Input type": types, "Input Strides": st}}
+              for st in [[[768, 1], [8, 1]]] * 20 + [[[8, 1], [8, 1]]] * 4]
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    [group] = bp.groups_of(path, 2)
+    assert group == ("aten::tanh_backward", dims, 12.0, None, [[768, 1], [8, 1]])
 
 
 @pytest.mark.parametrize("name, shapes, expected", [
@@ -80,15 +104,19 @@ def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
     monkeypatch.setattr(bp, "MAX_BYTES", 3 * 64 * 64 * 4)  # three 64 x 64 floats per batched input at most
     got = bp.measure([("aten::tanh", [[64, 8]], 288.0, None), ("aten::sum", [[64, 8], [], [], []], 288.0, None),
                       ("aten::mul", [[64, 64], [64, 64]], 9.0, None),
-                      ("aten::sum", [[64, 8], [], [], []], 96.0, ["", "[0]", "True", ""])], threads=1)
+                      ("aten::sum", [[64, 8], [], [], []], 96.0, ["", "[0]", "True", ""]),
+                      ("aten::tanh_backward", [[4, 8], [4, 8]], 288.0, None, [[80, 1], [8, 1]])], threads=1)
     assert got["threads"] == 1 and got["ops"] == [
         # 2 KiB an item: 24 of them in the 48 KiB allowed, not the 288 a step
         {"name": "aten::tanh", "shapes": [[64, 8]], "per_step": 288.0, "batch": 24, "ns": 1000},
         {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 288.0, "batch": 24, "ns": 1000},
         {"name": "aten::mul", "shapes": [[64, 64], [64, 64]], "per_step": 9.0, "batch": 3, "ns": 1000},
         {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 96.0, "batch": 24, "ns": 1000,
-         "concrete": ["", "[0]", "True", ""]}]
-    assert "the median of 5" in got["source"]
+         "concrete": ["", "[0]", "True", ""]},
+        # slices 8 apart in rows of 80: 10 of them fit
+        {"name": "aten::tanh_backward", "shapes": [[4, 8], [4, 8]], "per_step": 288.0, "batch": 10, "ns": 1000,
+         "strides": [[80, 1], [8, 1]]}]
+    assert "the median of 7" in got["source"]
 
 
 def test_no_probe_without_shapes_or_when_switched_off(tmp_path, monkeypatch):
