@@ -163,6 +163,7 @@ def describe(reasons: dict) -> str:
 ONLY_OPTIMIZER = ("the only loops of short ops are the optimizer's per-parameter updates: a foreach optimizer is "
                   "their fix (foreach-optimizer forecasts it)")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
-              "tensor per iteration, no comprehension in the Python stacks): a chain of small sequential layers, "
-              "each needing the previous one's output, cannot be batched; fusing it (torch.compile, CUDA graphs "
-              "on a GPU) is the fix, and perfsleuth has no forecast for that")
+              "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
+              "chain of small sequential layers, each needing the previous one's output, which cannot be "
+              "batched; fusing it (torch.compile, CUDA graphs on a GPU) is the fix for that, and perfsleuth has "
+              "no forecast for it")

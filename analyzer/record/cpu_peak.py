@@ -3,7 +3,10 @@ datasheet row): the best rate of an fp32 `torch.mm` at the run's thread count, a
 bandwidth of a large copy. A second or two, after the recorded steps; cached as JSON under
 $PERFSLEUTH_CACHE_DIR, else $XDG_CACHE_HOME/perfsleuth, else ~/.cache/perfsleuth, keyed by the CPU
 model, the thread count and torch's version. Recorded in the trace's `perfsleuth_final` metadata as
-`peak` (the shape of analysis/efficiency/peaks.py, `kind` "measured").
+`peak` (the shape of analysis/efficiency/peaks.py, `kind` "measured"). Not cached when other processes
+kept more than BUSY_CORES cores busy while it measured: a peak measured then is lower than the machine's
+(one was cached at 49 GFLOP/s for 2 threads, on a 2-core machine where 1 thread gave 86, and matmuls then
+ran at 145 % of it); that run keeps it, with `others_cores`, and the next run measures again.
 
 `PERFSLEUTH_CPU_PEAK="TFLOPS,GBPS"` gives the peak instead (the tests inject it: they never
 benchmark).
@@ -68,11 +71,26 @@ def injected(threads: int) -> Optional[dict]:
     return _peak(tflops, gbps, threads, f"given by {ENV}")
 
 
+BUSY_CORES = 0.5  # other processes keeping more than this many cores busy while it measured: not cached
+
+
+def others_cores(before: Optional[tuple], after: Optional[tuple], own_s: float, wall_s: float) -> Optional[float]:
+    """Cores other processes kept busy over `wall_s`: the machine's busy CPU seconds (trace_metadata.machine_busy,
+    before and after) less this process's own `own_s`; None off Linux."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return max(0.0, (after[0] - before[0] - own_s) / wall_s)
+
+
 def measure(threads: int) -> dict:
     """fp32 matmul FLOP/s and copy bandwidth at `threads` threads: the fastest of REPEATS timings
-    each."""
+    each; `others_cores` when other processes kept more than BUSY_CORES cores busy meanwhile (a peak
+    measured so is lower than the machine's: the caller does not cache it)."""
     import torch
 
+    from .trace_metadata import machine_busy
+
+    busy0, own0, wall0 = machine_busy(), time.process_time(), time.perf_counter()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -93,8 +111,15 @@ def measure(threads: int) -> dict:
         load = ""
     source = (f"measured by perfsleuth run: fp32 torch.mm {MATMUL_N}x{MATMUL_N} and a "
               f"{COPY_BYTES >> 20} MiB copy at {threads} threads, the fastest of {REPEATS}{load}")
+    others = others_cores(busy0, machine_busy(), time.process_time() - own0, time.perf_counter() - wall0)
+    busy = others is not None and others > BUSY_CORES
+    if busy:
+        source += f"; other processes kept {others:.1f} cores busy meanwhile: not cached, measured again next run"
     # a peak is the best the machine does: the fastest run (others' load only slows runs down)
-    return _peak(flops / mm[0] / 1e12, 2 * COPY_BYTES / cp[0] / 1e9, threads, source)
+    peak = _peak(flops / mm[0] / 1e12, 2 * COPY_BYTES / cp[0] / 1e9, threads, source)
+    if busy:
+        peak["others_cores"] = round(others, 2)
+    return peak
 
 
 def _timed(fn) -> float:
@@ -127,6 +152,8 @@ def cpu_peak(threads: int) -> Optional[dict]:
     except Exception as exc:  # noqa: BLE001
         log.warning("could not measure this CPU's peak: %s", exc)
         return None
+    if peak.get("others_cores") is not None:  # measured on a busy machine: lower than its peak, kept for this run only
+        return peak
     cached = cached if isinstance(cached, dict) else {}
     cached[key] = peak
     try:

@@ -132,6 +132,30 @@ def test_run_without_shapes_says_why_there_is_no_mfu_and_takes_a_given_peak(tmp_
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_peak_measured_on_a_busy_machine_is_not_cached(tmp_path, monkeypatch):
+    """Other processes kept 1.5 cores busy while it measured (the machine's busy CPU time less this process's
+    own, over the wall time): the run keeps the peak and says so; the next run measures again."""
+    from perfsleuth.record import cpu_peak
+
+    assert cpu_peak.others_cores((100.0, 2, 2), (103.5, 2, 2), own_s=0.5, wall_s=2.0) == 1.5
+    assert cpu_peak.others_cores((100.0, 2, 2), (100.9, 2, 2), own_s=1.0, wall_s=2.0) == 0.0
+    assert cpu_peak.others_cores(None, (1.0, 2, 2), own_s=0.5, wall_s=2.0) is None
+    calls = []
+
+    def busy_measure(threads):
+        calls.append(threads)
+        return {**cpu_peak._peak(0.05, 9.0, threads, "fake; other processes kept 1.5 cores busy"),
+                "others_cores": 1.5}
+
+    monkeypatch.delenv(cpu_peak.ENV, raising=False)
+    monkeypatch.setenv("PERFSLEUTH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_peak, "measure", busy_measure)
+    first = cpu_peak.cpu_peak(2)
+    assert first["others_cores"] == 1.5 and first["max_achievable_tflops"]["matrix_fp32"] == 0.05
+    cpu_peak.cpu_peak(2)
+    assert calls == [2, 2] and not (tmp_path / "cpu_peaks.json").exists()
+
+
 def test_cpu_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
     from perfsleuth.analysis.efficiency.peaks import checked_peak
     from perfsleuth.record import cpu_peak
