@@ -97,7 +97,10 @@ def test_a_real_signal_during_the_window_reports_what_was_collected(tmp_path, si
     proc = subprocess.Popen([sys.executable, "-m", "perfsleuth.cli.main", "run", "--wait", "1", "--warmup", "1",
                              "--active", "50", "-o", str(out_dir), str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            # the signal's default action, whatever the suite inherited: under `nohup` SIGHUP is
+                            # ignored, perfsleuth rightly leaves that alone, and the run ends normally (exit 0)
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     deadline = time.monotonic() + 90
     for line in proc.stdout:  # the script's own progress lines
         if line.startswith("step 6") or time.monotonic() > deadline:
