@@ -32,6 +32,8 @@ from typing import Any, Optional
 
 import msgspec
 
+from .cpu_peak import timed
+
 log = logging.getLogger(__name__)
 
 MIN_PER_STEP = 8  # an op repeated at least this often per step with the same shapes (analysis/loops: MIN_REPEAT)
@@ -86,10 +88,15 @@ def _layout(shape: list, strides: Any) -> Optional[tuple]:
     return dense, None
 
 
+def _stride(strides: Optional[list], i: int) -> Any:
+    """Input `i`'s recorded strides (None when the trace has none for it)."""
+    return strides[i] if strides and i < len(strides) else None
+
+
 def _fits(shapes: list, strides: Optional[list], batch: int) -> int:
     """The batch: `batch`, or fewer when the loop's slices of one tensor hold fewer items (at least 2)."""
     for i, shape in enumerate(shapes):
-        lay = _layout(shape, strides[i] if strides and i < len(strides) else None)
+        lay = _layout(shape, _stride(strides, i))
         if lay is not None and lay[1] is not None:
             batch = min(batch, lay[1])
     return max(batch, 2)
@@ -135,7 +142,7 @@ def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] =
     aten = torch.ops.aten
 
     def at(i: int, shape: list, rank: Optional[int] = None):
-        return _input(torch, shape, strides[i] if strides and i < len(strides) else None, batch, rank)
+        return _input(torch, shape, _stride(strides, i), batch, rank)
     if op == "sum":
         s = _tensors(shapes, 1)
         got = None if s is None else _sum_dims(concrete, len(s[0]))
@@ -239,14 +246,11 @@ def _key(dims: Any) -> str:
 
 def groups_of(trace_json: Path, steps: int) -> list:
     """[(name, shapes, per_step, concrete inputs or None, strides or None)] of the ops of the window's trace
-    (the JSON torch exported) that this probe can batch: float32 inputs, repeated at least MIN_PER_STEP times a step with the same shapes, short; the most
-    repeated first (at most MAX_GROUPS). Read with msgspec: only the fields needed (the profiler's own
+    (the JSON torch exported) that this probe can batch: float32 inputs, repeated at least MIN_PER_STEP times
+    a step with the same shapes, short; the most repeated first (at most MAX_GROUPS). Read with msgspec: only the fields needed (the profiler's own
     `key_averages` took 8 s over the 96,000 events of a 5-step loop window)."""
     doc = msgspec.json.decode(Path(trace_json).read_bytes(), type=_Doc)
-    count: dict = {}
-    total: dict = {}
-    shapes_of: dict = {}
-    strides_of: dict = {}
+    seen: dict = {}  # (name, dims, concrete) -> [calls, µs, dims, concrete, {layout: [calls, strides]}]
     for e in doc.traceEvents:
         if e.cat != "cpu_op" or e.name not in OPS or e.args is None or not isinstance(e.args.dims, list):
             continue
@@ -255,19 +259,16 @@ def groups_of(trace_json: Path, steps: int) -> list:
                for i, d in enumerate(e.args.dims)):
             continue  # fp32 tensors only: the batched op is built in float32
         concrete = e.args.concrete if e.name in CONCRETE and isinstance(e.args.concrete, list) else None
-        k = (e.name, _key(e.args.dims), _key(concrete))
-        count[k] = count.get(k, 0) + 1
-        total[k] = total.get(k, 0.0) + e.dur
-        shapes_of[k] = (e.args.dims, concrete)
-        layouts = strides_of.setdefault(k, {})
-        lk = _key(e.args.strides)
-        layouts[lk] = (layouts.get(lk, (0, None))[0] + 1, e.args.strides)
+        g = seen.setdefault((e.name, _key(e.args.dims), _key(concrete)), [0, 0.0, e.args.dims, concrete, {}])
+        g[0] += 1
+        g[1] += e.dur
+        g[4].setdefault(_key(e.args.strides), [0, e.args.strides])[0] += 1
     out = []
-    for k, n in count.items():
+    for (name, _, _), (n, us, dims, concrete, layouts) in seen.items():
         per_step = n / max(steps, 1)
-        if per_step >= MIN_PER_STEP and total[k] / n <= SHORT_US:
-            strides = max(strides_of[k].values(), key=lambda v: v[0])[1]  # the calls' most common layout
-            out.append((k[0], shapes_of[k][0], per_step, shapes_of[k][1], strides))
+        if per_step >= MIN_PER_STEP and us / n <= SHORT_US:
+            strides = max(layouts.values(), key=lambda v: v[0])[1]  # the calls' most common layout
+            out.append((name, dims, per_step, concrete, strides))
     out.sort(key=lambda g: -g[2])
     return out[:MAX_GROUPS]
 
@@ -283,8 +284,7 @@ def measure(groups: list, threads: int) -> Optional[dict]:
     ops = []
     try:
         with torch.no_grad():
-            for name, shapes, per_step, *more in groups:
-                concrete, strides = (list(more) + [None, None])[:2]
+            for name, shapes, per_step, concrete, strides in groups:
                 if time.perf_counter() - started > MAX_SECONDS:
                     break
                 item = max(_numel(shapes), 1) * 4
@@ -295,7 +295,7 @@ def measure(groups: list, threads: int) -> Optional[dict]:
                         continue
                     _warm(fn)
                     # the median call, as the A/B a user runs takes medians (a ceiling would take the fastest)
-                    best = statistics.median(_timed(fn) for _ in range(REPEATS))
+                    best = statistics.median(timed(fn) for _ in range(REPEATS)) * 1e9
                 except Exception as exc:  # noqa: BLE001 -- a shape this probe misread: that op keeps the derived rate
                     log.info("batched probe: %s %s: %s", name, shapes, exc)
                     continue
@@ -322,10 +322,6 @@ def _warm(fn) -> None:
         calls += 1
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter_ns()
-    fn()
-    return max(time.perf_counter_ns() - t0, 1)
 
 
 def for_run(trace_json: Optional[Path], steps: int, record_shapes: bool, threads: Optional[int] = None) \

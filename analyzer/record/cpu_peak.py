@@ -98,11 +98,11 @@ def measure(threads: int) -> dict:
             a, b = torch.randn(MATMUL_N, MATMUL_N), torch.randn(MATMUL_N, MATMUL_N)
             torch.mm(a, b)  # warm the kernels and the allocator
             flops = 2 * MATMUL_N**3
-            mm = sorted(_timed(lambda: torch.mm(a, b)) for _ in range(REPEATS))
+            mm = sorted(timed(lambda: torch.mm(a, b)) for _ in range(REPEATS))
             src = torch.empty(COPY_BYTES // 4)
             dst = torch.empty_like(src)
             dst.copy_(src)
-            cp = sorted(_timed(lambda: dst.copy_(src)) for _ in range(REPEATS))
+            cp = sorted(timed(lambda: dst.copy_(src)) for _ in range(REPEATS))
     finally:
         torch.set_num_threads(before)
     try:
@@ -122,7 +122,8 @@ def measure(threads: int) -> dict:
     return peak
 
 
-def _timed(fn) -> float:
+def timed(fn) -> float:
+    """Seconds one call of `fn` took (at least a nanosecond)."""
     t0 = time.perf_counter()
     fn()
     return max(time.perf_counter() - t0, 1e-9)

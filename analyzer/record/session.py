@@ -308,10 +308,10 @@ class ProfileSession:
         if self.on_phase is not None:
             self.on_phase("writing", f"the trace ({self.trace_path.name})")
         # this CPU's peak at the window's thread count: after the steps, once per machine (cpu_peak.py)
-        given = self.config.peak_tflops is not None or self.config.peak_arch is not None  # not measured then
-        peak = None if given else cpu_peak.for_run(self.config.record_shapes, (self._host or {}).get("torch_threads"))
-        # the loops' small ops timed batched at their recorded shapes (batched_probe.py; issue 39)
         threads = (self._host or {}).get("torch_threads")
+        given = self.config.peak_tflops is not None or self.config.peak_arch is not None  # not measured then
+        peak = None if given else cpu_peak.for_run(self.config.record_shapes, threads)
+        # the loops' small ops timed batched at their recorded shapes (batched_probe.py; issue 39)
         batched = batched_probe.for_run(raw.raw, self.profiled_steps, self.config.record_shapes, threads)
         final = {"clock": self.step_clock.metadata(), **({"compile": compiled} if compiled else {}),
                  **({"batched_probe": batched} if batched else {})}

@@ -100,11 +100,12 @@ def test_what_it_cannot_build_from_shapes_alone_it_leaves_to_the_derived_rate():
 
 
 def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
-    monkeypatch.setattr(bp, "_timed", lambda fn: (fn(), 1000)[1])
+    monkeypatch.setattr(bp, "timed", lambda fn: (fn(), 1e-6)[1])  # a microsecond a call
     monkeypatch.setattr(bp, "MAX_BYTES", 3 * 64 * 64 * 4)  # three 64 x 64 floats per batched input at most
-    got = bp.measure([("aten::tanh", [[64, 8]], 288.0, None), ("aten::sum", [[64, 8], [], [], []], 288.0, None),
-                      ("aten::mul", [[64, 64], [64, 64]], 9.0, None),
-                      ("aten::sum", [[64, 8], [], [], []], 96.0, ["", "[0]", "True", ""]),
+    got = bp.measure([("aten::tanh", [[64, 8]], 288.0, None, None),
+                      ("aten::sum", [[64, 8], [], [], []], 288.0, None, None),
+                      ("aten::mul", [[64, 64], [64, 64]], 9.0, None, None),
+                      ("aten::sum", [[64, 8], [], [], []], 96.0, ["", "[0]", "True", ""], None),
                       ("aten::tanh_backward", [[4, 8], [4, 8]], 288.0, None, [[80, 1], [8, 1]])], threads=1)
     assert got["threads"] == 1 and got["ops"] == [
         # 2 KiB an item: 24 of them in the 48 KiB allowed, not the 288 a step

@@ -310,7 +310,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter))
     if work is not None:  # one dispatch per kind, and the loop's arithmetic at the step's measured rate
         busy = work.ns()
-        timed = work.measured if work.measured is not None else np.zeros_like(busy)
+        timed = work.measured
         # optimistic: the derived arithmetic twice as fast; what the probe timed no faster than it ran there
         # pessimistic: the derived cost twice; what the probe timed half again (the rewrite's own reshapes and
         # permutes around it: grouped_mlp's einsum ran 110 µs where the probe's bmm of the same work ran 67)

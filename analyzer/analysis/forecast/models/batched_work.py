@@ -69,16 +69,16 @@ class Work:
     flop_from: str
     byte_rate: float
     byte_from: str
-    measured: np.ndarray | None = None  # per segment, the probe's time of its ops it timed batched (ns)
-    measured_calls: int = 0  # how many loop op calls that is
-    calls: int = 0  # of the loop's modelled op calls
+    measured: np.ndarray  # per segment, the time of its ops perfsleuth run's probe timed batched (ns)
+    measured_calls: int  # how many loop op calls that is
+    calls: int  # of the loop's modelled op calls
 
     def ns(self) -> np.ndarray:
         """Per segment, the time of its arithmetic: measured by the probe, else at the rates (work at an
         unknown rate: none)."""
         f = self.flops / self.flop_rate if self.flop_rate > 0 else np.zeros_like(self.flops)
         b = self.nbytes / self.byte_rate if self.byte_rate > 0 else np.zeros_like(self.nbytes)
-        return f + b + (self.measured if self.measured is not None else 0.0)
+        return f + b + self.measured
 
 
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
@@ -244,5 +244,4 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
         else:
             rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     calls = int((inside & (matrix | vector)).sum())
-    return Work(flops, nbytes, *rates[0], *rates[1], measured=measured, measured_calls=int(timed.sum()),
-                calls=calls)
+    return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls)
