@@ -129,3 +129,19 @@ def test_no_probe_without_shapes_or_when_switched_off(tmp_path, monkeypatch):
     got = bp.for_run(path, 3, record_shapes=True, threads=1)
     assert [o["name"] for o in got["ops"]] == ["aten::tanh"] and got["seconds"] >= 0
     assert bp.for_run(tmp_path / "gone.json", 3, record_shapes=True) is None  # never the run's problem
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_off_while_the_window_is_decoded_and_as_it_was_after(tmp_path, monkeypatch, enabled):
+    import gc
+
+    path = window(tmp_path, [("aten::mul", [[64, 8], [64, 8]], F2, 96, 3.0)])
+    seen, decode = [], bp.msgspec.json.decode
+    monkeypatch.setattr(bp.msgspec.json, "decode", lambda *a, **k: seen.append(gc.isenabled()) or decode(*a, **k))
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert bp.groups_of(path, 3) == [("aten::mul", [[64, 8], [64, 8]], 32.0, None, None)]
+        assert seen == [False] and gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
