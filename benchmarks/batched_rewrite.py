@@ -9,7 +9,7 @@ For each pattern of benchmarks/batched_loops.py and each thread count:
 The forecast is right when it lies within 0.67-1.5x of the measured speed-up (/work/shared/FORECAST.md).
 
     python benchmarks/batched_rewrite.py [--patterns grouped_mlp moe] [--threads 1 2] [--pairs 4]
-        [--out results.json] [--runs DIR] [--table]
+        [--measure N] [--out results.json] [--runs DIR] [--table]
     python benchmarks/batched_rewrite.py --rejudge results.json   # the model again on the kept traces
 """
 
@@ -40,11 +40,12 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def forecast(pattern: str, threads: int, workdir: Path, no_shapes: bool = False) -> dict:
+def forecast(pattern: str, threads: int, workdir: Path, no_shapes: bool = False, measure: int | None = None) -> dict:
     """The tiny-ops finding's forecast of a fresh `perfsleuth run` of the loop version, recorded with input shapes
     (the batched-ops model derives what the rewrite adds from them; `no_shapes`: its fitted cost instead)."""
     out = workdir / f"{pattern}-t{threads}"
     cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force"] + (
+        ["--measure", str(measure)] if measure else []) + (
         [] if no_shapes else ["--record-shapes"]) + [str(PROGRAM), "--pattern", pattern, "--threads", str(threads),
                                                     "--steps", "200"]
     before = load()
@@ -162,6 +163,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10, help="of which left out of the median")
     p.add_argument("--no-forecast", action="store_true", help="only the A/B")
     p.add_argument("--no-shapes", action="store_true", help="record without input shapes (the model's fitted cost)")
+    p.add_argument("--measure", type=int, help="perfsleuth run --measure N: N unprofiled steps timed for the "
+                   "baseline (default: run's own)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     p.add_argument("--table", type=Path, help="write the results as docs/accuracy.md's Markdown table here")
     p.add_argument("--runs", type=Path, help="keep the perfsleuth runs' folders here (default: a temporary folder)")
@@ -178,7 +181,7 @@ def main() -> None:
                 row = {"pattern": pattern, "threads": threads,
                        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes")}
                 if not args.no_forecast:
-                    row["run"] = forecast(pattern, threads, Path(tmp), args.no_shapes)
+                    row["run"] = forecast(pattern, threads, Path(tmp), args.no_shapes, args.measure)
                     fc = row["run"].get("forecast") or row["run"].get("model") or {}
                     print(f"{pattern} t{threads}: forecast {fc.get('speedup')} ({fc.get('low')}-{fc.get('high')}) "
                           f"rule fired: {row['run'].get('finding')} {fc.get('reason') or ''} "

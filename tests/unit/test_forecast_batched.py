@@ -108,6 +108,23 @@ def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
 
 
+def test_the_profiled_step_is_the_mean_of_the_steps_the_replay_has(tmp_path):
+    """The replayed step is the mean of the window's steps, so the profiler's share is taken against their mean:
+    steps that slowed down, 700, 800, 1100 and 1400 µs of CPU time, are the 1000 µs of the test above (their
+    median, 950, put the step without the profiler at 1000 x 600 / 950 µs), and a step the clock names that the
+    replay does not have (ProfilerStep#9, 9000 µs) is not among them."""
+    def body(tb, o, k):
+        for j in range(40):
+            tb.op(("aten::add", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
+    clock = {"unit": "us", "profiled_cpu_us": [700.0, 800.0, 1100.0, 1400.0, 9000.0],
+             "profiled_steps": [f"ProfilerStep#{n}" for n in (1, 2, 3, 4, 9)],
+             "unprofiled_cpu_us": [600.0, 600.0, 5000.0], "after_cpu_us": [600.0, 610.0]}
+    fc = forecaster(cpu_step_trace(tmp_path, body), meta={"clock": clock}).forecast("batched-ops")
+    assert fc["speedup"] == round((1000 - 40 * 10) / (647 - 8 * 10), 3)
+    assert fc["assumptions"]["profiler_cost"].startswith(
+        "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without")
+
+
 
 def shaped(dims):
     return {"Input Dims": dims, "Input type": ["float"] * len(dims)}
