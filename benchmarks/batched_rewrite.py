@@ -40,10 +40,11 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def forecast(pattern: str, threads: int, workdir: Path, no_shapes: bool = False, measure: int | None = None) -> dict:
+def forecast(pattern: str, threads: int, workdir: Path, no_shapes: bool = False, measure: int | None = None,
+             suffix: str = "") -> dict:
     """The tiny-ops finding's forecast of a fresh `perfsleuth run` of the loop version, recorded with input shapes
     (the batched-ops model derives what the rewrite adds from them; `no_shapes`: its fitted cost instead)."""
-    out = workdir / f"{pattern}-t{threads}"
+    out = workdir / f"{pattern}-t{threads}{suffix}"
     cmd = [sys.executable, "-m", "perfsleuth", "run", "-o", str(out), "--force"] + (
         ["--measure", str(measure)] if measure else []) + (
         [] if no_shapes else ["--record-shapes"]) + [str(PROGRAM), "--pattern", pattern, "--threads", str(threads),
@@ -133,6 +134,20 @@ def sides(rows: list, model: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def medians(rows: list) -> str:
+    """--forecasts: each case's fresh runs' model forecasts, their median, and it over the measured speed-up."""
+    out = ["| pattern | threads | the runs' forecasts | median | measured | median / measured | in the band |",
+           "|---|--:|---|--:|--:|--:|---|"]
+    for r in rows:
+        if r.get("forecasts"):
+            m = statistics.median(r["forecasts"])
+            ratio = m / r["measured"]["speedup"]
+            out.append(f"| `{r['pattern']}` | {r['threads']} | {', '.join(f'{x:.2f}' for x in r['forecasts'])} | "
+                       f"{m:.2f}x | {r['measured']['speedup']:.2f}x | {ratio:.2f} | "
+                       f"{'yes' if 0.67 <= ratio <= 1.5 else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
 def step_ms(pattern: str, threads: int, batched: bool, steps: int, warmup: int) -> float:
     cmd = [sys.executable, str(PROGRAM), "--pattern", pattern, "--threads", str(threads), "--times",
            "--steps", str(steps), "--warmup", str(warmup)] + (["--batched"] if batched else [])
@@ -140,9 +155,12 @@ def step_ms(pattern: str, threads: int, batched: bool, steps: int, warmup: int) 
     return json.loads(out.strip().splitlines()[-1])["median_ms"]
 
 
-def measure(pattern: str, threads: int, pairs: int, steps: int, warmup: int) -> dict:
+def measure(pattern: str, threads: int, pairs: int, steps: int, warmup: int, between=None, every: int = 0) -> dict:
+    """`pairs` interleaved A/B pairs; with `every`, `between()` runs after each `every` pairs but the last."""
     rows = []
     for k in range(pairs):
+        if every and k and k % every == 0 and between is not None:
+            between()
         before = load()
         a = step_ms(pattern, threads, False, steps, warmup)
         b = step_ms(pattern, threads, True, steps, warmup)
@@ -163,6 +181,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10, help="of which left out of the median")
     p.add_argument("--no-forecast", action="store_true", help="only the A/B")
     p.add_argument("--no-shapes", action="store_true", help="record without input shapes (the model's fitted cost)")
+    p.add_argument("--forecasts", type=int, default=1, help="fresh perfsleuth runs per case, between the pairs "
+                   "(the first before them); each run's model forecast and their median are reported")
     p.add_argument("--measure", type=int, help="perfsleuth run --measure N: N unprofiled steps timed for the "
                    "baseline (default: run's own)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -186,11 +206,26 @@ def main() -> None:
                     print(f"{pattern} t{threads}: forecast {fc.get('speedup')} ({fc.get('low')}-{fc.get('high')}) "
                           f"rule fired: {row['run'].get('finding')} {fc.get('reason') or ''} "
                           f"{row['run'].get('error') or ''}", flush=True)
-                row["measured"] = measure(pattern, threads, args.pairs, args.steps, args.warmup)
+                more = []  # --forecasts: more fresh runs, between the pairs
+
+                def again(more=more, pattern=pattern, threads=threads):
+                    more.append(forecast(pattern, threads, Path(tmp), args.no_shapes, args.measure,
+                                         suffix=f"-{len(more) + 2}"))
+                every = -(-args.pairs // args.forecasts) if args.forecasts > 1 and not args.no_forecast else 0
+                row["measured"] = measure(pattern, threads, args.pairs, args.steps, args.warmup, again, every)
                 fc = (row.get("run") or {}).get("forecast") or (row.get("run") or {}).get("model") or {}
                 if fc.get("speedup"):
                     row["ratio"] = round(fc["speedup"] / row["measured"]["speedup"], 3)
                     row["right"] = 0.67 <= row["ratio"] <= 1.5
+                if more:
+                    row["more_runs"] = more
+                    got = [(r.get("model") or {}).get("speedup") for r in [row["run"]] + more]
+                    got = [g for g in got if g]
+                    if got:
+                        row["forecasts"] = got
+                        row["median_ratio"] = round(statistics.median(got) / row["measured"]["speedup"], 3)
+                        print(f"{pattern} t{threads}: the model's forecasts of {len(got)} fresh runs {got}, median / "
+                              f"measured {row['median_ratio']}", flush=True)
                 print(f"{pattern} t{threads}: measured {row['measured']['speedup']}x "
                       f"({row['measured']['min']}-{row['measured']['max']}x), forecast/measured "
                       f"{row.get('ratio')}", flush=True)
@@ -198,9 +233,11 @@ def main() -> None:
                 if args.out:
                     args.out.write_text(json.dumps(results, indent=1))
                 if args.table:
-                    args.table.write_text(table(results) + "\n" + sides(results))
+                    args.table.write_text(table(results) + "\n" + sides(results) + "\n" + medians(results))
     print(table(results), flush=True)
     print(sides(results), flush=True)
+    if any(r.get("forecasts") for r in results):
+        print(medians(results), flush=True)
 
 
 if __name__ == "__main__":
