@@ -49,7 +49,7 @@ def _cpu_model() -> str:
 
 
 def _peak(tflops: float, gbps: float, threads: int, source: str) -> dict:
-    return {"name": f"this CPU ({threads} threads)", "kind": "measured", "source": source,
+    return {"name": f"this CPU ({threads} thread{'' if threads == 1 else 's'})", "kind": "measured", "source": source,
             "mem_bw_gbps": round(gbps, 3), "threads": threads,
             "max_achievable_tflops": {"matrix_fp32": round(tflops, 6),
                                       "vector_fp32": round(tflops, 6)}}

@@ -223,3 +223,10 @@ def test_run_takes_the_peak_from_its_options_or_the_pyproject(tmp_path, monkeypa
     assert got.exit_code == 7
     assert seen[-1].peak_tflops == 9.0  # the option wins over the pyproject
     assert seen[-1].peak_arch["max_achievable_tflops"]["matrix_fp32"] == 1.5
+
+
+def test_the_measured_cpu_peak_names_its_thread_count_in_words():
+    from perfsleuth.record.cpu_peak import _peak
+
+    assert _peak(1.0, 10.0, 1, "measured")["name"] == "this CPU (1 thread)"
+    assert _peak(1.0, 10.0, 2, "measured")["name"] == "this CPU (2 threads)"
