@@ -250,8 +250,8 @@ def _key(dims: Any) -> str:
 def _collector_paused():
     """Python's cyclic garbage collector off while the window is decoded: the decoded events hold no reference
     cycles, yet their millions of new objects set it off, and each full collection walks the whole heap. On
-    grouped_mlp's 35 MB window five of them took 1.2 s of the probe's 1.3 s (gc.callbacks, in the user's
-    process)."""
+    grouped_mlp's 35 MB window five of them took 1.2 s of the probe's 1.5 s (gc.callbacks, in the user's
+    process); 0.36 s with it paused."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -264,8 +264,9 @@ def _collector_paused():
 def groups_of(trace_json: Path, steps: int) -> list:
     """[(name, shapes, per_step, concrete inputs or None, strides or None)] of the ops of the window's trace
     (the JSON torch exported) that this probe can batch: float32 inputs, repeated at least MIN_PER_STEP times
-    a step with the same shapes, short; the most repeated first (at most MAX_GROUPS). Read with msgspec: only the fields needed (the profiler's own
-    `key_averages` took 8 s over the 96,000 events of a 5-step loop window)."""
+    a step with the same shapes, short; the most repeated first (at most MAX_GROUPS). Read with msgspec: only
+    the fields needed (the profiler's own `key_averages` took 8 s over the 96,000 events of a 5-step loop
+    window)."""
     with _collector_paused():
         doc = msgspec.json.decode(Path(trace_json).read_bytes(), type=_Doc)
     seen: dict = {}  # (name, dims, concrete) -> [calls, µs, dims, concrete, {layout: [calls, strides]}]

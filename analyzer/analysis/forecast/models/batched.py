@@ -202,8 +202,8 @@ def _profiler_share(x: Inputs, replayed: pd.Series) -> tuple | None:
         return [t for t in (v or []) if isinstance(t, (int, float))]
     cpu, names = clock.get("profiled_cpu_us") or [], clock.get("profiled_steps")
     if isinstance(names, list) and len(names) == len(cpu):
-        named = [t for t, name in zip(cpu, names) if name in set(replayed)]
-        cpu = named or cpu
+        kept = set(replayed)
+        cpu = [t for t, name in zip(cpu, names) if name in kept] or cpu
     cpu = numbers(cpu)
     unprofiled = numbers(clock.get("unprofiled_cpu_us")) + numbers(clock.get("after_cpu_us"))
     prof = float(np.mean(cpu)) if cpu else None
