@@ -145,3 +145,36 @@ def test_the_collector_is_off_while_the_window_is_decoded_and_as_it_was_after(tm
         assert seen == [False] and gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("name, shapes, strides", [
+    # nn.Linear(1, 16) on a column of a [256, 48] batch: an outer product
+    ("aten::addmm", [[16], [256, 1], [1, 16], [], []], [[1], [48, 1], [1, 1], [], []]),
+    # its weight's gradient: the transposed output gradient times the column, a matrix-vector product
+    ("aten::mm", [[16, 256], [256, 1]], [[1, 16], [48, 1]]),
+    ("aten::mm", [[1, 256], [256, 16]], None),
+    ("aten::addmm", [[1, 4], [1, 8], [8, 4], [], []], None),
+])
+def test_a_matmul_with_a_dimension_of_1_has_a_broadcast_form_equal_to_the_batched_matmul(name, shapes, strides):
+    torch.manual_seed(0)
+    matmul = bp._call(torch, name, shapes, 6, None, strides)
+    torch.manual_seed(0)
+    broadcast = bp._broadcast_call(torch, name, shapes, 6, strides)
+    assert torch.allclose(matmul(), broadcast(), atol=1e-5)
+
+
+def test_other_ops_and_shapes_have_no_broadcast_form():
+    assert bp._broadcast_call(torch, "aten::mm", [[64, 8], [8, 4]], 5) is None
+    assert bp._broadcast_call(torch, "aten::bmm", [[3, 16, 1], [3, 1, 4]], 5) is None
+    assert bp._broadcast_call(torch, "aten::tanh", [[64, 1]], 5) is None
+    assert bp._broadcast_call(torch, "aten::mm", [[64, 1]], 5) is None
+
+
+def test_the_faster_form_of_a_matmul_with_a_dimension_of_1_is_kept_and_named(monkeypatch):
+    calls = iter([5e-6] * 7 + [2e-6] * 7 + [1e-6] * 7 + [3e-6] * 7)  # outer product: bmm 5 µs, broadcast 2 µs
+    monkeypatch.setattr(bp, "timed", lambda fn: (fn(), next(calls))[1])  # then mat-vec: bmm 1 µs, broadcast 3 µs
+    monkeypatch.setattr(bp, "_warm", lambda fn: None)
+    got = bp.measure([("aten::addmm", [[16], [256, 1], [1, 16], [], []], 48.0, None, None),
+                      ("aten::mm", [[16, 256], [256, 1]], 48.0, None, None)], threads=1)
+    assert [(o["name"], o["ns"], o["form"]) for o in got["ops"]] == [
+        ("aten::addmm", 2000, "broadcast"), ("aten::mm", 1000, "batched")]
