@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from perfsleuth.analysis.forecast.forecaster import Forecaster
 from perfsleuth.analysis.forecast.models.host import THREADS_NOT_FORECAST
@@ -319,6 +320,40 @@ def test_the_cat_that_gathers_a_loops_outputs_goes_with_its_backward(tmp_path):
     low = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")["low"]
     # pessimistic: the edges stay; the cat and its backward go all the same (batched, the output is whole)
     assert low == round(1000 / (1000 - 393 - 30 - 60 + 4 * 2 * 30), 3)
+
+
+
+@pytest.mark.parametrize("name, dim, permuted", [("aten::cat", "1", True), ("aten::cat", "-1", True),
+                                                  ("aten::cat", "0", False), ("aten::stack", "1", False)])
+def test_a_cat_along_a_later_dimension_costs_the_rewrite_a_copy_each_way(tmp_path, name, dim, permuted):
+    """The loop and its gathering of the test above, with shapes recorded: a `torch.cat(outs, dim=1)` merges the
+    loops' dimension into a later one, so the rewrite, whose batched output has the loops' dimension first, copies
+    it into that layout (a transpose and a reshape) and the gradient back: two copies at the cat's own time (30
+    µs) and a dispatch (the loop's op with the Python before it, 10 µs) for the transpose and each of the two
+    backward nodes. A cat along the first dimension is a view of the batched output, a stack a permuted view:
+    neither costs anything."""
+    def body(tb, o, k):
+        for j in range(40):
+            tb.op(("aten::select", "aten::linear")[j % 2], o + 107 + 10 * j, 3)
+        tb.op(name, o + 507, 30, **{"Input Dims": [[], []], "Input type": ["TensorList", "Scalar"],
+                                    "Concrete Inputs": ["", dim]})
+        tb.op("aten::mm", o + 547, 20)
+        tb.op(f"autograd::engine::evaluate_function: {name[6:].capitalize()}Backward0", o + 750, 60)
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    copies = (2 * 30 + 3 * 10) * permuted
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 40 - 7 - 30 - 60 + 2 * 2 * 30 + copies), 3)
+    gather = fc["assumptions"]["gather"]
+    assert gather.startswith("the cat/stack of the loops' outputs and its backward go (90 µs per step)")
+    assert gather.endswith("and a dispatch for the transpose and each backward node (90 µs per step)") == permuted
+
+
+def test_a_cats_copy_is_taken_at_its_fastest_in_the_window():
+    """The k-th gathering of each step is the same cat: its copy costs the fastest of them (one that page-faulted
+    ran 5x slower)."""
+    from perfsleuth.analysis.forecast.models.batched_around import fastest
+    fwd = pd.DataFrame({"ts": [10, 20, 110, 120, 210, 220], "dur": [15, 40, 80, 45, 16, 90]})
+    steps = pd.DataFrame({"host_end": [100.0, 200.0, 300.0]})
+    assert fastest(fwd, steps).tolist() == [15, 40, 15, 40, 15, 40]
 
 
 def test_small_modules_in_a_loop_leave_the_optimizer_a_few_parameters(tmp_path):

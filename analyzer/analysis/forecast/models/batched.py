@@ -7,12 +7,13 @@ ops and 8 of each kind on average; the loop is the kinds the run repeats. What g
 - the Python right before and after each loop (its setup, the autograd engine's walk over its nodes
   before a backward, their freeing after it), at most EDGE_PER_OP_NS per loop op;
 - the gathering of its outputs (a `torch.cat` / `torch.stack` right after a loop op) and as many
-  cat/stack backward nodes: batched code has one output already;
+  cat/stack backward nodes: batched code has one output already -- but a cat along a later dimension costs
+  the rewrite a copy each way and its layout ops (`permuted`);
 - the loop's backward nodes, however long: a backward kind the step runs at least once per iteration of
   its forward loops is the loop's (`loops.loop_backward`);
 - when the loop's backward accumulates gradients into many parameters (small modules in a loop), the
   per-parameter work of `zero_grad` and `optimizer.step`, in proportion: batched, each loop keeps its
-  parameters per iteration, stacked;
+  parameters per iteration, stacked; their ops on the parameters the loops leave stay as they ran (`unmerged`);
 - in traces `perfsleuth run` recorded, the profiler's share of a step's CPU time, spread over the ops a step
   records, with the ops that go (`_without_profiler`).
 What comes in, per loop segment: one whole-tensor op per distinct op, each a dispatch of the loop's own op
@@ -31,8 +32,6 @@ import pandas as pd
 from ....trace.model import CPU_OP
 from ... import intervals as iv
 from ...loops import (
-    BACKWARD,
-    GATHER_BACKWARD,
     MIN_REPEAT,
     MIN_RUN,
     ONLY_OPTIMIZER,
@@ -42,17 +41,26 @@ from ...loops import (
     describe,
     evidence,
     gathers,
-    iterations,
     loop_backward,
     loop_ops,
     not_the_steps,
 )
 from ..plan import Plan, remove_host, step_ns
 from ..registry import Inputs, NoForecast, model
+from .batched_around import (
+    COPIES,
+    LAYOUT_OPS,
+    fastest,
+    fewer_parameters,
+    gathering,
+    graph_prelude,
+    not_optimizer,
+    permuted,
+    unmerged,
+)
 from .batched_work import Work, loop_work
 from .host import _add_back, _collapse_device, top_ops
 
-ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
 # a backward, freeing them after) go, up to this much per op of the loop: 0.2-0.4 µs per op measured
 # in the fixtures' tiny_ops and module_loop traces (docs/forecast.md).
@@ -62,83 +70,6 @@ EDGE_PER_OP_NS = 1_000.0
 MIN_LEFT = 0.1
 TIMED_PESSIMISTIC = 1.5  # the pessimistic variant's factor on what perfsleuth run's probe timed batched
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
-
-
-def _gathering(top: pd.DataFrame, loop: pd.DataFrame, steps: pd.DataFrame) -> iv.Intervals:
-    """The cat/stack that directly follows an op of a loop (it gathers the loop's outputs), and as many
-    cat/stack backward nodes (the longest) of the same step."""
-    fwd = gathers(top, loop)
-    ends = steps["host_end"].to_numpy(np.float64)
-    want = pd.Series(np.searchsorted(ends, fwd["ts"].to_numpy())).value_counts()
-    bwd = top[top["name"].isin(GATHER_BACKWARD).to_numpy()]
-    bwd = bwd.assign(step=np.searchsorted(ends, bwd["ts"].to_numpy())).sort_values("dur", ascending=False)
-    bwd = bwd[bwd.groupby("step").cumcount().to_numpy() < bwd["step"].map(want).fillna(0).to_numpy()]
-    both = pd.concat([fwd, bwd])
-    return iv.merge(both["ts"].to_numpy(np.int64), both["end"].to_numpy(np.int64))
-
-
-def _fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, variant: str):
-    """zero_grad and optimizer.step shrink with the parameters that the loop's modules give way to:
-    before, one AccumulateGrad per parameter; after, each loop's parameters per iteration (the
-    AccumulateGrads of its backward over its iterations) are one stacked parameter each."""
-    total = int((x.ops["name"] == ACCUMULATE).sum())
-    looped = (df["name"] == ACCUMULATE).to_numpy()
-    if not total or not looped.any():
-        return None
-    per_loop = iterations(_not_optimizer(x, df))  # a loop's iterations: the median over its segments
-    merged = max(1, round(looped.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
-    after = total - int(looped.sum()) + merged
-    ratio = after / total
-    keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
-    spans = iv.union(*(x.spans(name) for name in PER_PARAMETER))
-    removed = remove_host(p, iv.subtract(spans, loops), keep=keep)  # the loops' own ops are gone already
-    if p.tl.n_nodes:
-        r = np.searchsorted(spans[0], p.tl.d_call, side="right") - 1
-        n = np.bincount(r[r >= 0], minlength=spans[0].size).astype(np.float64)
-        _collapse_device(p, spans, np.ceil(n * keep))
-    n = len(p.tl.steps)
-    return (f"{total // max(n, 1)} parameters per step become {after // max(n, 1)}: zero_grad and optimizer.step "
-            f"keep {keep:.0%} of their work ({removed / n / 1000:.0f} µs per step less)")
-
-
-SEED = "aten::ones_like"  # backward() of a scalar loss makes its seed gradient first
-
-
-def _graph_prelude(p: Plan, top: pd.DataFrame, df: pd.DataFrame, seg: pd.DataFrame, gone: iv.Intervals,
-                   steps: pd.DataFrame) -> tuple[float, int, int]:
-    """The Python from the call into a backward to its first node -- the engine's walk over the whole graph
-    before it runs a node, and, where the step rebinds its loss, the freeing of the previous step's graph --
-    costs per node of the graph: per step, the gap before each backward's first node (and before the seed
-    gradient's `ones_like` right before it) keeps the share of the step's backward nodes that stay (those
-    outside `gone`, and one per distinct kind of each backward segment of the loops that comes in), in the
-    steps whose loops have a backward. Returns the ns removed and the backward nodes per step before and after
-    (0, 0 when no loop has a backward)."""
-    name = top["name"].astype(str)
-    bw = name.str.startswith(BACKWARD).to_numpy()
-    if not bw.any():
-        return 0.0, 0, 0
-    first = bw & ~np.r_[False, bw[:-1]]
-    seed = np.r_[first[1:], False] & (name == SEED).to_numpy()
-    ends = steps["host_end"].to_numpy(np.float64)
-    step = np.searchsorted(ends, top["ts"].to_numpy())
-    n = len(steps)
-    nodes = np.bincount(step[bw], minlength=n + 1)[:n].astype(np.float64)
-    stays = bw & ~iv.covers(gone, top["ts"].to_numpy(np.int64))
-    left = np.bincount(step[stays], minlength=n + 1)[:n].astype(np.float64)
-    backward_seg = df["name"].astype(str).str.startswith(BACKWARD).groupby(df["segment"]).all()
-    seg_step = np.searchsorted(ends, seg["end"].to_numpy())
-    kinds = seg["kinds"].to_numpy(np.float64) * backward_seg.reindex(seg.index).to_numpy()
-    added = np.bincount(seg_step, weights=kinds, minlength=n + 1)[:n]
-    if not added.any():
-        return 0.0, 0, 0
-    ts, gap = top["ts"].to_numpy(np.int64), top["gap"].to_numpy()
-    starts = (first | seed) & (gap > 0)
-    removed = 0.0
-    for s in np.flatnonzero(nodes * added):  # a step whose loops have a backward
-        at = starts & (step == s)
-        keep = min(1.0, (left[s] + added[s]) / nodes[s])
-        removed += remove_host(p, iv.merge((ts[at] - gap[at]).astype(np.int64), ts[at]), keep=keep)
-    return removed, int(nodes.sum() // n), int((left + added).sum() // n)
 
 
 def _segment_ids(df: pd.DataFrame) -> np.ndarray:
@@ -169,12 +100,6 @@ def _edges(top: pd.DataFrame, seg: pd.DataFrame, loop_pos: np.ndarray) -> iv.Int
     a_start = (after["ts"] - after["gap"]).to_numpy()
     return iv.union(before, iv.merge(a_start.astype(np.int64),
                                      np.minimum(after["ts"].to_numpy(), a_start + cap[tail]).astype(np.int64)))
-
-
-def _not_optimizer(x: Inputs, df: pd.DataFrame) -> pd.DataFrame:
-    """The loop ops outside Optimizer.step and zero_grad (their loops are over parameters, not iterations)."""
-    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
-    return df[~iv.covers(per_parameter, df["ts"].to_numpy(np.int64))]
 
 
 def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -292,9 +217,14 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if df.empty:
         raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     ends = steps["host_end"].to_numpy(np.float64)
-    long_backward = loop_backward(top, _not_optimizer(x, df), ends)  # the loop's backward nodes, however long
+    long_backward = loop_backward(top, not_optimizer(x, df), ends)  # the loop's backward nodes, however long
     if long_backward:
         df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward), steps)
+    left = unmerged(x, df)
+    stays = df[left]  # the optimizer's ops on parameters the rewrite leaves: as they ran
+    df = df[~left]
+    if df.empty:
+        raise NoForecast(ONLY_OPTIMIZER)
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
     df = df.assign(segment=_segment_ids(df))
@@ -305,13 +235,17 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     removed = remove_host(p, ivs)
     optimistic = variant != "low"
     edged = remove_host(p, iv.subtract(_edges(top, seg, df.index.to_numpy()), theirs)) if optimistic else 0.0
-    gather = iv.subtract(_gathering(top, df, steps), theirs)
+    fwd_gathers = gathers(top, df)
+    along = permuted(x, fwd_gathers)
+    gather = iv.subtract(gathering(top, df, steps), theirs)
     gathered = remove_host(p, gather)  # batched, the output is whole already: no gathering, no backward of it
-    walked, nodes_before, nodes_after = _graph_prelude(p, top, df, seg, iv.union(ivs, gather), steps)
+    walked, nodes_before, nodes_after = graph_prelude(p, top, df, seg, iv.union(ivs, gather), steps)
     ts = top["ts"].to_numpy(np.int64)
     rest = top[~iv.covers(iv.union(ivs, gather), ts)]
     # before the whole-tensor ops: a loop may end in the optimizer
-    params = _fewer_parameters(x, p, df, iv.union(ivs, theirs), variant)
+    kept = iv.merge((stays["ts"] - np.where(stays["joined"], stays["gap"], 0.0)).to_numpy(np.int64),
+                    stays["end"].to_numpy(np.int64))  # with the Python before each, as the loop's ops go
+    params = fewer_parameters(x, p, df, iv.union(ivs, theirs, kept), variant)
     spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     kinds = seg["kinds"].to_numpy(np.float64)
@@ -334,10 +268,14 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         why = ON_DEVICE if p.tl.n_nodes else NO_MODEL if x.trace.has_shapes else NO_SHAPES
         adds = _fitted(whole, per, len(steps), why)
     _add_back(p, seg["end"].to_numpy(np.float64), per)
+    copies = fastest(fwd_gathers, steps)[along]  # a permuted cat's copy, forward and back, and the layout ops
+    copied = COPIES * copies + (LAYOUT_OPS * unit if variant != "high" else 0.0)
+    _add_back(p, fwd_gathers["end"].to_numpy(np.float64)[along], copied)
     launched = 0
     if p.tl.n_nodes:  # each loop's kernels become the whole-tensor ops' kernels
         launched = _collapse_device(p, spans, added)
-    unprofiled = _without_profiler(x, p, before_ns, start_cut, float(added.sum()))
+    unprofiled = _without_profiler(x, p, before_ns, start_cut,
+                                   float(added.sum()) + (COPIES + LAYOUT_OPS) * len(copies))
     n = len(steps)
     out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
                     f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
@@ -366,6 +304,12 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     if gather[0].size:
         out["gather"] = (f"the cat/stack of the loops' outputs and its backward go "
                          f"({gathered / n / 1000:.0f} µs per step)")
+    if len(copies):
+        out["gather"] = out.get("gather", "the cat's backward goes") + (
+            f"; for the {len(copies) / n:.0f} cat(s) per step along a dimension other than the first, the rewrite "
+            f"copies its output into the cat's layout (batched, the loops' dimension leads: a transpose and a "
+            f"reshape) and the gradient back: two copies at that cat's fastest in the window, and a dispatch for the "
+            f"transpose and each backward node ({copied.sum() / n / 1000:.0f} µs per step)")
     if nodes_before:
         out["graph"] = (f"the Python from the call into each backward to its first node (the engine's walk over "
                         f"the graph; where the loss is rebound, the freeing of the previous step's graph) keeps "

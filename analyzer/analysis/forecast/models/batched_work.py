@@ -118,7 +118,7 @@ def _own_rate(work: np.ndarray, dur: np.ndarray, dispatch: float) -> float:
     return float(work.sum() / left) if work.sum() > 0 and left > 0 else 0.0
 
 
-def _shaped_ops(x: Inputs) -> pd.DataFrame | None:
+def shaped_ops(x: Inputs) -> pd.DataFrame | None:
     """The main thread's cpu ops in the window (times relative to it, as `x.ops`), with their
     categorical name, in_type and in_shape columns; None without recorded shapes."""
     ev = x.trace.events
@@ -199,7 +199,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     `loop` (the loop ops' spans), and the rates of the step's ops outside `loop` and `other` (the
     gathering, DataLoader fetches, the optimizer). None without recorded shapes, or when no op of the
     loops has a FLOPs/bytes model."""
-    ops = _shaped_ops(x)
+    ops = shaped_ops(x)
     if ops is None:
         return None
     dispatch = _dispatch_ns(ops, loop)
