@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from perfsleuth.record import batched_calls as bc
 from perfsleuth.record import batched_probe as bp
 
 
@@ -45,9 +46,9 @@ def test_a_sums_dims_come_from_its_concrete_inputs(tmp_path):
     path.write_text(json.dumps({"traceEvents": sums}))
     [group] = bp.groups_of(path, 2)
     assert group == ("aten::sum", [[64, 8], [], [], []], 8.0, ["", "[0]", "True", ""], None)
-    assert tuple(bp._call(torch, "aten::sum", group[1], 5, group[3])().shape) == (5, 1, 8)
-    assert tuple(bp._call(torch, "aten::sum", [[64, 8], []], 5, ["", ""])().shape) == (5,)  # the whole item
-    assert bp._call(torch, "aten::sum", [[64, 8], [], [], []], 5, ["", "[2]", "False", ""]) is None
+    assert tuple(bc._call(torch, "aten::sum", group[1], 5, group[3])().shape) == (5, 1, 8)
+    assert tuple(bc._call(torch, "aten::sum", [[64, 8], []], 5, ["", ""])().shape) == (5,)  # the whole item
+    assert bc._call(torch, "aten::sum", [[64, 8], [], [], []], 5, ["", "[2]", "False", ""]) is None
 
 
 def test_the_items_lie_as_the_loops_slices_lie(tmp_path):
@@ -55,15 +56,15 @@ def test_the_items_lie_as_the_loops_slices_lie(tmp_path):
     the batch is a [96, 64, 8] view with strides (8, 768, 1), 96 items at most (of the 288 a step the window
     repeats: three layers). A transposed weight ([1, 8]) has no gaps: stacked after each other, 64 apart; an
     expanded bias ([0, 1]) takes 8 elements. The calls' most common layout is the group's."""
-    assert bp._layout([64, 8], [768, 1]) == (8, 96)
-    assert bp._layout([8, 8], [1, 8]) == (64, None)
-    assert bp._layout([64, 8], [0, 1]) == (8, None)
-    assert bp._layout([64, 8], [9, 1]) is None  # a gap of one: no other item fits
-    assert bp._layout([64, 8], None) is None
-    x = bp._input(torch, [64, 8], [768, 1], 96)
+    assert bc._layout([64, 8], [768, 1]) == (8, 96)
+    assert bc._layout([8, 8], [1, 8]) == (64, None)
+    assert bc._layout([64, 8], [0, 1]) == (8, None)
+    assert bc._layout([64, 8], [9, 1]) is None  # a gap of one: no other item fits
+    assert bc._layout([64, 8], None) is None
+    x = bc._input(torch, [64, 8], [768, 1], 96)
     assert x.shape == (96, 64, 8) and x.stride() == (8, 768, 1)
-    assert bp._input(torch, [8], [1], 5, rank=2).shape == (5, 1, 8)
-    assert bp._fits([[8], [64, 8], [8, 8]], [[1], [768, 1], [1, 8]], 288) == 96
+    assert bc._input(torch, [8], [1], 5, rank=2).shape == (5, 1, 8)
+    assert bc._fits([[8], [64, 8], [8, 8]], [[1], [768, 1], [1, 8]], 288) == 96
     dims, types = [[64, 8], [64, 8]], ["float", "float"]
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::tanh_backward", "ts": 0, "dur": 2.0,
                "args": {"Input Dims": dims, "Input type": types, "Input Strides": st}}
@@ -88,15 +89,15 @@ def test_the_items_lie_as_the_loops_slices_lie(tmp_path):
     ("aten::_softmax_backward_data", [[16, 16], [16, 16], [], []], (5, 16, 16)),
 ])
 def test_each_op_runs_over_a_batch_of_its_recorded_inputs(name, shapes, expected):
-    fn = bp._call(torch, name, shapes, 5)
+    fn = bc._call(torch, name, shapes, 5)
     assert tuple(fn().shape) == expected
 
 
 def test_what_it_cannot_build_from_shapes_alone_it_leaves_to_the_derived_rate():
-    assert bp._call(torch, "aten::prod", [[64, 8], [], [], []], 5) is None
-    assert bp._call(torch, "aten::mm", [[64, 8]], 5) is None
-    assert bp._call(torch, "aten::addmm", [[4], [2, 64, 8], [8, 4]], 5) is None
-    assert bp._call(torch, "aten::tanh", [[]], 5) is None  # a 0-dim input
+    assert bc._call(torch, "aten::prod", [[64, 8], [], [], []], 5) is None
+    assert bc._call(torch, "aten::mm", [[64, 8]], 5) is None
+    assert bc._call(torch, "aten::addmm", [[4], [2, 64, 8], [8, 4]], 5) is None
+    assert bc._call(torch, "aten::tanh", [[]], 5) is None  # a 0-dim input
 
 
 def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
@@ -109,14 +110,15 @@ def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
                       ("aten::tanh_backward", [[4, 8], [4, 8]], 288.0, None, [[80, 1], [8, 1]])], threads=1)
     assert got["threads"] == 1 and got["ops"] == [
         # 2 KiB an item: 24 of them in the 48 KiB allowed, not the 288 a step
-        {"name": "aten::tanh", "shapes": [[64, 8]], "per_step": 288.0, "batch": 24, "ns": 1000},
+        {"name": "aten::tanh", "shapes": [[64, 8]], "per_step": 288.0, "batch": 24, "ns": 1000, "copy_ns": 1000},
         {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 288.0, "batch": 24, "ns": 1000},
-        {"name": "aten::mul", "shapes": [[64, 64], [64, 64]], "per_step": 9.0, "batch": 3, "ns": 1000},
+        {"name": "aten::mul", "shapes": [[64, 64], [64, 64]], "per_step": 9.0, "batch": 3, "ns": 1000,
+         "copy_ns": 1000},
         {"name": "aten::sum", "shapes": [[64, 8], [], [], []], "per_step": 96.0, "batch": 24, "ns": 1000,
          "concrete": ["", "[0]", "True", ""]},
         # slices 8 apart in rows of 80: 10 of them fit
         {"name": "aten::tanh_backward", "shapes": [[4, 8], [4, 8]], "per_step": 288.0, "batch": 10, "ns": 1000,
-         "strides": [[80, 1], [8, 1]]}]
+         "copy_ns": 1000, "strides": [[80, 1], [8, 1]]}]
     assert "the median of 7" in got["source"]
 
 
@@ -157,17 +159,17 @@ def test_the_collector_is_off_while_the_window_is_decoded_and_as_it_was_after(tm
 ])
 def test_a_matmul_with_a_dimension_of_1_has_a_broadcast_form_equal_to_the_batched_matmul(name, shapes, strides):
     torch.manual_seed(0)
-    matmul = bp._call(torch, name, shapes, 6, None, strides)
+    matmul = bc._call(torch, name, shapes, 6, None, strides)
     torch.manual_seed(0)
-    broadcast = bp._broadcast_call(torch, name, shapes, 6, strides)
+    broadcast = bc._broadcast_call(torch, name, shapes, 6, strides)
     assert torch.allclose(matmul(), broadcast(), atol=1e-5)
 
 
 def test_other_ops_and_shapes_have_no_broadcast_form():
-    assert bp._broadcast_call(torch, "aten::mm", [[64, 8], [8, 4]], 5) is None
-    assert bp._broadcast_call(torch, "aten::bmm", [[3, 16, 1], [3, 1, 4]], 5) is None
-    assert bp._broadcast_call(torch, "aten::tanh", [[64, 1]], 5) is None
-    assert bp._broadcast_call(torch, "aten::mm", [[64, 1]], 5) is None
+    assert bc._broadcast_call(torch, "aten::mm", [[64, 8], [8, 4]], 5) is None
+    assert bc._broadcast_call(torch, "aten::bmm", [[3, 16, 1], [3, 1, 4]], 5) is None
+    assert bc._broadcast_call(torch, "aten::tanh", [[64, 1]], 5) is None
+    assert bc._broadcast_call(torch, "aten::mm", [[64, 1]], 5) is None
 
 
 def test_the_faster_form_of_a_matmul_with_a_dimension_of_1_is_kept_and_named(monkeypatch):
@@ -178,3 +180,15 @@ def test_the_faster_form_of_a_matmul_with_a_dimension_of_1_is_kept_and_named(mon
                       ("aten::mm", [[16, 256], [256, 1]], 48.0, None, None)], threads=1)
     assert [(o["name"], o["ns"], o["form"]) for o in got["ops"]] == [
         ("aten::addmm", 2000, "broadcast"), ("aten::mm", 1000, "batched")]
+
+
+
+def test_an_elementwise_ops_output_is_also_copied_with_the_batch_moved_second():
+    """What a rewrite does that gathers the loop's outputs with a cat along a later dimension: [5, 64, 8] -> a
+    contiguous [64, 5, 8]. Other ops have no such copy."""
+    torch.manual_seed(0)
+    copy = bc._copy_call(torch, "aten::relu", [[64, 8]], 5)
+    out = copy()
+    assert tuple(out.shape) == (64, 5, 8) and out.is_contiguous()
+    assert bc._copy_call(torch, "aten::mm", [[64, 8], [8, 4]], 5) is None
+    assert bc._copy_call(torch, "aten::sum", [[64, 8], [], [], []], 5) is None

@@ -347,6 +347,27 @@ def test_a_cat_along_a_later_dimension_costs_the_rewrite_a_copy_each_way(tmp_pat
     assert gather.endswith("and a dispatch for the transpose and each backward node (90 µs per step)") == permuted
 
 
+
+def test_the_rewrites_copy_is_what_the_probe_timed_for_the_loops_last_elementwise_op(tmp_path):
+    """The loop ends each iteration in a relu of [64, 16] (20 a step), then the cat along dim 1; perfsleuth run's
+    probe timed the relu batched (20 of them in 20 µs) and its output copied with the batch moved second (40 µs):
+    the rewrite's copy each way costs those 40 µs, not the cat's own 30. What comes in for the loop: a dispatch
+    per kind (2 x 10 µs) and the relu as timed (20 µs)."""
+    def body(tb, o, k):
+        for j in range(40):
+            relu = j % 2 == 1
+            tb.op(("aten::select", "aten::relu")[relu], o + 107 + 10 * j, 3,
+                  **({"Input Dims": [[64, 16]], "Input type": ["float"]} if relu else {}))
+        tb.op("aten::cat", o + 507, 30, **{"Input Dims": [[], []], "Input type": ["TensorList", "Scalar"],
+                                          "Concrete Inputs": ["", "1"]})
+        tb.op("aten::mm", o + 547, 20)
+        tb.op("autograd::engine::evaluate_function: CatBackward0", o + 750, 60)
+    probe = {"threads": 1, "source": "test", "ops": [
+        {"name": "aten::relu", "shapes": [[64, 16]], "per_step": 20.0, "batch": 20, "ns": 20000, "copy_ns": 40000}]}
+    fc = forecaster(cpu_step_trace(tmp_path, body), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 40 - 7 - 30 - 60 + 2 * 10 + 20 + 2 * 40 + 3 * 10), 3)
+    assert fc["assumptions"]["gather"].endswith("(110 µs per step)")
+
 def test_a_cats_copy_is_taken_at_its_fastest_in_the_window():
     """The k-th gathering of each step is the same cat: its copy costs the fastest of them (one that page-faulted
     ran 5x slower)."""

@@ -92,7 +92,7 @@ def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     are spread over the 40 ops the step records (10 µs each). Before the rewrite the step is 1000 - 40 x 10
     µs; after it, the replayed 647 µs (as in test_forecast: the loop, the 40 µs before it, 8 whole-tensor ops
     of 10 µs) less the profiler's cost of the 8 ops left: 600 / 567, where the profiled replays alone say
-    1000 / 647."""
+    1000 / 647. The saving and the step after the fix are stated without the profiler: 33 µs of 600."""
     def body(tb, o, k):
         for j in range(40):  # 3 µs ops, 7 µs apart: add, mul, relu, select
             tb.op(("aten::add", "aten::mul", "aten::relu", "aten::select")[j % 4], o + 107 + 10 * j, 3)
@@ -103,7 +103,9 @@ def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     assert fc["assumptions"]["profiler_cost"] == (
         "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without, perfsleuth run's "
         "clock): 10.0 µs per recorded op, it goes with the ops: 40 ops per step before (0.60 ms without it), "
-        "8 after (0.57 ms)")
+        "8 after (0.57 ms); the saving and the step after the fix are without it")
+    # the saving and the step after, on the scale of the step without the profiler (600 µs), not the recorded 1000
+    assert (round(fc["saving_us"], 6), round(fc["step_us"], 6)) == (33.0, 567.0)
     plain = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
     assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
 

@@ -50,7 +50,7 @@ from ..registry import Inputs, NoForecast, model
 from .batched_around import (
     COPIES,
     LAYOUT_OPS,
-    fastest,
+    copies_ns,
     fewer_parameters,
     gathering,
     graph_prelude,
@@ -58,7 +58,7 @@ from .batched_around import (
     permuted,
     unmerged,
 )
-from .batched_work import Work, loop_work
+from .batched_work import Work, loop_work, probed_copies
 from .host import _add_back, _collapse_device, top_ops
 
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
@@ -158,10 +158,11 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
     if b <= 0 or a <= MIN_LEFT * after_ns:
         return ""
     p.scale = before_ns * a / (after_ns * b)
+    p.notes["unprofiled_step_ns"] = b  # the forecaster states the saving and the step after on this scale
     return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms profiled, "
             f"{unprof / 1000:.1f} ms without, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
             f"goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
-            f"{after_ops:.0f} after ({a / 1e6:.2f} ms)")
+            f"{after_ops:.0f} after ({a / 1e6:.2f} ms); the saving and the step after the fix are without it")
 
 
 _FROM = {"step": "the step's largest ops outside the loops",
@@ -268,7 +269,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         why = ON_DEVICE if p.tl.n_nodes else NO_MODEL if x.trace.has_shapes else NO_SHAPES
         adds = _fitted(whole, per, len(steps), why)
     _add_back(p, seg["end"].to_numpy(np.float64), per)
-    copies = fastest(fwd_gathers, steps)[along]  # a permuted cat's copy, forward and back, and the layout ops
+    copies = copies_ns(fwd_gathers, df, steps, probed_copies(x))[along]  # forward and back, and layout ops
     copied = COPIES * copies + (LAYOUT_OPS * unit if variant != "high" else 0.0)
     _add_back(p, fwd_gathers["end"].to_numpy(np.float64)[along], copied)
     launched = 0
@@ -308,8 +309,9 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         out["gather"] = out.get("gather", "the cat's backward goes") + (
             f"; for the {len(copies) / n:.0f} cat(s) per step along a dimension other than the first, the rewrite "
             f"copies its output into the cat's layout (batched, the loops' dimension leads: a transpose and a "
-            f"reshape) and the gradient back: two copies at that cat's fastest in the window, and a dispatch for the "
-            f"transpose and each backward node ({copied.sum() / n / 1000:.0f} µs per step)")
+            f"reshape) and the gradient back: two copies (as perfsleuth run's probe timed the loop's last elementwise "
+            f"op's output copied so, else that cat's fastest in the window), and a dispatch "
+            f"for the transpose and each backward node ({copied.sum() / n / 1000:.0f} µs per step)")
     if nodes_before:
         out["graph"] = (f"the Python from the call into each backward to its first node (the engine's walk over "
                         f"the graph; where the loss is rebound, the freeing of the previous step's graph) keeps "

@@ -245,3 +245,28 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
             rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     calls = int((inside & (matrix | vector)).sum())
     return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls)
+
+
+def probed_copies(x: Inputs) -> dict:
+    """{ts of an outermost elementwise op of the window: ns per call of copying its output with the batch's
+    dimension moved second, as perfsleuth run's probe timed it batched (`copy_ns`)} (`x.ops`' times); empty
+    without shapes or such a probe. A rewrite whose loop's outputs are gathered by a cat along a later dimension
+    copies them so (`batched_around.copies_ns`)."""
+    meta = x.trace.run_metadata
+    probe = meta.get("batched_probe") if isinstance(meta, dict) else None
+    copies = {}
+    for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
+        if isinstance(o, dict) and isinstance(o.get("copy_ns"), (int, float)) and isinstance(o.get("batch"), int) \
+                and o["copy_ns"] > 0 and o["batch"] > 0 and isinstance(o.get("shapes"), list) \
+                and isinstance(o.get("name"), str):
+            copies[(o["name"], shape_text(o["shapes"]))] = float(o["copy_ns"]) / o["batch"]
+    ops = shaped_ops(x)
+    if ops is None or not copies:
+        return {}
+    ops = _outermost_modelled(ops)
+    if ops.empty:
+        return {}
+    m = op_models(ops)
+    ns = _measured_ns(m, m.family == FAMILIES.index(fl.ELEMENTWISE), copies)
+    hit = ~np.isnan(ns)
+    return dict(zip(ops["ts"].to_numpy(np.int64)[hit].tolist(), ns[hit].tolist()))
