@@ -355,6 +355,16 @@ def test_the_optimizers_ops_on_a_parameter_the_rewrite_leaves_stay_as_they_ran(t
     fc = forecaster(cpu_step_trace(tmp_path, adam_step, period=4500)).forecast("batched-ops")
     assert marked[0]["ts"].to_numpy().tolist() == [1000 * (4500 * k + t) for k in range(4)
                                                    for t in [4085] + [4095 + 10 * j for j in range(8)]]
+    # AccumulateGrads without their parameters' shapes: no telling which parameters are the loops', none stays
+    marked.clear()
+
+    def no_parameter_shapes(tb, o, k):
+        adam_step(tb, o, k)
+        for e in tb.events:
+            if e.get("name") == "torch::autograd::AccumulateGrad":
+                e["args"].pop("Input Dims", None)
+    forecaster(cpu_step_trace(tmp_path, no_parameter_shapes, period=4500)).forecast("batched-ops")
+    assert marked and all(m.empty for m in marked)
     monkeypatch.undo()
     merged = forecaster(cpu_step_trace(tmp_path, lambda tb, o, k: adam_step(tb, o, k, big=(8, 8)),
                                        period=4500)).forecast("batched-ops")

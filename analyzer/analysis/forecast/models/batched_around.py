@@ -144,7 +144,8 @@ def unmerged(x: Inputs, df: pd.DataFrame) -> np.ndarray:
     away as the loop's and gave their bytes back at the step's rate, 1.03 ms a step where the rewrite's whole
     Adam ran in 0.69). A parameter is the loops' when its shape is that of an AccumulateGrad inside them (from
     the recorded shapes; an op with no tensor shape of its own, Adam's step count, goes with the next op's
-    parameter). Without shapes: all of them when the loops accumulate into no parameter, else none."""
+    parameter). Without shapes (or shapes of the parameters): all of them when the loops accumulate into
+    no parameter, else none."""
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     optimizer = iv.covers(per_parameter, df["ts"].to_numpy(np.int64))
     looped = (df["name"] == ACCUMULATE).to_numpy() & ~optimizer
@@ -158,6 +159,8 @@ def unmerged(x: Inputs, df: pd.DataFrame) -> np.ndarray:
     in_loop = iv.covers(iv.merge(acc["ts"].to_numpy(np.int64), acc["end"].to_numpy(np.int64)),
                         ops["ts"].to_numpy(np.int64))
     merged = set(shape[in_loop & (ops["name"].astype(str) == ACCUMULATE_NODE).to_numpy()].dropna())
+    if not merged:  # the AccumulateGrads carry no parameter's shape: no telling which are the loops'
+        return np.zeros(len(df), dtype=bool)
     mine = df[optimizer]
     key = pd.DataFrame({"ts": ops["ts"].to_numpy(np.int64), "end": ops["end"].to_numpy(np.int64),
                         "name": ops["name"].astype(str).to_numpy(), "shape": shape.to_numpy()})
