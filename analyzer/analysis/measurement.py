@@ -218,9 +218,14 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
 
 def _distortion_advice(run_metadata: dict) -> str:
     schedule = run_metadata.get("schedule") if isinstance(run_metadata.get("schedule"), dict) else {}
-    if schedule.get("with_stack") or schedule.get("record_shapes"):
-        return "record the window without Python stacks and input shapes (the defaults), or with larger steps"
-    return "larger steps (a bigger batch, fewer and larger ops) shrink the profiler's per-op cost"
+    larger = "larger steps (a bigger batch, fewer and larger ops) shrink the profiler's per-op cost"
+    stacks, shapes = bool(schedule.get("with_stack")), bool(schedule.get("record_shapes"))
+    # input shapes are what the efficiency section and the batching forecast read: not advised away
+    needed = "input shapes add to it too, but the efficiency section and the loop-batching forecast need them"
+    if stacks:
+        return ("record the window without Python stacks (the default), or with larger steps"
+                + (f"; {needed}" if shapes else ""))
+    return f"{larger}; {needed}" if shapes else larger
 
 
 def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = MeasurementRule()) -> Optional[dict]:

@@ -66,8 +66,8 @@ def test_the_loops_backward_goes_however_long_its_nodes(tmp_path):
     assert fc["speedup"] == round(4000 / (4000 - 473 - 2088 - (48 + 7 + 72) - 60 + 2 * (2 + 3) * 66
                                           - 113 * (1 - 3 / 73)), 3)
     assert fc["assumptions"]["graph"].endswith("73 per step become 3 (108 µs per step less)")
-    assert fc["assumptions"]["loops"] == ("2.0 loops per step of 60 short ops (median): their ops and the "
-                                          "Python between them go (2561 µs per step)")
+    assert fc["assumptions"]["loops"] == ("120 short ops per step in the loops (2.0 unbroken stretches of them): "
+                                          "their ops and the Python between them go (2561 µs per step)")
 
 
 def test_a_batched_layer_keeps_its_parameters_per_iteration(tmp_path):

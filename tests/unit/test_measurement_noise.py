@@ -165,8 +165,18 @@ def test_distortion_only_beyond_the_unprofiled_steps_noise():
                          "per-op cost")
     shapes = measure({"clock": clock(profiled=[20000.0, 20200.0, 19800.0]),
                       "schedule": {"record_shapes": True}}, STEPS)
-    assert shapes["note"].endswith("record the window without Python stacks and input shapes (the defaults), or with "
-                                   "larger steps")
+    # input shapes are what the efficiency section and the batching forecast read: not advised away
+    assert shapes["note"].endswith("the profiled program; larger steps (a bigger batch, fewer and larger ops) shrink "
+                                   "the profiler's per-op cost; input shapes add to it too, but the efficiency section "
+                                   "and the loop-batching forecast need them")
+    stacks = measure({"clock": clock(profiled=[20000.0, 20200.0, 19800.0]),
+                      "schedule": {"with_stack": True}}, STEPS)
+    assert stacks["note"].endswith("the profiled program; record the window without Python stacks (the default), or "
+                                   "with larger steps")
+    both = measure({"clock": clock(profiled=[20000.0, 20200.0, 19800.0]),
+                    "schedule": {"with_stack": True, "record_shapes": True}}, STEPS)
+    assert both["note"] == stacks["note"] + ("; input shapes add to it too, but the efficiency section and the "
+                                             "loop-batching forecast need them")
     # 30 % slower on the medians, but the unprofiled steps spread wider than that (MAD 3250 µs): not distortion
     wide = measure({"clock": {"unprofiled_us": [6000.0, 14000.0, 7000.0, 13000.0], "after_us": [
         6500.0, 13500.0, 10000.0, 10000.0], "profiled_us": [13000.0] * 3, "profiled_steps": NAMES}}, STEPS)

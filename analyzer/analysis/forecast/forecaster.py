@@ -60,6 +60,9 @@ class Forecaster:
                  max_steps: int = MAX_STEPS):
         self.error: Optional[str] = None
         self.inputs: Optional[Inputs] = None
+        # (profiled, unprofiled) median steps in µs where profiling distorted the steps (analysis/measurement.py;
+        # make_forecaster sets it): a forecast on the profiled step says so
+        self.distortion: Optional[tuple[float, float]] = None
         if steps is None or len(steps) == 0:
             self.error = "no steps to replay"
             return
@@ -200,6 +203,13 @@ class Forecaster:
         if unprofiled:
             acted_us *= unprofiled / 1000 / step_us
             step_us = unprofiled / 1000
+        elif self.distortion:  # "step after the fix: 49.58 ms" beside a step that ran 16.75 ms unprofiled
+            prof, unprof = self.distortion
+            assumptions["profiled_step"] = (
+                f"the saving and the step after the fix are the profiled program's: profiling slowed the steps "
+                f"{prof / unprof:.2f}x ({prof / 1000:.2f} ms, {unprof / 1000:.2f} ms without it, measured); the ratio "
+                "carries over where the fix removes what the profiler slows (ops and the Python between them) as "
+                "much as the rest of the step, more where it removes waits")
         # the mean step holds what the replay leaves out (perfsleuth's own ranges): on its scale the saving is
         # capped too, the ratio stays the replay's
         saving_us = step_us * (1 - 1 / speedup)

@@ -278,8 +278,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     unprofiled = _without_profiler(x, p, before_ns, start_cut,
                                    float(added.sum()) + (COPIES + LAYOUT_OPS) * len(copies))
     n = len(steps)
-    out = {"loops": f"{len(seg) / n:.1f} loops per step of {int(seg['ops'].median())} short ops (median): their ops "
-                    f"and the Python between them go ({removed / n / 1000:.0f} µs per step)",
+    out = {"loops": f"{len(df) / n:.0f} short ops per step in the loops ({len(seg) / n:.1f} unbroken stretches of "
+                    f"them): their ops and the Python between them go ({removed / n / 1000:.0f} µs per step)",
            "whole_tensor_ops": adds,
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
