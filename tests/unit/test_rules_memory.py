@@ -123,6 +123,21 @@ def test_activation_memory_fires_with_forecasts_labelled(tmp_path):
     assert facts["memory_batch_fits_factor"] == round((40 * GiB - 5100 + 8 * GiB) / (8 * GiB), 2)
 
 
+def test_category_rules_quiet_where_the_peak_is_too_small_to_matter(tmp_path):
+    """A 6 MiB CPU job was told to checkpoint its activations: under 256 MiB at the peak no device is short of
+    memory, whatever the shares."""
+    MiB = 1 << 20
+    small = {"activation": 180 * MiB, "parameter": 20 * MiB, "optimizer_state": 50 * MiB,
+             "gradient": 5 * MiB}  # 255 MiB: activations 70.6 %, optimizer state 19.6 %
+    report, facts = _with_categories(tmp_path, small)
+    assert facts["memory_categories_total_bytes"] == 255 * MiB and facts["memory_activation_share"] >= 0.5
+    assert "activation-memory" not in fired(report)
+    report, facts = _with_categories(tmp_path, {**small, "parameter": 21 * MiB})  # 256 MiB
+    assert "activation-memory" in fired(report)
+    report, _ = _with_categories(tmp_path, {"optimizer_state": 100 * MiB, "parameter": 50 * MiB})
+    assert "optimizer-memory" not in fired(report)
+
+
 def test_optimizer_memory_fires_with_the_bytes_each_fix_frees(tmp_path):
     cats = {**CATS, "activation": 1 * GiB, "optimizer_state": 4 * GiB, "parameter": 2 * GiB}
     report, facts = _with_categories(tmp_path, cats, world_size=4)
