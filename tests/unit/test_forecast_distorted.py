@@ -36,8 +36,8 @@ def test_a_forecast_on_a_distorted_run_says_its_numbers_are_the_profiled_program
     assert (fc["speedup"], fc["saving_us"], fc["step_us"]) == (plain["speedup"], plain["saving_us"], plain["step_us"])
     assert fc["assumptions"]["profiled_step"] == (
         "the saving and the step after the fix are the profiled program's: profiling slowed the steps 2.96x "
-        "(2.96 ms, 1.00 ms without it, measured); the ratio carries over where the fix removes what the profiler "
-        "slows (ops and the Python between them) as much as the rest of the step, more where it removes waits")
+        "(2.96 ms, 1.00 ms without it, measured); the ratio carries over as far as what the fix removes was slowed "
+        "as much as the rest of the step (waits are not slowed: removing them is worth more without the profiler)")
 
 
 def test_the_engines_forecaster_reads_the_distortion_from_the_runs_clock(tmp_path):

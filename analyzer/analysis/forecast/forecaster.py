@@ -208,8 +208,8 @@ class Forecaster:
             assumptions["profiled_step"] = (
                 f"the saving and the step after the fix are the profiled program's: profiling slowed the steps "
                 f"{prof / unprof:.2f}x ({prof / 1000:.2f} ms, {unprof / 1000:.2f} ms without it, measured); the ratio "
-                "carries over where the fix removes what the profiler slows (ops and the Python between them) as "
-                "much as the rest of the step, more where it removes waits")
+                "carries over as far as what the fix removes was slowed as much as the rest of the step (waits are "
+                "not slowed: removing them is worth more without the profiler)")
         # the mean step holds what the replay leaves out (perfsleuth's own ranges): on its scale the saving is
         # capped too, the ratio stays the replay's
         saving_us = step_us * (1 - 1 / speedup)
