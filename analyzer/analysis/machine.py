@@ -88,9 +88,11 @@ def others_load(run_metadata: dict) -> Optional[dict]:
     if not wall or others is None:
         return None
     counted, tree, tick = _num(window.get("counted_cpus")), _num(window.get("tree_cpu_s")), _num(window.get("tick_s"))
+    steal = _num(window.get("steal_cpu_s"))
     return {"others_cores": round(others / wall, 3), "own_cores": round(tree / wall, 3) if tree is not None else None,
             "cpus": counted or None, "machine_cpus": _num(window.get("machine_cpus")),
-            "resolution": round(((counted or 1) + 1) * (tick or 0.01) / wall, 3)}
+            "resolution": round(((counted or 1) + 1) * (tick or 0.01) / wall, 3),
+            "steal_cores": round(steal / wall, 3) if steal is not None else None}
 
 
 def machine_facts(run_metadata: dict, cpus: Optional[float] = None) -> Machine:

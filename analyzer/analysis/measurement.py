@@ -10,7 +10,7 @@ the `active` steps are the recorded ones. Here they become
      "cpu_us": {"unprofiled": summary, "profiled": summary}, "queued_us": {the same},
      "overhead": profiled / unprofiled median,
      "distorted": bool, "busy": bool, "busy_reason": str, "preempted_steps": int, "others_cores": float,
-     "unprofiled_warmup_steps": int, "note": str}
+     "steal_cores": float | None, "unprofiled_warmup_steps": int, "note": str}
 
 with summary = {median, mad, p90, n, values}: the noise is the median absolute deviation, as pyperf reports
 it, and "beyond noise" means further apart than `k_noise` robust sigmas (1.4826 MAD) and a share of the
@@ -187,8 +187,12 @@ def _busy_reasons(before: _Group, after: _Group, un: _Group, pr: _Group, load: O
         others, own = load["others_cores"], load["own_cores"] if load["own_cores"] is not None else 1.0
         if others - load["resolution"] >= rule.min_others_cores and others + own >= rule.saturation * load["cpus"]:
             cpus = f"{load['cpus']:g} CPU{'s' if load['cpus'] != 1 else ''}"
-            reasons.append(f"other processes kept {others:.2f} of the {cpus} this run could use busy during the "
-                           f"recorded window (this run: {own:.2f})")
+            steal = load.get("steal_cores") or 0.0  # no process of this machine took those: said apart
+            who = ("the hypervisor (the VM's steal time: its CPUs given to other machines)" if steal >= 0.5 * others
+                   else f"other processes and the hypervisor (steal time: {steal:.2f})" if steal >= load["resolution"]
+                   else "other processes")
+            reasons.append(f"{who} kept {others:.2f} of the {cpus} this run could use busy during the recorded "
+                           f"window (this run: {own:.2f})")
     preempted = sum(_preempted(g, rule) for g in (before, after, pr))
     if preempted >= rule.min_preempted:
         how = (f"spent {rule.drift:.0%} or more of their time waiting for a core (the run queue)"
@@ -246,7 +250,8 @@ def measure(run_metadata: dict, steps: Steps, rule: MeasurementRule = Measuremen
            "cpu_us": {"unprofiled": _summary(un.cpu), "profiled": _summary(pr.cpu)},
            "queued_us": {"unprofiled": _summary(un.queued), "profiled": _summary(pr.queued)},
            "overhead": None, "distorted": False, "busy": False, "busy_reason": None, "preempted_steps": 0,
-           "others_cores": load["others_cores"] if load else None, "unprofiled_warmup_steps": b_lead + a_lead}
+           "others_cores": load["others_cores"] if load else None,
+           "steal_cores": load.get("steal_cores") if load else None, "unprofiled_warmup_steps": b_lead + a_lead}
     device = host.get("accelerator") in ("cuda", "rocm")
     reasons, out["preempted_steps"] = _busy_reasons(before, after, un, pr, load, device, rule)
     n_compiled = sum(keep.count(False) for keep in (b_keep, a_keep) if keep)

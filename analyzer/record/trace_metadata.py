@@ -204,13 +204,14 @@ def _proc_cpu_s(pid: int) -> Optional[float]:
 
 PROC_STAT = "/proc/stat"
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (guest time is inside user and nice)
+_STEAL = 7
 
 
 def parse_proc_stat(text: str, cpus: Optional[set] = None) -> Optional[tuple]:
-    """(busy ticks summed over the CPUs in `cpus` (all when None), CPUs summed, CPUs listed) from the text of
-    /proc/stat's `cpuN` lines; None when there is none. Steal time counts as busy: the hypervisor gave the
-    CPU to someone else."""
-    busy = counted = listed = 0
+    """(busy ticks summed over the CPUs in `cpus` (all when None), CPUs summed, CPUs listed, the steal ticks
+    among the busy ones) from the text of /proc/stat's `cpuN` lines; None when there is none. Steal time counts
+    as busy: the hypervisor gave the CPU to someone else (said apart: no process of this machine took it)."""
+    busy = counted = listed = steal = 0
     for line in text.splitlines():
         name, _, rest = line.partition(" ")
         if not (name.startswith("cpu") and name[3:].isdigit()):
@@ -222,18 +223,21 @@ def parse_proc_stat(text: str, cpus: Optional[set] = None) -> Optional[tuple]:
         listed += 1
         if cpus is None or int(name[3:]) in cpus:
             busy += sum(values[i] for i in _BUSY_FIELDS if i < len(values))
+            steal += values[_STEAL] if _STEAL < len(values) else 0
             counted += 1
-    return (busy, counted, listed) if listed else None
+    return (busy, counted, listed, steal) if listed else None
 
 
 def machine_busy(path: str = PROC_STAT) -> Optional[tuple]:
-    """(busy CPU seconds of the CPUs this process may use, those CPUs, the machine's CPUs) now; None off Linux."""
+    """(busy CPU seconds of the CPUs this process may use, those CPUs, the machine's CPUs, the steal seconds among
+    the busy ones) now; None off Linux."""
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             text = f.read()
         cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         found = parse_proc_stat(text, cpus)
-        return None if found is None else (found[0] / os.sysconf("SC_CLK_TCK"), found[1], found[2])
+        tick = os.sysconf("SC_CLK_TCK")
+        return None if found is None else (found[0] / tick, found[1], found[2], found[3] / tick)
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -299,9 +303,12 @@ class CpuClock:
                "loader_calls": self.loader_calls, "workers": len(now), "worker_cpu_s": round(worker_cpu, 6),
                "tree_cpu_s": round(process + worker_cpu, 6)}
         machine = machine_busy() if self._machine is not None else None
-        if machine is not None and machine[1:] == self._machine[1:]:
-            out.update(others_cpu_s=round(max(machine[0] - self._machine[0] - process - worker_cpu, 0.0), 6),
+        if machine is not None and machine[1:3] == self._machine[1:3]:
+            others = max(machine[0] - self._machine[0] - process - worker_cpu, 0.0)
+            out.update(others_cpu_s=round(others, 6),
                        counted_cpus=machine[1], machine_cpus=machine[2], tick_s=round(1 / os.sysconf("SC_CLK_TCK"), 6))
+            if len(machine) > 3 and len(self._machine) > 3:  # the hypervisor's part of it (a VM's steal time)
+                out["steal_cpu_s"] = round(min(max(machine[3] - self._machine[3], 0.0), others), 6)
         return out
 
     def facts(self) -> dict:

@@ -84,6 +84,7 @@ def test_a_run_beside_busy_processes_reports_a_busy_machine_not_distortion(tmp_p
     m = json.loads((out / "report.json").read_text())["measurement"]
     assert m["busy"] is True and m["distorted"] is False, m
     assert m["others_cores"] >= 0.5  # of the 1 CPU this run could use
-    assert "other processes kept" in m["busy_reason"]
+    # the spinners are most of it ("and the hypervisor (steal time: …)" where this VM's host also took some)
+    assert m["busy_reason"].startswith("other processes ") and m["steal_cores"] < m["others_cores"] / 2, m
     assert "the machine was busy during the run: rerun on a quiet machine, or with more steps" in proc.stdout
     assert "PROFILER DISTORTION" not in proc.stdout and "--no-shapes" not in proc.stdout

@@ -231,14 +231,17 @@ cpu_oops x y
 
 def test_proc_stat_busy_time_per_cpu(tmp_path):
     # busy = user + nice + system + irq + softirq + steal (guest is inside user already; idle and iowait are not)
-    assert run_facts.parse_proc_stat(PROC_STAT) == (60 + 30 + 3 + 40 + 20 + 2 + 7, 2, 2)
-    assert run_facts.parse_proc_stat(PROC_STAT, {1}) == (69, 1, 2)
+    # the last: the steal ticks among the busy ones (cpu1's 7)
+    assert run_facts.parse_proc_stat(PROC_STAT) == (60 + 30 + 3 + 40 + 20 + 2 + 7, 2, 2, 7)
+    assert run_facts.parse_proc_stat(PROC_STAT, {1}) == (69, 1, 2, 7)
+    assert run_facts.parse_proc_stat(PROC_STAT, {0}) == (93, 1, 2, 0)
     assert run_facts.parse_proc_stat("cpu  1 2 3\nintr 4\n") is None  # no per-CPU line
-    assert run_facts.parse_proc_stat("cpu0 5 1\n") == (6, 1, 1)  # an old kernel's short lines
+    assert run_facts.parse_proc_stat("cpu0 5 1\n") == (6, 1, 1, 0)  # an old kernel's short lines
     (tmp_path / "stat").write_text(PROC_STAT)
     busy = run_facts.machine_busy(str(tmp_path / "stat"))  # the CPUs of this process's affinity
     mine = run_facts.parse_proc_stat(PROC_STAT, os.sched_getaffinity(0))
-    assert busy == (mine[0] / os.sysconf("SC_CLK_TCK"), mine[1], 2)
+    tick = os.sysconf("SC_CLK_TCK")
+    assert busy == (mine[0] / tick, mine[1], 2, mine[3] / tick)
     assert run_facts.machine_busy(str(tmp_path / "missing")) is None  # not Linux: nothing recorded
 
 
@@ -256,6 +259,35 @@ def test_cpu_clock_records_what_others_took_over_the_window(monkeypatch):
     assert (w["wall_s"], w["main_cpu_s"], w["tree_cpu_s"], w["others_cpu_s"]) == (1.0, 0.9, 1.2, 1.8)
     assert (w["counted_cpus"], w["machine_cpus"], w["workers"], w["worker_cpu_s"]) == (2, 2, 0, 0)
     assert machine_facts({"cpu": {"window": w}, "host": {"affinity_cpus": 2}}).others_cores == 1.8
+    assert "steal_cpu_s" not in w  # readings without steal time (before it was recorded)
+
+
+def test_the_hypervisors_steal_time_is_said_apart_from_other_processes(monkeypatch):
+    """A VM whose host gave 0.94 of its 2 CPUs to other machines: the run is as slowed as by other processes,
+    but none of this machine's took the CPUs. The window records the steal seconds; busy_reason names who."""
+    t = {"perf": iter([10.0, 11.0]), "thread": iter([1.0, 1.9]), "process": iter([2.0, 3.0])}
+    monkeypatch.setattr(run_facts, "time", SimpleNamespace(
+        perf_counter=lambda: next(t["perf"]), thread_time=lambda: next(t["thread"]),
+        process_time=lambda: next(t["process"])))
+    readings = iter([(50.0, 2, 2, 4.0), (52.0, 2, 2, 4.94)])
+    monkeypatch.setattr(run_facts, "machine_busy", lambda: next(readings))
+    c = run_facts.CpuClock()
+    c.start()
+    w = c.window()
+    assert (w["others_cpu_s"], w["steal_cpu_s"]) == (1.0, 0.94)
+    m = measure({"clock": clock(), "cpu": {"window": w}, "host": {"cpu_count": 2, "affinity_cpus": 2}}, STEPS)
+    assert (m["busy"], m["others_cores"], m["steal_cores"]) == (True, 1.0, 0.94)
+    assert m["busy_reason"] == ("the hypervisor (the VM's steal time: its CPUs given to other machines) kept 1.00 of "
+                                "the 2 CPUs this run could use busy during the recorded window (this run: 1.00)")
+    # a smaller part of it: both named
+    w = {**w, "others_cpu_s": 1.5, "steal_cpu_s": 0.3}
+    m = measure({"clock": clock(), "cpu": {"window": w}, "host": {"cpu_count": 2, "affinity_cpus": 2}}, STEPS)
+    assert m["busy_reason"] == ("other processes and the hypervisor (steal time: 0.30) kept 1.50 of the 2 CPUs this "
+                                "run could use busy during the recorded window (this run: 1.00)")
+    # within /proc/stat's error (one tick per CPU over the window: 0.03 cores): other processes alone
+    w = {**w, "steal_cpu_s": 0.02}
+    m = measure({"clock": clock(), "cpu": {"window": w}, "host": {"cpu_count": 2, "affinity_cpus": 2}}, STEPS)
+    assert m["busy_reason"].startswith("other processes kept 1.50 of the 2 CPUs")
 
 
 def test_the_final_key_is_added_while_the_trace_is_gzipped_and_read_back(tmp_path):
