@@ -160,8 +160,10 @@ def describe(reasons: dict) -> str:
     return "; ".join(said[r] for r in seen) if seen else "none"
 
 
-ONLY_OPTIMIZER = ("the only loops of short ops are the optimizer's per-parameter updates: a foreach optimizer is "
-                  "their fix (foreach-optimizer forecasts it)")
+ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-parameter updates: a foreach optimizer "
+                  f"is their fix (foreach-optimizer forecasts it). A loop is {MIN_RUN} or more ops in a row of kinds "
+                  f"whose median call is under {SMALL_OP_NS / 1000:g} µs; a slower kind ends it, so a loop of ops "
+                  "near that time can go unfound in a slower recording")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
               "chain of small sequential layers, each needing the previous one's output, which cannot be "

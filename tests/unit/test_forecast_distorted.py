@@ -47,3 +47,18 @@ def test_the_engines_forecaster_reads_the_distortion_from_the_runs_clock(tmp_pat
                                     "after_us": [500.0, 500.0, 505.0, 495.0],
                                     "profiled_us": [1000.0, 1000.0, 1000.0], "profiled_steps": names}}
     assert full(trace).distortion == (1000.0, 500.0)
+
+
+def test_a_step_whose_only_loop_is_the_optimizers_says_what_a_loop_is(tmp_path):
+    """Only Optimizer.step's per-parameter ops form a loop: no batching forecast, and the reason says that only
+    such loops were found and what counts as one (an unseen per-head attention program's loop went unfound in
+    slower recordings, and the old reason read as a statement about the program)."""
+    def body(tb, o, k):
+        tb.annotation("Optimizer.step#SGD.step", o + 100, 500)
+        for j in range(40):
+            tb.op("aten::mul_" if j % 2 else "aten::add_", o + 105 + 10 * j, 3)
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert fc["kind"] == "none" and fc["reason"] == (
+        "the only loops of short ops found are the optimizer's per-parameter updates: a foreach optimizer is their "
+        "fix (foreach-optimizer forecasts it). A loop is 16 or more ops in a row of kinds whose median call is under "
+        "50 µs; a slower kind ends it, so a loop of ops near that time can go unfound in a slower recording")
