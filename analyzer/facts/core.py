@@ -135,9 +135,15 @@ def generation_of(ctx: Context) -> dict:
     return ctx.cached("generation", make)
 
 
+def measurement_of(ctx: Context) -> Optional[dict]:
+    """The run's measurement (analysis/measurement.py), once per context: the busy facts and the forecaster
+    (facts/forecasting.py) both read it."""
+    return ctx.cached("measurement", lambda: measure(ctx.trace.run_metadata, ctx.steps))
+
+
 def _busy(ctx: Context) -> dict:
     """Whether the run that recorded the trace found the machine busy (analysis/measurement.py)."""
-    m = measure(ctx.trace.run_metadata, ctx.steps)
+    m = measurement_of(ctx)
     busy = bool(m and m.get("busy"))
     reason = str(m.get("busy_reason") or "") if busy else ""
     return {"machine_busy": busy, "machine_busy_reason": reason}

@@ -15,9 +15,9 @@ import pandas as pd
 
 from ..analysis.forecast.forecaster import Forecaster
 from ..analysis.machine import machine_facts
-from ..analysis.measurement import measure
 from ..analysis.forecast.timeline import Timeline
 from .common import Context
+from .core import measurement_of
 from .device import _map_categories, dtype_from_name, gemm_dtypes, kernel_family
 
 
@@ -53,14 +53,14 @@ def make_forecaster(ctx: Context, cpus: Optional[float] = None, values: Optional
         f.inputs.machine_busy = str(values.get("machine_busy_reason") or "") if busy else ""
         if values.get("loader_cause_source") == "the stacks window":  # no stacks of its own
             f.inputs.loader_split = {k: values[k] for k in ("loader_cause", "loader_cause_share")}
-    f.distortion = distortion(measure(ctx.trace.run_metadata, ctx.steps))
+    f.distortion = distortion(measurement_of(ctx))
     return f
 
 
 def distortion(m: Optional[dict]) -> Optional[tuple[float, float]]:
     """(profiled, unprofiled) median steps in µs of a run whose profiled steps the profiler slowed beyond their
-    noise on a machine not found busy (analysis/measurement.py); None otherwise."""
-    if not m or not m.get("distorted") or m.get("busy"):
+    noise (analysis/measurement.py: never on a machine it found busy); None otherwise."""
+    if not m or not m.get("distorted"):
         return None
     prof, unprof = ((m.get(k) or {}).get("median") for k in ("profiled_step_us", "unprofiled_step_us"))
     ok = all(isinstance(v, (int, float)) and v > 0 for v in (prof, unprof))
