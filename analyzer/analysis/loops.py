@@ -4,7 +4,8 @@ Shared by the `batched-ops` forecast model (analysis/forecast/models/batched.py)
 so that a finding and its forecast speak of the same loops.
 
 A run is a stretch of one step's top-level ops (one thread, time order) made only of ops whose kind is
-short (median under SMALL_OP_NS) -- or of a kind that scatters one slice into a whole-size gradient
+short (median under SMALL_OP_NS, or under LIGHT_NS for a kind whose arithmetic is light: `light_kinds`)
+-- or of a kind that scatters one slice into a whole-size gradient
 (`SelectBackward0`, ...: each iteration pays for the whole tensor, which is why such a loop is slow,
 and why batching it does that work once); at least MIN_RUN ops, MIN_REPEAT of each kind on average.
 The loop is the kinds the run repeats MIN_REPEAT times or more.
@@ -30,8 +31,14 @@ import pandas as pd
 
 from ..trace.names import DATALOADER_PREFIXES, OWN_SPAN, name_mask
 from . import intervals as iv
+from .efficiency.shapes import modelled_names, op_models
 
 SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
+# A kind whose arithmetic would take under SMALL_OP_NS at the machine's measured ceilings counts as short up to
+# this: a fixed 50 µs decided on the machine's speed. Issue 39, seventh round: a per-head attention loop's
+# `aten::linear` ([512, 128] x [128, 8]: 1 MFLOP, 12 µs at the machine's 86 GFLOP/s) had a median of 49.2 µs in
+# one recording and 80.5 µs in another of the same program on a slower machine; the second found no loop.
+LIGHT_NS = 200_000.0
 MIN_RUN = 16
 MIN_REPEAT = 8  # a run is a loop: at least this many ops per distinct op
 GATHER = ("aten::cat", "aten::stack")
@@ -56,17 +63,24 @@ def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
     return iv.merge(theirs["ts"].to_numpy(np.int64), theirs["end"].to_numpy(np.int64))
 
 
-def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = None, also=()) -> pd.DataFrame:
+def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = None, also=(),
+             light=()) -> pd.DataFrame:
     """The ops of the loops in `top` (one thread's top-level ops in time order: ts, end, dur, name, gap,
     default index), each with its run number, its step, and whether the Python before it joins the run.
     Ops that start inside `exclude` (`not_the_steps`) are never loop ops, and end a run. Ops named in
-    `also` may be loop ops whatever their duration (`loop_backward`)."""
+    `also` may be loop ops whatever their duration (`loop_backward`); kinds named in `light` (`light_kinds`)
+    are short up to LIGHT_NS where a step calls them MIN_REPEAT times or more."""
     name = top["name"].astype(str)
-    short = top.groupby(name)["dur"].transform("median") <= SMALL_OP_NS
+    median = top.groupby(name)["dur"].transform("median")
+    step = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64))
+    # light, and repeated as a loop's kinds are: one called a few times a step would only lengthen a run
+    # without being its loop's (and a run needs MIN_REPEAT ops per kind)
+    calls = pd.Series(step < len(step_ends), index=top.index).groupby(name).transform("sum")
+    repeated = calls.to_numpy() >= MIN_REPEAT * max(len(step_ends), 1)
+    short = (median <= SMALL_OP_NS) | (name.isin(tuple(light)) & (median <= LIGHT_NS) & repeated)
     small = (short | name.isin(SCATTER_BACKWARD + tuple(also))).to_numpy().copy()
     if exclude is not None:
         small &= ~iv.covers(exclude, top["ts"].to_numpy(np.int64))
-    step = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64))
     joins = small & np.r_[False, small[:-1]] & np.r_[False, step[1:] == step[:-1]]
     run = np.where(small, np.cumsum(small & ~joins) - 1, -1)
     df = top.assign(run=run, joined=joins, step=step)[small]
@@ -76,6 +90,86 @@ def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = N
     # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
     # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
     return df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
+
+
+def measured_ceilings(meta) -> tuple:
+    """The machine's measured ceilings (`perfsleuth run`'s probe: fp32 matmul, a copy), per ns: (FLOPs, bytes);
+    0 where unknown."""
+    peak = meta.get("peak") if isinstance(meta, dict) else None
+    if not isinstance(peak, dict) or peak.get("kind") != "measured":
+        return 0.0, 0.0
+    tflops = (peak.get("max_achievable_tflops") or {}).get("matrix_fp32")
+    bw = peak.get("mem_bw_gbps")
+    ok = (lambda v: isinstance(v, (int, float)) and v > 0)
+    return (float(tflops) * 1000.0 if ok(tflops) else 0.0), (float(bw) if ok(bw) else 0.0)
+
+
+def outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops no other op of `ops` encloses (one thread, time order)."""
+    ops = ops.sort_values(["ts", "end"], ascending=[True, False])
+    if ops.empty:
+        return ops
+    e = ops["end"].to_numpy(np.float64)
+    prev = np.r_[-np.inf, np.maximum.accumulate(e)[:-1]]
+    return ops[ops["ts"].to_numpy(np.float64) >= prev]
+
+
+def light_kinds(ops: pd.DataFrame, meta) -> tuple:
+    """The kinds of outermost op among `ops` (one thread's cpu ops: ts, end, and the categoricals name, in_type,
+    in_shape) whose median call's arithmetic -- its outermost ops with a FLOPs/bytes model, from the recorded
+    shapes, each at the slower of its FLOPs at the measured matmul ceiling and its bytes at the copy ceiling --
+    takes under SMALL_OP_NS, and more than nothing; () without shapes or measured ceilings (`meta`: the run's
+    metadata). Such an op is short on this machine whatever its time: what it spends beyond its arithmetic is what
+    batching removes."""
+    flop_rate, byte_rate = measured_ceilings(meta)
+    if ops is None or ops.empty or "in_shape" not in ops or flop_rate <= 0 or byte_rate <= 0:
+        return ()
+    top = outermost(ops)
+    mod = outermost(ops[modelled_names(ops["name"])])
+    if mod.empty:
+        return ()
+    m = op_models(mod)
+    ns = np.maximum(m.flops / flop_rate, m.nbytes / byte_rate)
+    starts, ends = top["ts"].to_numpy(np.float64), top["end"].to_numpy(np.float64)
+    at = mod["ts"].to_numpy(np.float64)
+    which = np.searchsorted(starts, at, side="right") - 1
+    hit = (which >= 0) & (at < ends[np.maximum(which, 0)])
+    work = np.bincount(which[hit], weights=ns[hit], minlength=len(top))
+    med = pd.Series(work).groupby(top["name"].astype(str).to_numpy()).median()
+    # a kind without modelled arithmetic (a copy, an allocation, an autograd node's bookkeeping) is not shown light
+    return tuple(str(n) for n in med.index[(med.to_numpy() > 0) & (med.to_numpy() <= SMALL_OP_NS)])
+
+
+# slicing whose per-iteration arguments the trace does not show (tensor indices) or that hands each iteration its
+# own piece by definition: a loop with one takes a different slice per iteration
+DISTINCT_SLICES = ("aten::index", "aten::index_select", "aten::gather", "aten::split", "aten::split_with_sizes",
+                   "aten::chunk", "aten::unbind", "aten::unsafe_split")
+SLICING = ("aten::select", "aten::slice", "aten::narrow", "aten::select_backward", "aten::slice_backward")
+
+
+def shared_steps(ops: pd.DataFrame, spans: iv.Intervals, step_ends: np.ndarray) -> np.ndarray:
+    """Per step (of `step_ends`), whether its loops' iterations share their operands: no op in `spans` (the
+    loops' ops) slices a tensor differently from one call to the next -- a select, slice or narrow (or its
+    backward) whose arguments (Input Dims and Concrete Inputs, `in_shape`) vary, or one of DISTINCT_SLICES.
+    `ops`: one thread's cpu ops with `in_shape`. A slice with the same arguments each time (a causal mask's
+    `tril[:T, :T]`) is the same tensor for all. A slice whose Concrete Inputs were not recorded counts as
+    varying. Then the rewrite's matmuls are one wide matmul, not a batched one (issue 39, seventh round)."""
+    out = np.zeros(len(step_ends), bool)
+    if ops is None or ops.empty or "in_shape" not in ops or not len(step_ends):
+        return out
+    ts = ops["ts"].to_numpy(np.float64)
+    step = np.searchsorted(np.asarray(step_ends, np.float64), ts)
+    inside = iv.covers(spans, ts.astype(np.int64)) & (step < len(step_ends))
+    out[np.unique(step[inside])] = True
+    name = ops["name"].astype(str).to_numpy()
+    slices = inside & np.isin(name, SLICING + DISTINCT_SLICES)
+    if not slices.any():
+        return out
+    df = pd.DataFrame({"step": step[slices], "name": name[slices], "args": ops["in_shape"].astype(str).to_numpy()[slices]})
+    unrecorded = ~df["args"].str.contains("\x1f[", regex=False) | df["args"].str.endswith("\x1f[]")
+    varying = df.groupby(["step", "name"])["args"].transform("nunique").to_numpy() > 1
+    out[df["step"].to_numpy()[varying | unrecorded.to_numpy() | df["name"].isin(DISTINCT_SLICES).to_numpy()]] = False
+    return out
 
 
 def iterations(loop: pd.DataFrame) -> pd.Series:
@@ -162,8 +256,9 @@ def describe(reasons: dict) -> str:
 
 ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-parameter updates: a foreach optimizer "
                   f"is their fix (foreach-optimizer forecasts it). A loop is {MIN_RUN} or more ops in a row of kinds "
-                  f"whose median call is under {SMALL_OP_NS / 1000:g} µs; a slower kind ends it, so a loop of ops "
-                  "near that time can go unfound in a slower recording")
+                  f"whose median call is under {SMALL_OP_NS / 1000:g} µs ({LIGHT_NS / 1000:g} µs where its arithmetic "
+                  f"would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower kind ends "
+                  "it, so a loop of ops near that time can go unfound in a slower recording")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
               "chain of small sequential layers, each needing the previous one's output, which cannot be "

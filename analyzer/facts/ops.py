@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..analysis.loops import OPTIMIZER, describe, evidence, loop_ops, not_the_steps
+from ..analysis.loops import OPTIMIZER, describe, evidence, light_kinds, loop_ops, not_the_steps
 from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
@@ -147,7 +147,9 @@ def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, ann: pd.DataFr
     prev = np.r_[ts[0], np.maximum.accumulate(end)[:-1]] if len(t) else ts
     t = t.assign(ts=ts, end=end, dur=end - ts, gap=np.maximum(ts - prev, 0.0))
     step_ends = ctx.windows[1].astype(np.float64)
-    df = loop_ops(t, step_ends, theirs)
+    cpu = ctx.kind(CPU_OP)
+    light = ctx.cached("light_kinds", lambda: light_kinds(cpu[thread_key(cpu) == main], ctx.trace.run_metadata))
+    df = loop_ops(t, step_ends, theirs, light=light)
     if df.empty:
         return none
     per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER_PREFIXES))])

@@ -18,7 +18,11 @@ Recorded in the trace's `perfsleuth_final` metadata as `batched_probe`:
      "ops": [{"name": "aten::addmm", "shapes": [[8], [64, 8], [8, 8], [], []], "per_step": 288.0, "batch": 288,
               "ns": 429938}, ...]}
 (a matmul with a dimension of 1 also has "form": "batched" or "broadcast", the faster one; an elementwise op
-"copy_ns": its batched output copied with the batch's dimension moved second, `_copy_call`)
+"copy_ns": its batched output copied with the batch's dimension moved second, `_copy_call`; "ladder": [[size, ns
+of one call over size items], ...] at a quarter of the batch at a time, down to LADDER_MIN: the analysis takes the
+size nearest a loop's calls; a 2-D mm / addmm "wide": [[size, ns], ...] at the batch and the ladder's sizes, the one
+matmul with the batch folded into its smallest dimension, `_wide_call`: the rewrite's where the iterations share an
+operand)
 (`ns`: one call over the whole batch; per item, ns / batch; `seconds`: what the probe cost the run). After the
 recorded window, only with --record-shapes: the reading (0.4 s for the 35 MB of a 5-step loop window) and at
 most MAX_SECONDS of timing; never on a GPU run, whose host op times are launches.
@@ -38,13 +42,13 @@ from typing import Any, Optional
 
 import msgspec
 
-from .batched_calls import CONCRETE, OPS, _broadcast_call, _call, _copy_call, _fits
+from .batched_calls import CONCRETE, OPS, _broadcast_call, _call, _copy_call, _fits, _wide_call
 from .cpu_peak import timed
 
 log = logging.getLogger(__name__)
 
 MIN_PER_STEP = 8  # an op repeated at least this often per step with the same shapes (analysis/loops: MIN_REPEAT)
-SHORT_US = 50.0  # ... and short (analysis/loops: a loop's ops are short)
+SHORT_US = 200.0  # ... and short (analysis/loops: a loop's op is under 50 µs, or 200 when its arithmetic is light)
 MAX_GROUPS = 48  # the most repeated ones first
 MAX_BATCH = 1024
 MAX_BYTES = 64 << 20  # the largest batched input
@@ -52,6 +56,7 @@ REPEATS = 7
 WARM_CALLS, WARM_NS = 3, 2_000_000  # before timing, at least this many calls and this long: the first calls of
 # a batched op on fresh tensors ran 1.5-2x its steady time (page faults, the allocator, the caches)
 MAX_SECONDS = 1.0  # the probe's own budget
+LADDER_STEP, LADDER_MIN = 4, 8  # smaller batches timed: a quarter of the batch at a time, down to this
 ENV = "PERFSLEUTH_NO_BATCHED_PROBE"  # set: no probe (tests that must not time anything)
 
 def _numel(shapes: list) -> int:
@@ -149,29 +154,27 @@ def measure(groups: list, threads: int) -> Optional[dict]:
                 item = max(_numel(shapes), 1) * 4
                 batch = _fits(shapes, strides, int(max(2, min(round(per_step), MAX_BATCH, MAX_BYTES // item))))
                 try:
-                    fn = _call(torch, name, shapes, batch, concrete, strides)
-                    if fn is None:
+                    took = _forms(torch, name, shapes, batch, concrete, strides)
+                    if not took:
                         continue
-                    forms = {"batched": fn}
-                    alt = _broadcast_call(torch, name, shapes, batch, strides)
-                    if alt is not None:
-                        forms["broadcast"] = alt
-                    took = {}
-                    for form, f in forms.items():
-                        _warm(f)
-                        # the median call, as the A/B a user runs takes medians (a ceiling would take the fastest)
-                        took[form] = statistics.median(timed(f) for _ in range(REPEATS)) * 1e9
                     form = min(took, key=took.get)  # the faster rewrite of a matmul with a dimension of 1
                     best = took[form]
+                    # a rewrite's op holds one loop's calls, not a step's: smaller batches too (see LADDER)
+                    ladder = [[size, int(min(t.values()))] for size in _ladder(batch)
+                              if (t := _forms(torch, name, shapes, size, concrete, strides))]
+                    # where the iterations share an operand, the rewrite's one wide matmul (the analysis decides)
+                    wide = [[size, int(_median_ns(fn))] for size in [batch] + _ladder(batch)
+                            if (fn := _wide_call(torch, name, shapes, size)) is not None]
                     copy = _copy_call(torch, name, shapes, batch, strides)
                     if copy is not None:
-                        _warm(copy)
-                        copy_ns = statistics.median(timed(copy) for _ in range(REPEATS)) * 1e9
+                        copy_ns = _median_ns(copy)
                 except Exception as exc:  # noqa: BLE001 -- a shape this probe misread: that op keeps the derived rate
                     log.info("batched probe: %s %s: %s", name, shapes, exc)
                     continue
                 ops.append({"name": name, "shapes": shapes, "per_step": round(per_step, 3), "batch": batch,
                             "ns": int(best), **({"form": form} if len(took) > 1 else {}),
+                            **({"ladder": ladder} if ladder else {}),
+                            **({"wide": wide} if wide else {}),
                             **({"copy_ns": int(copy_ns)} if copy is not None else {}),
                             **({"concrete": concrete} if concrete else {}),
                             **({"strides": strides} if strides else {})})
@@ -186,6 +189,37 @@ def measure(groups: list, threads: int) -> Optional[dict]:
     return {"threads": threads, "ops": ops,
             "source": (f"measured by perfsleuth run: each repeated small op batched over `batch` inputs of its "
                        f"recorded shapes (float32) at {threads} thread(s), the median of {REPEATS}{load}")}
+
+
+def _forms(torch, name: str, shapes: list, batch: int, concrete, strides) -> dict:
+    """{form: ns of one call over `batch` items} for the batched op and, for a matmul with a dimension of 1, its
+    broadcast form; empty when the op cannot be built."""
+    fn = _call(torch, name, shapes, batch, concrete, strides)
+    if fn is None:
+        return {}
+    forms = {"batched": fn}
+    alt = _broadcast_call(torch, name, shapes, batch, strides)
+    if alt is not None:
+        forms["broadcast"] = alt
+    return {form: _median_ns(f) for form, f in forms.items()}
+
+
+def _median_ns(fn) -> float:
+    """ns of the median of REPEATS calls of `fn` after warming it up: the median, as the A/B a user runs takes
+    medians (a ceiling would take the fastest)."""
+    _warm(fn)
+    return statistics.median(timed(fn) for _ in range(REPEATS)) * 1e9
+
+
+def _ladder(batch: int) -> list:
+    """The smaller batches timed besides `batch`: a quarter at a time down to LADDER_MIN. A rewrite batches one
+    loop (16 heads), not all of a step's calls (192): one bmm over 192 heads' input gradients wrote a 50 MB output
+    in 26.4 ms where 12 of 16 took 3.9 (issue 39, seventh round)."""
+    sizes, size = [], batch // LADDER_STEP
+    while size >= LADDER_MIN:
+        sizes.append(size)
+        size //= LADDER_STEP
+    return sizes
 
 
 def _warm(fn) -> None:

@@ -176,6 +176,8 @@ def test_the_faster_form_of_a_matmul_with_a_dimension_of_1_is_kept_and_named(mon
     calls = iter([5e-6] * 7 + [2e-6] * 7 + [1e-6] * 7 + [3e-6] * 7)  # outer product: bmm 5 µs, broadcast 2 µs
     monkeypatch.setattr(bp, "timed", lambda fn: (fn(), next(calls))[1])  # then mat-vec: bmm 1 µs, broadcast 3 µs
     monkeypatch.setattr(bp, "_warm", lambda fn: None)
+    monkeypatch.setattr(bp, "_ladder", lambda batch: [])
+    monkeypatch.setattr(bp, "_wide_call", lambda *a: None)
     got = bp.measure([("aten::addmm", [[16], [256, 1], [1, 16], [], []], 48.0, None, None),
                       ("aten::mm", [[16, 256], [256, 1]], 48.0, None, None)], threads=1)
     assert [(o["name"], o["ns"], o["form"]) for o in got["ops"]] == [
@@ -192,3 +194,38 @@ def test_an_elementwise_ops_output_is_also_copied_with_the_batch_moved_second():
     assert tuple(out.shape) == (64, 5, 8) and out.is_contiguous()
     assert bc._copy_call(torch, "aten::mm", [[64, 8], [8, 4]], 5) is None
     assert bc._copy_call(torch, "aten::sum", [[64, 8], [], [], []], 5) is None
+
+
+def test_smaller_batches_are_timed_a_quarter_at_a_time(monkeypatch):
+    """A rewrite batches one loop's calls (16 heads), not a step's (192): the probe also times a quarter of the
+    batch, and a quarter of that, down to 8."""
+    assert (bp._ladder(192), bp._ladder(288), bp._ladder(31), bp._ladder(32)) == ([48, 12], [72, 18], [], [8])
+    sizes = []
+
+    def timed(fn):
+        out = fn()
+        sizes.append(out.shape[0])
+        return out.shape[0] * 1e-8  # 10 ns an item
+    monkeypatch.setattr(bp, "timed", timed)
+    monkeypatch.setattr(bp, "_warm", lambda fn: None)
+    got = bp.measure([("aten::mm", [[4, 8], [8, 4]], 64.0, None, None)], threads=1)
+    assert got["ops"] == [{"name": "aten::mm", "shapes": [[4, 8], [8, 4]], "per_step": 64.0, "batch": 64,
+                           "ns": 640, "ladder": [[16, 160]], "wide": [[64, 40], [16, 40]]}]
+    assert sizes == [64] * 7 + [16] * 7 + [4] * 14  # the wide matmuls: [4, 8] x [8, 256], [4, 8] x [8, 64]
+
+
+def test_the_wide_matmul_folds_the_batch_into_the_smallest_dimension():
+    """Per-head attention's three kinds (issue 39, seventh round), 16 heads: the projections [512, 128] x
+    [128, 8] side by side (N), their weights' gradients [8, 512] x [512, 128] stacked (M), their input gradients
+    [512, 8] x [8, 128] summed (K); an addmm folded along N keeps its bias; a bmm has no wide form."""
+    import torch
+
+    def shapes(fn):
+        out = fn()
+        return tuple(out.shape)
+    assert shapes(bc._wide_call(torch, "aten::mm", [[512, 128], [128, 8]], 16)) == (512, 128)
+    assert shapes(bc._wide_call(torch, "aten::mm", [[8, 512], [512, 128]], 16)) == (128, 128)
+    assert shapes(bc._wide_call(torch, "aten::mm", [[512, 8], [8, 128]], 16)) == (512, 128)
+    fn = bc._wide_call(torch, "aten::addmm", [[8], [512, 128], [128, 8]], 16)
+    assert shapes(fn) == (512, 128) and fn.__code__.co_names[-1] == "addmm"
+    assert bc._wide_call(torch, "aten::bmm", [[4, 8, 8], [4, 8, 8]], 16) is None

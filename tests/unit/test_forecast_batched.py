@@ -214,6 +214,47 @@ def test_a_loop_op_split_off_its_loop_is_no_iteration_of_its_own():
     assert loop_backward(top, loop, ends) == (f"{BWD}ReluBackward0",)
 
 
+
+def test_a_kind_whose_arithmetic_is_light_is_short_up_to_200_us():
+    """Per-head attention (issue 39, seventh round): its `aten::linear` ran 49 µs in one recording and 80 µs in
+    a slower one, which then found no loop. A kind whose arithmetic would take under 50 µs at the machine's
+    measured ceilings (here 100 FLOP/ns, 10 bytes/ns) is short up to 200 µs: 64 (transpose 3 µs, linear 80 µs)
+    pairs are then a loop of 128 ops; without that, or with the linear at 201 µs, no loop."""
+    def ops(linear_us):
+        names = [("aten::transpose", "aten::linear")[j % 2] for j in range(128)]
+        dur = [(3.0, linear_us)[j % 2] for j in range(128)]
+        ts = np.cumsum([0.0] + [d + 5.0 for d in dur[:-1]])
+        top = pd.DataFrame({"ts": ts * 1000, "dur": np.array(dur) * 1000, "name": names})
+        return top.assign(end=top["ts"] + top["dur"], gap=5000.0), np.array([ts[-1] + 500.0]) * 1000
+    top, ends = ops(80.0)
+    assert loop_ops(top, ends).empty
+    got = loop_ops(top, ends, light=("aten::linear",))
+    assert got["name"].value_counts().to_dict() == {"aten::linear": 64, "aten::transpose": 64}
+    top, ends = ops(201.0)
+    assert loop_ops(top, ends, light=("aten::linear",)).empty
+
+
+def test_light_kinds_are_those_whose_arithmetic_takes_under_50_us_at_the_measured_ceilings():
+    """An `aten::linear` over an addmm of [512, 128] x [128, 8] (1,052,672 FLOPs with the bias: 10.5 µs at 100 FLOP/ns; its
+    282,656 bytes: 28.3 µs at 10 bytes/ns; the slower, 28.3 µs) is light, however long it took (90 µs); an
+    `aten::matmul` over an mm of [512, 128] x [128, 64] (8,388,608 FLOPs: 83.9 µs) is not; nor is a transpose,
+    whose time no arithmetic shows to be overhead. Without measured ceilings, nothing is light."""
+    from perfsleuth.analysis.loops import light_kinds
+    rows = [("aten::linear", 0, 90, "float,float,float", "[[8], [512, 128], [128, 8]]"),
+            ("aten::addmm", 5, 80, "float,float,float", "[[8], [512, 128], [128, 8]]"),
+            ("aten::matmul", 100, 150, "float,float", "[[512, 128], [128, 64]]"),
+            ("aten::mm", 105, 140, "float,float", "[[512, 128], [128, 64]]"),
+            ("aten::transpose", 200, 203, "float,,", "[[512, 128], [], []]")]
+    ops = pd.DataFrame(rows, columns=["name", "ts", "end", "in_type", "in_shape"])
+    ops[["ts", "end"]] *= 1000
+    ops["in_shape"] += "\x1f[]"
+    for c in ("name", "in_type", "in_shape"):
+        ops[c] = ops[c].astype("category")
+    meta = {"peak": {"kind": "measured", "mem_bw_gbps": 10.0, "max_achievable_tflops": {"matrix_fp32": 0.1}}}
+    assert light_kinds(ops, meta) == ("aten::linear",)
+    assert light_kinds(ops, {}) == ()
+
+
 def prelude_step(tb, o, k):
     """A forward loop (select, mul: 40 ops of 3 µs from 107 µs), the loss (a linear at 520 µs, 30 µs), the
     seed gradient (`ones_like` at 700 µs: 150 µs of Python before it) and the backward: NllLossBackward0 at
@@ -317,6 +358,62 @@ def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
     assert "measured" not in fc["assumptions"]["whole_tensor_ops"]
 
 
+
+def test_the_probes_batch_nearest_a_loops_calls_prices_its_ops(tmp_path):
+    """A rewrite's op holds one loop stretch's calls, not a step's: shaped_step's stretch has 10 mm. A probe that
+    batched 40 of them (a step of four such loops) at 1,000 ns a call, and 10 at 500 ns a call (its ladder), is
+    read at 10: the numbers of the probe above. Without the ladder, 40 it is (10 µs a step, not 5). Issue 39,
+    seventh round: one bmm over a step's 192 per-head input gradients took 26.4 ms where 12 of 16 took 3.9."""
+    entry = {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "per_step": 40.0, "batch": 40, "ns": 40000}
+    probe = {"threads": 1, "source": "test", "ops": [{**entry, "ladder": [[10, 5000]]}]}
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 5 + 3.75), 3)
+    probe = {"threads": 1, "source": "test", "ops": [entry]}
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 10 + 3.75), 3)
+
+
+def test_where_the_loops_share_their_operands_a_matmul_costs_the_wide_one(tmp_path):
+    """shaped_step's loop whose selects take the same slice each time (Concrete Inputs ["", "0", "0"]: a causal
+    mask's `tril[:T, :T]`) shares its operands: its mm costs what the probe timed for the one wide matmul (10 in
+    2,000 ns: 2 µs a step, not the bmm's 5). A select whose index differs per iteration (x[:, j]), or one whose
+    Concrete Inputs were not recorded (shaped_step's), keeps the bmm's time. Issue 39, seventh round: 192
+    per-head input gradients took 26.4 ms as one bmm, 2.1 ms as one [512, 1536] x [1536, 128]."""
+    probe = {"threads": 1, "source": "test", "ops": [
+        {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "per_step": 10.0, "batch": 10, "ns": 5000,
+         "wide": [[10, 2000]]}]}
+
+    def step(index):
+        def body(tb, o, k):
+            kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
+            args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}
+            for j in range(40):
+                name = kinds[j % 4]
+                sel = {"Input Dims": [[16, 10, 8], [], []], "Input type": ["float", "Scalar", "Scalar"],
+                       "Concrete Inputs": ["", "1", str(index(j))]}
+                tb.op(name, o + 107 + 10 * j, 3, **(sel if name == "aten::select" else args.get(name, {})))
+            tb.op("aten::bmm", o + 700, 64, **shaped([[1, 64, 64], [1, 64, 64]]))
+            tb.op("aten::add", o + 800, 96, **shaped([[65536], [65536]]))
+        return body
+    fc = forecaster(cpu_step_trace(tmp_path, step(lambda j: 0)), meta={"batched_probe": probe}).forecast(
+        "batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2 + 3.75), 3)
+    assert ", 10 of them as one wide matmul (the loops' iterations share an operand" in (
+        fc["assumptions"]["whole_tensor_ops"])
+    fc = forecaster(cpu_step_trace(tmp_path, step(lambda j: j // 4)), meta={"batched_probe": probe}).forecast(
+        "batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 5 + 3.75), 3)
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 5 + 3.75), 3)
+    assert "wide" not in fc["assumptions"]["whole_tensor_ops"]
+
+
+def test_a_probe_entry_is_read_at_the_size_nearest_on_a_log_scale():
+    from perfsleuth.analysis.forecast.models.batched_work import _at
+    ladder = [(12, 300.0), (48, 200.0), (192, 100.0)]
+    assert [_at(ladder, c) for c in (1, 16, 24, 30, 48, 96, 100, 1000, float("inf"))] == [
+        300.0, 300.0, 300.0, 200.0, 200.0, 200.0, 100.0, 100.0, 100.0]  # 24 and 96: halfway, the smaller size
+    assert _at(250.0, 7) == 250.0  # a bare number (the copies' entries)
 
 def adam_step(tb, o, k, big=(64, 64)):
     """grouped_step's loop whose backward accumulates into 24 [8, 8] weights and 24 [8] biases (an inner

@@ -61,4 +61,5 @@ def test_a_step_whose_only_loop_is_the_optimizers_says_what_a_loop_is(tmp_path):
     assert fc["kind"] == "none" and fc["reason"] == (
         "the only loops of short ops found are the optimizer's per-parameter updates: a foreach optimizer is their "
         "fix (foreach-optimizer forecasts it). A loop is 16 or more ops in a row of kinds whose median call is under "
-        "50 µs; a slower kind ends it, so a loop of ops near that time can go unfound in a slower recording")
+        "50 µs (200 µs where its arithmetic would take under 50 at the machine's measured ceilings); a slower kind "
+        "ends it, so a loop of ops near that time can go unfound in a slower recording")

@@ -58,7 +58,7 @@ from .batched_around import (
     permuted,
     unmerged,
 )
-from .batched_work import Work, loop_work, probed_copies
+from .batched_work import Work, light, loop_work, probed_copies
 from .host import _add_back, _collapse_device, top_ops
 
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
@@ -181,8 +181,11 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
     timed = ""
     if work.measured_calls:
         timed = (f"{work.measured_calls / n:.0f} of the loops' {work.calls / n:.0f} op calls per step measured: "
-                 f"perfsleuth run's probe timed each batched over its recorded shapes on this machine "
-                 f"({work.measured.sum() / n / 1000:.0f} µs per step); the others' ")
+                 f"perfsleuth run's probe timed each batched over its recorded shapes on this machine"
+                 + (f", {work.wide_calls / n:.0f} of them as one wide matmul (the loops' iterations share an "
+                    "operand: no slice of a tensor that differs from one iteration to the next)"
+                    if work.wide_calls else "")
+                 + f" ({work.measured.sum() / n / 1000:.0f} µs per step); the others' ")
     return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
             f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "
             f"from the recorded shapes: {timed}{flops}; {moved} (copies and gradient sums left out): "
@@ -210,7 +213,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     steps = p.tl.steps
     before_ns, start_cut = step_ns(p)[0], p.cut  # the step as the replay has it before the rewrite
     theirs = not_the_steps(x.ops)  # DataLoader fetches and perfsleuth's own ranges: never the loop's, never removed
-    df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs)
+    df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs, light=light(x))
     if df.empty:
         raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed "
                          "steps, outside DataLoader fetches")
@@ -220,7 +223,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     ends = steps["host_end"].to_numpy(np.float64)
     long_backward = loop_backward(top, not_optimizer(x, df), ends)  # the loop's backward nodes, however long
     if long_backward:
-        df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward), steps)
+        df, reasons = _independent(x, top, loop_ops(top, ends, theirs, also=long_backward, light=light(x)), steps)
     left = unmerged(x, df)
     stays = df[left]  # the optimizer's ops on parameters the rewrite leaves: as they ran
     df = df[~left]

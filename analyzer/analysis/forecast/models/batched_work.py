@@ -24,8 +24,11 @@ plus one dispatch per distinct op of the loop.
 - Measured where `perfsleuth run` could (issue 39, fourth round): its probe (record/batched_probe.py, the
   trace's `batched_probe` metadata) timed each repeated small op of the window batched over its recorded
   shapes on this machine. A loop op whose name, shapes and dtype (fp32) the probe timed costs that time per
-  call (the batched call's time over its batch) instead of its work at a rate, and its work is left out of
-  the rates' sums; the assumption counts the ops so measured.
+  call (the batched call's time over its batch, at the batch nearest its kind's calls in its loop stretch: the
+  rewrite's op holds one loop's calls) instead of its work at a rate, and its work is left out of the rates'
+  sums; where a step's loops share their operands (loops.shared_steps: no slice that differs per iteration), a
+  matmul of theirs costs what the probe timed for the one wide matmul that batch folds into (issue 39, seventh
+  round). The assumption counts the ops so measured.
 - Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
   and says so).
 """
@@ -40,6 +43,7 @@ import pandas as pd
 from ....trace.model import CPU_OP
 from ....trace.selection import of_kind
 from ... import intervals as iv
+from ...loops import light_kinds, measured_ceilings, outermost, shared_steps
 from ...efficiency import flops as fl
 from ...efficiency.shapes import FAMILIES, shape_text, modelled_names, op_models
 from ..registry import Inputs
@@ -72,6 +76,7 @@ class Work:
     measured: np.ndarray  # per segment, the time of its ops perfsleuth run's probe timed batched (ns)
     measured_calls: int  # how many loop op calls that is
     calls: int  # of the loop's modelled op calls
+    wide_calls: int = 0  # of the measured, the matmuls timed as one wide matmul (the iterations share an operand)
 
     def ns(self) -> np.ndarray:
         """Per segment, the time of its arithmetic: measured by the probe, else at the rates (work at an
@@ -81,25 +86,15 @@ class Work:
         return f + b + self.measured
 
 
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops no other op of `ops` encloses (one thread, time order)."""
-    ops = ops.sort_values(["ts", "end"], ascending=[True, False])
-    if ops.empty:
-        return ops
-    e = ops["end"].to_numpy(np.int64)
-    prev = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(e)[:-1]]
-    return ops[ops["ts"].to_numpy(np.int64) >= prev]
-
-
 def _outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
     """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
-    return _outermost(ops[modelled_names(ops["name"])])
+    return outermost(ops[modelled_names(ops["name"])])
 
 
 def _dispatch_ns(ops: pd.DataFrame, loop: iv.Intervals) -> float:
     """An op's fixed cost in the loop: the median time of its outermost ops that do no arithmetic (neither
     they nor an op inside them has a FLOPs/bytes model: select, view, t, TBackward0, ...); 0 without one."""
-    top = _outermost(ops)
+    top = outermost(ops)
     top = top[iv.covers(loop, top["ts"].to_numpy(np.int64)) & ~modelled_names(top["name"])]
     modelled = ops[modelled_names(ops["name"])]
     if top.empty:
@@ -116,6 +111,12 @@ def _own_rate(work: np.ndarray, dur: np.ndarray, dispatch: float) -> float:
     """The loop's own ops' work per ns of their time less a dispatch each (0 where none is left)."""
     left = np.maximum(dur - dispatch, 0.0).sum()
     return float(work.sum() / left) if work.sum() > 0 and left > 0 else 0.0
+
+
+def light(x: Inputs) -> tuple:
+    """The kinds of the main thread's outermost ops whose arithmetic is light on this machine (loops.light_kinds),
+    once per analysis."""
+    return x.cached("light_kinds", lambda: light_kinds(shaped_ops(x), x.trace.run_metadata))
 
 
 def shaped_ops(x: Inputs) -> pd.DataFrame | None:
@@ -149,19 +150,13 @@ def _rate(work: np.ndarray, dur: np.ndarray, least: float) -> float:
 def _peak(x: Inputs) -> tuple:
     """The machine's measured ceilings (perfsleuth run's probe: fp32 matmul, a copy), per ns: (FLOPs,
     bytes); 0 where unknown."""
-    meta = x.trace.run_metadata
-    peak = meta.get("peak") if isinstance(meta, dict) else None
-    if not isinstance(peak, dict) or peak.get("kind") != "measured":
-        return 0.0, 0.0
-    tflops = (peak.get("max_achievable_tflops") or {}).get("matrix_fp32")
-    bw = peak.get("mem_bw_gbps")
-    ok = (lambda v: isinstance(v, (int, float)) and v > 0)
-    return (float(tflops) * 1000.0 if ok(tflops) else 0.0), (float(bw) if ok(bw) else 0.0)
+    return measured_ceilings(x.trace.run_metadata)
 
 
-def _probed(x: Inputs) -> dict:
-    """{(op name, shapes as text): ns per call batched} from `perfsleuth run`'s probe (record/batched_probe.py);
-    empty without it."""
+def _probed(x: Inputs, field: str = "ladder") -> dict:
+    """{(op name, shapes as text): [(batch size, ns per call batched so), ...] by size} from `perfsleuth run`'s
+    probe (record/batched_probe.py: the batch of a step's calls and its `ladder` of smaller ones; with
+    field="wide", the one wide matmul at those sizes where it timed one); empty without it."""
     meta = x.trace.run_metadata
     probe = meta.get("batched_probe") if isinstance(meta, dict) else None
     out = {}
@@ -171,13 +166,30 @@ def _probed(x: Inputs) -> dict:
         name, shapes, ns, batch = o.get("name"), o.get("shapes"), o.get("ns"), o.get("batch")
         if isinstance(name, str) and isinstance(shapes, list) and isinstance(ns, (int, float)) \
                 and isinstance(batch, int) and ns > 0 and batch > 0:
-            out[(name, shape_text(shapes))] = float(ns) / batch
+            sizes = ([(batch, float(ns) / batch)] if field == "ladder" else []) + [
+                (int(b), float(t) / b) for b, t in (r for r in o.get(field) or []
+                                                    if isinstance(r, list) and len(r) == 2)
+                if isinstance(b, int) and isinstance(t, (int, float)) and b > 0 and t > 0]
+            if sizes:
+                out[(name, shape_text(shapes))] = sorted(sizes)
     return out
 
 
-def _measured_ns(m, inside: np.ndarray, probed: dict) -> np.ndarray:
-    """Per op, the probe's ns per call for the loop ops (`inside`) it timed at their name, shapes and fp32;
-    NaN elsewhere."""
+def _at(entry, count: float) -> float:
+    """ns per call from a probe entry: a number, or [(batch size, ns per call), ...] whose size lies nearest
+    `count` (the calls of its kind in the op's loop stretch: what the rewrite's op holds) on a log scale."""
+    if not isinstance(entry, list):
+        return float(entry)
+    if not np.isfinite(count):
+        return float(entry[-1][1])  # the largest
+    sizes = np.log([b for b, _ in entry])
+    return float(entry[int(np.argmin(np.abs(sizes - np.log(max(count, 1.0)))))][1])
+
+
+def _measured_ns(m, inside: np.ndarray, probed: dict, counts: np.ndarray | None = None) -> np.ndarray:
+    """Per op, the probe's ns per call for the loop ops (`inside`) it timed at their name, shapes and fp32, at the
+    batch nearest the op's `counts` (its kind's calls in its loop stretch; the largest batch without); NaN
+    elsewhere."""
     out = np.full(inside.size, np.nan)
     if not probed or not len(m.table):
         return out
@@ -189,7 +201,10 @@ def _measured_ns(m, inside: np.ndarray, probed: dict) -> np.ndarray:
         return out
     sig = m.signature
     hit = inside & np.isin(sig, list(per_sig))
-    out[hit] = [per_sig[s] for s in sig[hit]]
+    if counts is None:
+        out[hit] = [_at(per_sig[s], float("inf")) for s in sig[hit]]
+    else:
+        out[hit] = [_at(per_sig[s], c) for s, c in zip(sig[hit], counts[hit])]
     return out
 
 
@@ -199,7 +214,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     `loop` (the loop ops' spans), and the rates of the step's ops outside `loop` and `other` (the
     gathering, DataLoader fetches, the optimizer). None without recorded shapes, or when no op of the
     loops has a FLOPs/bytes model."""
-    ops = shaped_ops(x)
+    ops = shaped = shaped_ops(x)
     if ops is None:
         return None
     dispatch = _dispatch_ns(ops, loop)
@@ -215,7 +230,16 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     seg = np.searchsorted(segments[0], ts, side="right") - 1
     inside &= seg >= 0
     n = segments[0].size
-    probe_ns = _measured_ns(m, inside & (matrix | vector), _probed(x))
+    # each loop op at the probe's batch nearest its kind's calls in its stretch: the rewrite's op holds those
+    per_stretch = pd.DataFrame({"seg": seg, "sig": m.signature}).groupby(["seg", "sig"])["seg"].transform("size")
+    counts = per_stretch.to_numpy(np.float64)
+    probe_ns = _measured_ns(m, inside & (matrix | vector), _probed(x), counts)
+    # where a step's loops share their operands, a matmul of theirs is one wide matmul (loops.shared_steps)
+    ends = x.tl.steps["host_end"].to_numpy(np.float64)
+    shared = shared_steps(shaped, loop, ends)[np.minimum(np.searchsorted(ends, ts), len(ends) - 1)]
+    wide_ns = _measured_ns(m, inside & matrix & shared, _probed(x, "wide"), counts)
+    wide = ~np.isnan(wide_ns)
+    probe_ns[wide] = wide_ns[wide]
     timed = ~np.isnan(probe_ns)
     rated = inside & ~timed  # the loop ops whose time comes from their work at a rate
     flops = np.bincount(seg[rated & matrix], weights=m.flops[rated & matrix], minlength=n).astype(np.float64)
@@ -244,7 +268,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
         else:
             rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     calls = int((inside & (matrix | vector)).sum())
-    return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls)
+    return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls, int(wide.sum()))
 
 
 def probed_copies(x: Inputs) -> dict:
