@@ -178,6 +178,7 @@ def test_the_faster_form_of_a_matmul_with_a_dimension_of_1_is_kept_and_named(mon
     monkeypatch.setattr(bp, "_warm", lambda fn: None)
     monkeypatch.setattr(bp, "_ladder", lambda batch: [])
     monkeypatch.setattr(bp, "_wide_call", lambda *a: None)
+    monkeypatch.setattr(bp, "PASSES", 1)
     got = bp.measure([("aten::addmm", [[16], [256, 1], [1, 16], [], []], 48.0, None, None),
                       ("aten::mm", [[16, 256], [256, 1]], 48.0, None, None)], threads=1)
     assert [(o["name"], o["ns"], o["form"]) for o in got["ops"]] == [
@@ -211,8 +212,29 @@ def test_smaller_batches_are_timed_a_quarter_at_a_time(monkeypatch):
     got = bp.measure([("aten::mm", [[4, 8], [8, 4]], 64.0, None, None)], threads=1)
     assert got["ops"] == [{"name": "aten::mm", "shapes": [[4, 8], [8, 4]], "per_step": 64.0, "batch": 64,
                            "ns": 640, "ladder": [[16, 160]], "wide": [[64, 40], [16, 40]]}]
-    assert sizes == [64] * 7 + [16] * 7 + [4] * 14  # the wide matmuls: [4, 8] x [8, 256], [4, 8] x [8, 64]
+    # the wide matmuls: [4, 8] x [8, 256], [4, 8] x [8, 64]; all of it twice (PASSES)
+    assert sizes == ([64] * 7 + [16] * 7 + [4] * 14) * 2
 
+
+def test_each_time_is_the_lesser_of_two_passes(monkeypatch):
+    """A slow period during one op's timing is not its time: every group is timed again after all of them, and
+    each number is the lesser. Here the first pass of the first op ran 10x slow (its batch, ladder and wide
+    matmuls), the second op's second pass 3x."""
+    passes = iter([10, 1, 1, 3])  # (op, pass) in the order timed: op 1, op 2, then op 1, op 2 again
+
+    def entry(torch, group):
+        f = next(passes)
+        return {"name": group[0], "shapes": group[1], "per_step": 64.0, "batch": 64, "ns": 640 * f,
+                "ladder": [[16, 160 * f]], "wide": [[64, 40 * f], [16, 30 * f]], "copy_ns": 50 * f}
+    monkeypatch.setattr(bp, "_entry", entry)
+    got = bp.measure([("aten::mm", [[4, 8], [8, 4]], 64.0, None, None),
+                      ("aten::tanh", [[4, 8]], 64.0, None, None)], threads=1)
+    assert got["ops"] == [
+        {"name": "aten::mm", "shapes": [[4, 8], [8, 4]], "per_step": 64.0, "batch": 64, "ns": 640,
+         "ladder": [[16, 160]], "wide": [[64, 40], [16, 30]], "copy_ns": 50},
+        {"name": "aten::tanh", "shapes": [[4, 8]], "per_step": 64.0, "batch": 64, "ns": 640,
+         "ladder": [[16, 160]], "wide": [[64, 40], [16, 30]], "copy_ns": 50}]
+    assert "the median of 7, the lesser of 2 passes" in got["source"]
 
 def test_the_wide_matmul_folds_the_batch_into_the_smallest_dimension():
     """Per-head attention's three kinds (issue 39, seventh round), 16 heads: the projections [512, 128] x
