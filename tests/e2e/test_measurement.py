@@ -5,6 +5,7 @@ import gzip
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -307,18 +308,34 @@ def first_clear(boundary: int, per_epoch: int, begun: range) -> int:
     return boundary
 
 
-@pytest.mark.parametrize("per_epoch, after, memory, stacks_from", [
-    (6, 0, 0, 7), (1, 0, 0, 5), (4, 0, 0, 5), (12, 4, 0, 13), (1, 4, 0, 8),
-    (6, 0, 3, 11), (1, 0, 3, 9), (3, 0, 3, 13), (12, 4, 3, 17), (1, 4, 3, 12)])
-def test_stacks_window_waits_for_annotations_begun_under_the_main_window(tmp_path, per_epoch, after, memory,
+WINDOW_CASES = [(6, 0, 0, 7), (1, 0, 0, 5), (4, 0, 0, 5), (12, 4, 0, 13), (1, 4, 0, 8),
+                (6, 0, 3, 11), (1, 0, 3, 9), (3, 0, 3, 13), (12, 4, 3, 17), (1, 4, 3, 12)]
+
+
+@pytest.fixture(scope="module")
+def annotated_runs(tmp_path_factory):
+    """Each case of WINDOW_CASES run as its own process, two at a time (each waits mostly on torch's import and
+    the profiler's start): {case: (process, output folder)}."""
+    root = tmp_path_factory.mktemp("annotated")
+
+    def one(case):
+        per_epoch, after, memory, _ = case
+        out = root / "-".join(map(str, case)) / "o"
+        code = ANNOTATED.format(scripts=str(SCRIPTS), out=str(out), per_epoch=per_epoch, after=after,
+                                memory=memory)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300), out
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(WINDOW_CASES, pool.map(one, WINDOW_CASES)))
+
+
+@pytest.mark.parametrize("per_epoch, after, memory, stacks_from", WINDOW_CASES)
+def test_stacks_window_waits_for_annotations_begun_under_the_main_window(annotated_runs, per_epoch, after, memory,
                                                                          stacks_from):
     """A torch profiler session must not start while a record_function block begun under the previous one
     is open (its end would land in the new session and crash the process): the memory window and the stacks
     window wait, also after the unprofiled steps that follow the main window (they start right after them when
     none is open); the stacks window waits for the blocks begun under the memory window (per_epoch 3: two steps)."""
-    code = ANNOTATED.format(scripts=str(SCRIPTS), out=str(tmp_path / "o"), per_epoch=per_epoch, after=after,
-                            memory=memory)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc, out = annotated_runs[(per_epoch, after, memory, stacks_from)]
     assert proc.returncode == 0, proc.stderr[-3000:]
     phases = dict(eval(proc.stdout.strip().splitlines()[-1]))
     # step 0 (before the first boundary, the start-up) waits; then warm-up, 2 active, the window ends at
@@ -333,12 +350,12 @@ def test_stacks_window_waits_for_annotations_begun_under_the_main_window(tmp_pat
         windows = [start, start + 1, start + 2]
         assert first_clear(start + 4, per_epoch, range(start, start + 3)) == stacks_from  # the expectation, derived
         assert [j for j, p in sorted(phases.items()) if p == "memory"] == windows
-        assert (tmp_path / "o" / "trace.memory.pt.trace.json.gz").is_file()
+        assert (out / "trace.memory.pt.trace.json.gz").is_file()
     else:
         assert first_clear(5 + after - (after > 0), per_epoch, range(0, 4)) == stacks_from
     assert [j for j, p in sorted(phases.items()) if p == "stacks"] == [stacks_from, stacks_from + 1]
     assert sorted(phases) == [*range(1, 4 + after), *windows, stacks_from, stacks_from + 1]
-    assert (tmp_path / "o" / "trace.stacks.pt.trace.json.gz").is_file()
+    assert (out / "trace.stacks.pt.trace.json.gz").is_file()
 
 
 def test_gemm_dtypes_come_from_the_companion_when_the_trace_has_no_input_types(tmp_path):
