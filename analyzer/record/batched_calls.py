@@ -13,6 +13,7 @@ UNARY = ("tanh", "relu", "sigmoid", "gelu", "silu", "exp", "log", "neg", "abs", 
          "reciprocal", "square", "erf", "log_sigmoid")
 BINARY = ("add", "sub", "mul", "div", "tanh_backward", "sigmoid_backward", "gelu_backward", "silu_backward",
           "maximum", "minimum", "pow")
+SCALAR_BINARY = ("add", "sub", "mul", "div", "pow")  # also with a number as the second input
 OPS = frozenset([f"aten::{o}" for o in UNARY + BINARY] + [
     "aten::threshold_backward", "aten::_softmax", "aten::_log_softmax", "aten::_softmax_backward_data",
     "aten::_log_softmax_backward_data", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::sum"])
@@ -144,6 +145,13 @@ def _call(torch, name: str, shapes: list, batch: int, concrete: Optional[list] =
         x.copy_(x.abs() + 0.5)  # positive: log, sqrt, rsqrt stay finite (in place: the layout stays)
         fn = getattr(aten, op)
         return lambda: fn(x)
+    if op in SCALAR_BINARY and len(shapes) >= 2 and shapes[1] == [] and _tensors(shapes, 1) is not None:
+        # a tensor and a number (`att * scale`): the number is no input to stack (issue 39, eighth round: a ViT's
+        # per-head score scaling, 64 calls a step, had gone at the rate of the step's GELU)
+        x = at(0, shapes[0])
+        x.copy_(x.abs() + 0.5)
+        fn = getattr(aten, op)
+        return lambda: fn(x, 0.5)
     if op in BINARY or op == "threshold_backward":
         s = _tensors(shapes, 2)
         if s is None:

@@ -251,3 +251,14 @@ def test_the_wide_matmul_folds_the_batch_into_the_smallest_dimension():
     fn = bc._wide_call(torch, "aten::addmm", [[8], [512, 128], [128, 8]], 16)
     assert shapes(fn) == (512, 128) and fn.__code__.co_names[-1] == "addmm"
     assert bc._wide_call(torch, "aten::bmm", [[4, 8, 8], [4, 8, 8]], 16) is None
+
+
+def test_a_tensor_times_a_number_is_batched_over_the_tensor():
+    """`att * scale` records Input Dims [[16, 65, 65], []]: the number is no input to stack (issue 39, eighth round:
+    a ViT's per-head score scaling went unprobed, at the rate of the step's GELU). An op that needs two tensors
+    (tanh_backward) is not built from one."""
+    import torch
+    out = bc._call(torch, "aten::mul", [[16, 65, 65], []], 3)()
+    assert tuple(out.shape) == (3, 16, 65, 65)
+    assert bc._call(torch, "aten::tanh_backward", [[4, 8], []], 3) is None
+    assert bc._call(torch, "aten::maximum", [[4, 8], []], 3) is None
