@@ -87,6 +87,22 @@ def test_a_batched_layer_keeps_its_parameters_per_iteration(tmp_path):
                                                "keep 4% of their work (288 µs per step less)")
 
 
+
+def test_a_loop_op_split_off_its_loop_does_not_count_as_a_loop_of_one_parameter(tmp_path):
+    """The step above with three more of the loop's linears after the optimizer, each alone between two means (a
+    segment of one iteration each): the loops still iterate 24 times, and 48 parameters still become 2. An unseen
+    MoE's 35 such segments beside its 20 of 16 experts had made the median iteration count 1 and kept its 226
+    parameters 226 (issue 39, eighth round)."""
+    def body(tb, o, k):
+        grouped_step(tb, o, k, acc=True)
+        tb.annotation("Optimizer.step#SGD.step", o + 3600, 300)
+        for j in range(3):
+            tb.op("aten::mean", o + 3950 + 30 * j, 3)
+            tb.op("aten::linear", o + 3960 + 30 * j, 3)
+        tb.op("aten::mean", o + 4040, 3)
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=4500)).forecast("batched-ops")
+    assert fc["assumptions"]["parameters"].startswith("48 parameters per step become 2: ")
+
 def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     """perfsleuth run's clock: a recorded step took 1000 µs of CPU time, 600 µs without the profiler; its 400 µs
     are spread over the 40 ops the step records (10 µs each). Before the rewrite the step is 1000 - 40 x 10
