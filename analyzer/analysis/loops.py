@@ -165,7 +165,8 @@ def shared_steps(ops: pd.DataFrame, spans: iv.Intervals, step_ends: np.ndarray) 
     slices = inside & np.isin(name, SLICING + DISTINCT_SLICES)
     if not slices.any():
         return out
-    df = pd.DataFrame({"step": step[slices], "name": name[slices], "args": ops["in_shape"].astype(str).to_numpy()[slices]})
+    args = ops["in_shape"].astype(str).to_numpy()[slices]
+    df = pd.DataFrame({"step": step[slices], "name": name[slices], "args": args})
     unrecorded = ~df["args"].str.contains("\x1f[", regex=False) | df["args"].str.endswith("\x1f[]")
     varying = df.groupby(["step", "name"])["args"].transform("nunique").to_numpy() > 1
     out[df["step"].to_numpy()[varying | unrecorded.to_numpy() | df["name"].isin(DISTINCT_SLICES).to_numpy()]] = False
@@ -256,9 +257,9 @@ def describe(reasons: dict) -> str:
 
 ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-parameter updates: a foreach optimizer "
                   f"is their fix (foreach-optimizer forecasts it). A loop is {MIN_RUN} or more ops in a row of kinds "
-                  f"whose median call is under {SMALL_OP_NS / 1000:g} µs ({LIGHT_NS / 1000:g} µs where its arithmetic "
-                  f"would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower kind ends "
-                  "it, so a loop of ops near that time can go unfound in a slower recording")
+                  f"whose median call is under {SMALL_OP_NS / 1000:g} µs ({LIGHT_NS / 1000:g} µs where its "
+                  f"arithmetic would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower "
+                  "kind ends it, so a loop of ops near that time can go unfound in a slower recording")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
               "chain of small sequential layers, each needing the previous one's output, which cannot be "

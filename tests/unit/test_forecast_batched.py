@@ -251,8 +251,8 @@ def test_a_kind_whose_arithmetic_is_light_is_short_up_to_200_us():
 
 
 def test_light_kinds_are_those_whose_arithmetic_takes_under_50_us_at_the_measured_ceilings():
-    """An `aten::linear` over an addmm of [512, 128] x [128, 8] (1,052,672 FLOPs with the bias: 10.5 µs at 100 FLOP/ns; its
-    282,656 bytes: 28.3 µs at 10 bytes/ns; the slower, 28.3 µs) is light, however long it took (90 µs); an
+    """An `aten::linear` over an addmm of [512, 128] x [128, 8] (1,052,672 FLOPs with the bias: 10.5 µs at 100
+    FLOP/ns; its 282,656 bytes: 28.3 µs at 10 bytes/ns; the slower, 28.3 µs) is light, however long it took (90 µs); an
     `aten::matmul` over an mm of [512, 128] x [128, 64] (8,388,608 FLOPs: 83.9 µs) is not; nor is a transpose,
     whose time no arithmetic shows to be overhead. Without measured ceilings, nothing is light."""
     from perfsleuth.analysis.loops import light_kinds
