@@ -114,6 +114,11 @@ def outermost(ops: pd.DataFrame) -> pd.DataFrame:
     return ops[ops["ts"].to_numpy(np.float64) >= prev]
 
 
+def outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
+    return outermost(ops[modelled_names(ops["name"])])
+
+
 def light_kinds(ops: pd.DataFrame, meta) -> tuple:
     """The kinds of outermost op among `ops` (one thread's cpu ops: ts, end, and the categoricals name, in_type,
     in_shape) whose median call's arithmetic -- its outermost ops with a FLOPs/bytes model, from the recorded
@@ -125,7 +130,7 @@ def light_kinds(ops: pd.DataFrame, meta) -> tuple:
     if ops is None or ops.empty or "in_shape" not in ops or flop_rate <= 0 or byte_rate <= 0:
         return ()
     top = outermost(ops)
-    mod = outermost(ops[modelled_names(ops["name"])])
+    mod = outermost_modelled(ops)
     if mod.empty:
         return ()
     m = op_models(mod)

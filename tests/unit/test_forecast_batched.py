@@ -148,16 +148,18 @@ def shaped(dims):
     return {"Input Dims": dims, "Input type": ["float"] * len(dims)}
 
 
-def shaped_step(tb, o, k, mm=((1, 64, 64), (1, 64, 64)), mul=((65536,), (65536,))):
+def shaped_step(tb, o, k, mm=((1, 64, 64), (1, 64, 64)), mul=((65536,), (65536,)), select=None):
     """40 ops of 3 µs, 7 µs apart, from 107 µs (mm, mul, relu, select: 107-500 µs): each mm of
     [16, 8] x [8, 8] (2 x 16 x 8 x 8 = 2048 FLOPs), each mul of two [256] (3 x 1024 bytes); then, outside
     the loop (no short ops: they would continue its run), a bmm (64 µs) at 700 µs and an add (96 µs) at
-    800 µs of the shapes given: by default 524,288 FLOPs (8.192 per ns) and 786,432 bytes (8.192 per ns)."""
+    800 µs of the shapes given: by default 524,288 FLOPs (8.192 per ns) and 786,432 bytes (8.192 per ns).
+    `select(j)`: the args of the select at op j (none by default)."""
     kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
     args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}
     for j in range(40):
         name = kinds[j % 4]
-        tb.op(name, o + 107 + 10 * j, 3, **args.get(name, {}))
+        extra = select(j) if select is not None and name == "aten::select" else args.get(name, {})
+        tb.op(name, o + 107 + 10 * j, 3, **extra)
     tb.op("aten::bmm", o + 700, 64, **shaped([list(d) for d in mm]))
     tb.op("aten::add", o + 800, 96, **shaped([list(d) for d in mul]))
 
@@ -400,17 +402,10 @@ def test_where_the_loops_share_their_operands_a_matmul_costs_the_wide_one(tmp_pa
          "wide": [[10, 2000]]}]}
 
     def step(index):
-        def body(tb, o, k):
-            kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
-            args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}
-            for j in range(40):
-                name = kinds[j % 4]
-                sel = {"Input Dims": [[16, 10, 8], [], []], "Input type": ["float", "Scalar", "Scalar"],
-                       "Concrete Inputs": ["", "1", str(index(j))]}
-                tb.op(name, o + 107 + 10 * j, 3, **(sel if name == "aten::select" else args.get(name, {})))
-            tb.op("aten::bmm", o + 700, 64, **shaped([[1, 64, 64], [1, 64, 64]]))
-            tb.op("aten::add", o + 800, 96, **shaped([[65536], [65536]]))
-        return body
+        def select(j):
+            return {"Input Dims": [[16, 10, 8], [], []], "Input type": ["float", "Scalar", "Scalar"],
+                    "Concrete Inputs": ["", "1", str(index(j))]}
+        return lambda tb, o, k: shaped_step(tb, o, k, select=select)
     fc = forecaster(cpu_step_trace(tmp_path, step(lambda j: 0)), meta={"batched_probe": probe}).forecast(
         "batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2 + 3.75), 3)

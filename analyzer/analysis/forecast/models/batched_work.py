@@ -43,7 +43,7 @@ import pandas as pd
 from ....trace.model import CPU_OP
 from ....trace.selection import of_kind
 from ... import intervals as iv
-from ...loops import light_kinds, measured_ceilings, outermost, shared_steps
+from ...loops import light_kinds, measured_ceilings, outermost, outermost_modelled, shared_steps
 from ...efficiency import flops as fl
 from ...efficiency.shapes import FAMILIES, shape_text, modelled_names, op_models
 from ..registry import Inputs
@@ -84,11 +84,6 @@ class Work:
         f = self.flops / self.flop_rate if self.flop_rate > 0 else np.zeros_like(self.flops)
         b = self.nbytes / self.byte_rate if self.byte_rate > 0 else np.zeros_like(self.nbytes)
         return f + b + self.measured
-
-
-def _outermost_modelled(ops: pd.DataFrame) -> pd.DataFrame:
-    """The ops with a FLOPs/bytes model that no other modelled op encloses (one thread, time order)."""
-    return outermost(ops[modelled_names(ops["name"])])
 
 
 def _dispatch_ns(ops: pd.DataFrame, loop: iv.Intervals) -> float:
@@ -218,7 +213,7 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     if ops is None:
         return None
     dispatch = _dispatch_ns(ops, loop)
-    ops = _outermost_modelled(ops)
+    ops = outermost_modelled(ops)
     if ops.empty:
         return None
     m = op_models(ops)
@@ -287,7 +282,7 @@ def probed_copies(x: Inputs) -> dict:
     ops = shaped_ops(x)
     if ops is None or not copies:
         return {}
-    ops = _outermost_modelled(ops)
+    ops = outermost_modelled(ops)
     if ops.empty:
         return {}
     m = op_models(ops)
