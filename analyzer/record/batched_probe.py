@@ -58,6 +58,7 @@ REPEATS = 7
 WARM_CALLS, WARM_NS = 3, 2_000_000  # before timing, at least this many calls and this long: the first calls of
 # a batched op on fresh tensors ran 1.5-2x its steady time (page faults, the allocator, the caches)
 MAX_SECONDS = 1.0  # the probe's own budget (its first pass)
+VARY_SHARE = 0.25  # a size in under this share of an op's seldom-repeated calls varies from call to call (`_varying`)
 PASSES = 2  # every group timed again after all the others: each number the lesser of the passes'
 LADDER_STEP, LADDER_MIN = 4, 8  # smaller batches timed: a quarter of the batch at a time, down to this
 ENV = "PERFSLEUTH_NO_BATCHED_PROBE"  # set: no probe (tests that must not time anything)
@@ -130,14 +131,73 @@ def groups_of(trace_json: Path, steps: int) -> list:
         g[0] += 1
         g[1] += e.dur
         g[4].setdefault(_key(e.args.strides), [0, e.args.strides])[0] += 1
-    out = []
+    out, few = [], []
     for (name, _, _), (n, us, dims, concrete, layouts) in seen.items():
         per_step = n / max(steps, 1)
-        if per_step >= MIN_PER_STEP and us / n <= SHORT_US:
+        if us / n > SHORT_US:
+            continue
+        if per_step >= MIN_PER_STEP:
             strides = max(layouts.values(), key=lambda v: v[0])[1]  # the calls' most common layout
             out.append((name, dims, per_step, concrete, strides))
+        else:
+            few.append((name, n, us, dims, concrete))
+    out += _varying(few, steps)
     out.sort(key=lambda g: -g[2])
     return out[:MAX_GROUPS]
+
+
+def _tensor_dims(dims: list) -> list:
+    """The tensor inputs' shapes of a call, in order (numbers and empty lists left out, as the analysis's
+    shape text leaves them)."""
+    return [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+
+
+def _varying(few: list, steps: int) -> list:
+    """Groups of calls whose shapes vary from call to call in some dimensions -- an MoE's experts, each fed the
+    tokens routed to it (`expert(x[idx])`: [61, 64] x [64, 128], then [46, 64] x [64, 128], ...) -- that repeat
+    MIN_PER_STEP times a step together though no one shape does. Of an op's calls `few` ((name, calls, µs,
+    dims, concrete): exact shapes repeated too seldom), a size is rare when under VARY_SHARE of them have it (a
+    model's widths are in most; each token count in few), and a call with exactly one rare size (above 1) varies
+    in the dimensions that hold it. Calls alike in all other dimensions are one group: (name, shapes with the
+    varying size the calls' median, per_step, concrete, None, [[input, dim], ...] the varying ones, counting tensor
+    inputs only). The median, not the mean: a seldom call of the experts' widths (a [512, 64] x [64, 128] beside
+    their [r, 64] x [64, 128]) joins the group, and the analysis scales each call by its own work anyway. Issue 39, eighth round: an unseen MoE's
+    2990 expert matmuls in five steps had 308 distinct shapes, none repeated 8 times a step."""
+    by_name: dict = {}
+    for g in few:
+        by_name.setdefault(g[0], []).append(g)
+    out = []
+    for name, calls in by_name.items():
+        total = sum(g[1] for g in calls)
+        seen_in: dict = {}
+        for _, n, _, dims, _ in calls:
+            for size in {x for d in _tensor_dims(dims) for x in d}:
+                seen_in[size] = seen_in.get(size, 0) + n
+        families: dict = {}
+        for _, n, us, dims, concrete in calls:
+            tensors = _tensor_dims(dims)
+            rare = {x for d in tensors for x in d if x > 1 and seen_in[x] < VARY_SHARE * total}
+            if len(rare) != 1:  # none, or two (a seldom call of constant shapes: a router's [512, 16] x [16, 64])
+                continue
+            vary = tuple((k, j) for k, d in enumerate(tensors) for j, x in enumerate(d) if x in rare)
+            key = (json.dumps([[x if (k, j) not in vary else -1 for j, x in enumerate(d)]
+                               for k, d in enumerate(tensors)]), _key(concrete))
+            f = families.setdefault(key, [0, 0.0, [], dims, concrete, vary])
+            f[0] += n
+            f[1] += us
+            f[2].append((n, tensors))
+        for n, us, members, dims, concrete, vary in families.values():
+            if len(members) < 2 or n / max(steps, 1) < MIN_PER_STEP or us / n > SHORT_US:
+                continue
+            k, j = vary[0]
+            size = statistics.median_low([t[k][j] for c, t in members for _ in range(c)])
+            shapes, k = [], 0
+            for d in dims:
+                if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+                    d, k = [size if (k, j) in vary else x for j, x in enumerate(d)], k + 1
+                shapes.append(d)
+            out.append((name, shapes, n / max(steps, 1), concrete, None, [list(v) for v in vary]))
+    return out
 
 
 def measure(groups: list, threads: int) -> Optional[dict]:
@@ -176,7 +236,7 @@ def measure(groups: list, threads: int) -> Optional[dict]:
 
 def _entry(torch, group) -> Optional[dict]:
     """One group's record (the module's docstring), or None when its op cannot be built from the shapes."""
-    name, shapes, per_step, concrete, strides = group
+    name, shapes, per_step, concrete, strides, *vary = group
     item = max(_numel(shapes), 1) * 4
     batch = _fits(shapes, strides, int(max(2, min(round(per_step), MAX_BATCH, MAX_BYTES // item))))
     try:
@@ -189,8 +249,8 @@ def _entry(torch, group) -> Optional[dict]:
         ladder = [[size, int(min(t.values()))] for size in _ladder(batch)
                   if (t := _forms(torch, name, shapes, size, concrete, strides))]
         # where the iterations share an operand, the rewrite's one wide matmul (the analysis decides)
-        wide = [[size, int(_median_ns(fn))] for size in [batch] + _ladder(batch)
-                if (fn := _wide_call(torch, name, shapes, size)) is not None]
+        wide = [] if vary else [[size, int(_median_ns(fn))] for size in [batch] + _ladder(batch)
+                                if (fn := _wide_call(torch, name, shapes, size)) is not None]
         copy = _copy_call(torch, name, shapes, batch, strides)
         copy_ns = _median_ns(copy) if copy is not None else None
     except Exception as exc:  # noqa: BLE001 -- a shape this probe misread: that op keeps the derived rate
@@ -201,6 +261,7 @@ def _entry(torch, group) -> Optional[dict]:
             **({"ladder": ladder} if ladder else {}),
             **({"wide": wide} if wide else {}),
             **({"copy_ns": int(copy_ns)} if copy_ns is not None else {}),
+            **({"vary": vary[0]} if vary else {}),
             **({"concrete": concrete} if concrete else {}),
             **({"strides": strides} if strides else {})}
 

@@ -122,6 +122,29 @@ def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
     assert "the median of 7" in got["source"]
 
 
+def test_calls_that_vary_in_one_size_are_one_group_at_their_mean_size(tmp_path, monkeypatch):
+    """An MoE's experts in two steps: 16 calls of [r, 64] x [64, 128] (r = 40, 48, 56, 60, 72, 80, 40, 84: each
+    shape twice, 1 a step) and their weight gradients [128, r] x [r, 64], besides a router's [512, 16] x [16, 64]
+    (twice; two rare sizes: a seldom call of constant shapes, no group) and a [512, 64] x [64, 128] of the
+    experts' widths (one rare size: it joins the first group, 9 a step). No one shape repeats 8 times a step; each
+    group of one varying size does, timed at the calls' median size (the lower one: 60 of the first group's 18
+    calls, 56 of the second's 16), its varying dimensions named; no wide matmul. A call of size 64, the experts'
+    width, has no rare size: none of theirs."""
+    rs = [40, 48, 56, 60, 72, 80, 40, 84]
+    ops = [("aten::mm", [[r, 64], [64, 128]], F2, 2, 5.0) for r in rs] + \
+          [("aten::mm", [[128, r], [r, 64]], F2, 2, 5.0) for r in rs] + \
+          [("aten::mm", [[512, 16], [16, 64]], F2, 2, 5.0), ("aten::mm", [[512, 64], [64, 128]], F2, 2, 5.0)]
+    groups = bp.groups_of(window(tmp_path, ops), 2)
+    assert groups == [("aten::mm", [[60, 64], [64, 128]], 9.0, None, None, [[0, 0]]),
+                      ("aten::mm", [[128, 56], [56, 64]], 8.0, None, None, [[0, 1], [1, 0]])]
+    ops.append(("aten::mm", [[64, 64], [64, 128]], F2, 2, 5.0))
+    assert bp.groups_of(window(tmp_path, ops), 2)[0] == groups[0]
+    monkeypatch.setattr(bp, "timed", lambda fn: (fn(), 1e-6)[1])
+    [entry] = bp.measure(groups[:1], threads=1)["ops"]
+    assert entry == {"name": "aten::mm", "shapes": [[60, 64], [64, 128]], "per_step": 9.0, "batch": 9, "ns": 1000,
+                     "vary": [[0, 0]]}
+
+
 def test_no_probe_without_shapes_or_when_switched_off(tmp_path, monkeypatch):
     path = window(tmp_path, [("aten::tanh", [[64, 8]], ["float"], 96, 1.0)])
     assert bp.for_run(path, 3, record_shapes=False) is None

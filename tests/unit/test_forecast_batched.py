@@ -148,17 +148,19 @@ def shaped(dims):
     return {"Input Dims": dims, "Input type": ["float"] * len(dims)}
 
 
-def shaped_step(tb, o, k, mm=((1, 64, 64), (1, 64, 64)), mul=((65536,), (65536,)), select=None):
+def shaped_step(tb, o, k, mm=((1, 64, 64), (1, 64, 64)), mul=((65536,), (65536,)), select=None, loop_mm=None):
     """40 ops of 3 µs, 7 µs apart, from 107 µs (mm, mul, relu, select: 107-500 µs): each mm of
     [16, 8] x [8, 8] (2 x 16 x 8 x 8 = 2048 FLOPs), each mul of two [256] (3 x 1024 bytes); then, outside
     the loop (no short ops: they would continue its run), a bmm (64 µs) at 700 µs and an add (96 µs) at
     800 µs of the shapes given: by default 524,288 FLOPs (8.192 per ns) and 786,432 bytes (8.192 per ns).
-    `select(j)`: the args of the select at op j (none by default)."""
+    `select(j)`: the args of the select at op j (none by default); `loop_mm(i)`: the shapes of the i-th mm."""
     kinds = ("aten::mm", "aten::mul", "aten::relu", "aten::select")
     args = {"aten::mm": shaped([[16, 8], [8, 8]]), "aten::mul": shaped([[256], [256]])}
     for j in range(40):
         name = kinds[j % 4]
         extra = select(j) if select is not None and name == "aten::select" else args.get(name, {})
+        if loop_mm is not None and name == "aten::mm":
+            extra = shaped(loop_mm(j // 4))
         tb.op(name, o + 107 + 10 * j, 3, **extra)
     tb.op("aten::bmm", o + 700, 64, **shaped([list(d) for d in mm]))
     tb.op("aten::add", o + 800, 96, **shaped([list(d) for d in mul]))
@@ -419,8 +421,32 @@ def test_where_the_loops_share_their_operands_a_matmul_costs_the_wide_one(tmp_pa
     assert "wide" not in fc["assumptions"]["whole_tensor_ops"]
 
 
+def test_calls_whose_shapes_vary_in_one_size_cost_the_probes_mean_item_scaled_by_their_work(tmp_path):
+    """An MoE's experts, each fed the tokens routed to it: shaped_step's 10 mm of [r, 8] x [8, 8], r = 8, 24, 8,
+    24, ..., 40. The probe timed [16, 8] x [8, 8] (the calls' median) batched over 10 in 5,000 ns, its varying
+    dimension (input 0, dim 0) named: a call costs 500 ns x r / 16, and a batched op over uneven items pads them
+    to the largest of the stretch (40 rows): 10 x 1,250 ns. An mm alike but
+    for another dimension ([r, 8] x [8, 16]) is no call of that batch; where both dimensions of [r, 8] vary, only
+    the calls whose two hold one size (r = 8) are. Issue 39, ninth round: an unseen MoE's 2990 expert matmuls in five steps had 308 shapes, none timed."""
+    rows = [8, 24] * 4 + [8, 40]
+    probe = {"threads": 1, "source": "test", "ops": [
+        {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "vary": [[0, 0]], "per_step": 10.0, "batch": 10,
+         "ns": 5000}]}
+
+    def moe(cols=8, k=8):
+        return lambda tb, o, i: shaped_step(tb, o, i, loop_mm=lambda j: [[rows[j], k], [k, cols]])
+    fc = forecaster(cpu_step_trace(tmp_path, moe()), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 12.5 + 3.75), 3)
+    assert "10 of the loops' 20 op calls per step measured" in fc["assumptions"]["whole_tensor_ops"]
+    fc = forecaster(cpu_step_trace(tmp_path, moe(cols=16)), meta={"batched_probe": probe}).forecast("batched-ops")
+    assert "measured" not in fc["assumptions"]["whole_tensor_ops"]
+    two = {**probe, "ops": [{**probe["ops"][0], "vary": [[0, 0], [0, 1]]}]}  # [r, r]: only where r is 8
+    fc = forecaster(cpu_step_trace(tmp_path, moe()), meta={"batched_probe": two}).forecast("batched-ops")
+    assert "5 of the loops' 20 op calls per step measured" in fc["assumptions"]["whole_tensor_ops"]
+
+
 def test_a_probe_entry_is_read_at_the_size_nearest_on_a_log_scale():
-    from perfsleuth.analysis.forecast.models.batched_work import _at
+    from perfsleuth.analysis.forecast.models.probed import at as _at
     ladder = [(12, 300.0), (48, 200.0), (192, 100.0)]
     assert [_at(ladder, c) for c in (1, 16, 24, 30, 48, 96, 100, 1000, float("inf"))] == [
         300.0, 300.0, 300.0, 200.0, 200.0, 200.0, 100.0, 100.0, 100.0]  # 24 and 96: halfway, the smaller size

@@ -28,7 +28,9 @@ plus one dispatch per distinct op of the loop.
   rewrite's op holds one loop's calls) instead of its work at a rate, and its work is left out of the rates'
   sums; where a step's loops share their operands (loops.shared_steps: no slice that differs per iteration), a
   matmul of theirs costs what the probe timed for the one wide matmul that batch folds into (issue 39, seventh
-  round). The assumption counts the ops so measured.
+  round). Calls whose shapes differ in one size from call to call (an MoE's experts, each fed the tokens routed
+  to it) cost the probe's time for their median size scaled by the work of the largest call of their loop
+  stretch: batched, they are padded to it (models/probed.py; issue 39, ninth round). The assumption counts the ops so measured.
 - Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
   and says so).
 """
@@ -47,6 +49,7 @@ from ...loops import light_kinds, measured_ceilings, outermost, outermost_modell
 from ...efficiency import flops as fl
 from ...efficiency.shapes import FAMILIES, shape_text, modelled_names, op_models
 from ..registry import Inputs
+from .probed import batch_keys, factors, measured_ns, per_signature, probed, varying
 
 SIZE_SHARE = 0.1  # ... and when the largest does at least this share of an average batched op's work
 BIG_SHARE = 0.5  # an op outside the loops sets the rate when it does at least this share of the largest one's work
@@ -148,61 +151,6 @@ def _peak(x: Inputs) -> tuple:
     return measured_ceilings(x.trace.run_metadata)
 
 
-def _probed(x: Inputs, field: str = "ladder") -> dict:
-    """{(op name, shapes as text): [(batch size, ns per call batched so), ...] by size} from `perfsleuth run`'s
-    probe (record/batched_probe.py: the batch of a step's calls and its `ladder` of smaller ones; with
-    field="wide", the one wide matmul at those sizes where it timed one); empty without it."""
-    meta = x.trace.run_metadata
-    probe = meta.get("batched_probe") if isinstance(meta, dict) else None
-    out = {}
-    for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
-        if not isinstance(o, dict):
-            continue
-        name, shapes, ns, batch = o.get("name"), o.get("shapes"), o.get("ns"), o.get("batch")
-        if isinstance(name, str) and isinstance(shapes, list) and isinstance(ns, (int, float)) \
-                and isinstance(batch, int) and ns > 0 and batch > 0:
-            sizes = ([(batch, float(ns) / batch)] if field == "ladder" else []) + [
-                (int(b), float(t) / b) for b, t in (r for r in o.get(field) or []
-                                                    if isinstance(r, list) and len(r) == 2)
-                if isinstance(b, int) and isinstance(t, (int, float)) and b > 0 and t > 0]
-            if sizes:
-                out[(name, shape_text(shapes))] = sorted(sizes)
-    return out
-
-
-def _at(entry, count: float) -> float:
-    """ns per call from a probe entry: a number, or [(batch size, ns per call), ...] whose size lies nearest
-    `count` (the calls of its kind in the op's loop stretch: what the rewrite's op holds) on a log scale."""
-    if not isinstance(entry, list):
-        return float(entry)
-    if not np.isfinite(count):
-        return float(entry[-1][1])  # the largest
-    sizes = np.log([b for b, _ in entry])
-    return float(entry[int(np.argmin(np.abs(sizes - np.log(max(count, 1.0)))))][1])
-
-
-def _measured_ns(m, inside: np.ndarray, probed: dict, counts: np.ndarray | None = None) -> np.ndarray:
-    """Per op, the probe's ns per call for the loop ops (`inside`) it timed at their name, shapes and fp32, at the
-    batch nearest the op's `counts` (its kind's calls in its loop stretch; the largest batch without); NaN
-    elsewhere."""
-    out = np.full(inside.size, np.nan)
-    if not probed or not len(m.table):
-        return out
-    t = m.table
-    per_sig = {sig: probed.get((name, shape)) for sig, name, shape, dtype in
-               zip(t.index, t["name"], t["shape"], t["dtype"]) if dtype == "fp32"}
-    per_sig = {k: v for k, v in per_sig.items() if v is not None}
-    if not per_sig:
-        return out
-    sig = m.signature
-    hit = inside & np.isin(sig, list(per_sig))
-    if counts is None:
-        out[hit] = [_at(per_sig[s], float("inf")) for s in sig[hit]]
-    else:
-        out[hit] = [_at(per_sig[s], c) for s, c in zip(sig[hit], counts[hit])]
-    return out
-
-
 def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop: iv.Intervals,
               other: iv.Intervals) -> Work | None:
     """The work of each loop segment (`segments`: sorted, disjoint spans) done by ops that start in
@@ -225,14 +173,20 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     seg = np.searchsorted(segments[0], ts, side="right") - 1
     inside &= seg >= 0
     n = segments[0].size
+    meta = x.trace.run_metadata
+    timed_as = per_signature(m, probed(meta), varying(meta))
     # each loop op at the probe's batch nearest its kind's calls in its stretch: the rewrite's op holds those
-    per_stretch = pd.DataFrame({"seg": seg, "sig": m.signature}).groupby(["seg", "sig"])["seg"].transform("size")
-    counts = per_stretch.to_numpy(np.float64)
-    probe_ns = _measured_ns(m, inside & (matrix | vector), _probed(x), counts)
+    kind = np.where(batch_keys(m, timed_as) >= 0, batch_keys(m, timed_as), -2 - m.signature)
+    per_stretch = pd.DataFrame({"seg": seg, "kind": kind, "f": factors(m, timed_as)}).groupby(["seg", "kind"])
+    counts = per_stretch["seg"].transform("size").to_numpy(np.float64)
+    # calls of varying shapes batched together are padded to the largest of their stretch (an MoE's experts to
+    # the busiest one's tokens: as a rewrite of one batched matmul must)
+    busiest = per_stretch["f"].transform("max").to_numpy(np.float64)
+    probe_ns = measured_ns(m, inside & (matrix | vector), timed_as, counts, busiest)
     # where a step's loops share their operands, a matmul of theirs is one wide matmul (loops.shared_steps)
     ends = x.tl.steps["host_end"].to_numpy(np.float64)
     shared = shared_steps(shaped, loop, ends)[np.minimum(np.searchsorted(ends, ts), len(ends) - 1)]
-    wide_ns = _measured_ns(m, inside & matrix & shared, _probed(x, "wide"), counts)
+    wide_ns = measured_ns(m, inside & matrix & shared, per_signature(m, probed(meta, "wide")), counts)
     wide = ~np.isnan(wide_ns)
     probe_ns[wide] = wide_ns[wide]
     timed = ~np.isnan(probe_ns)
@@ -275,7 +229,8 @@ def probed_copies(x: Inputs) -> dict:
     probe = meta.get("batched_probe") if isinstance(meta, dict) else None
     copies = {}
     for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
-        if isinstance(o, dict) and isinstance(o.get("copy_ns"), (int, float)) and isinstance(o.get("batch"), int) \
+        if isinstance(o, dict) and o.get("vary") is None and isinstance(o.get("copy_ns"), (int, float)) \
+                and isinstance(o.get("batch"), int) \
                 and o["copy_ns"] > 0 and o["batch"] > 0 and isinstance(o.get("shapes"), list) \
                 and isinstance(o.get("name"), str):
             copies[(o["name"], shape_text(o["shapes"]))] = float(o["copy_ns"]) / o["batch"]
@@ -286,6 +241,6 @@ def probed_copies(x: Inputs) -> dict:
     if ops.empty:
         return {}
     m = op_models(ops)
-    ns = _measured_ns(m, m.family == FAMILIES.index(fl.ELEMENTWISE), copies)
+    ns = measured_ns(m, m.family == FAMILIES.index(fl.ELEMENTWISE), per_signature(m, copies))
     hit = ~np.isnan(ns)
     return dict(zip(ops["ts"].to_numpy(np.int64)[hit].tolist(), ns[hit].tolist()))
