@@ -235,6 +235,24 @@ def test_a_loop_op_split_off_its_loop_is_no_iteration_of_its_own():
 
 
 
+def test_an_indexed_assignments_backward_is_the_loops_whatever_its_time():
+    """A DeepSeekMoE's backward (issue 39, ninth round): per expert, `y[idx == i] = expert(...)`'s
+    IndexPutBackward0 (240 µs: the whole gradient cloned, the assigned rows zeroed), then a MulBackward0 and an
+    IndexBackward0 (3 µs each), 16 experts. Like a slice's backward, the node writes a whole-size tensor per
+    iteration: it is the loop's whatever its time, and the 48 nodes are one loop. A kind of 240 µs that is no
+    such node (an AddmmBackward0) ends the run: no loop."""
+    def ops(slow):
+        names = [(f"{BWD}{slow}", f"{BWD}MulBackward0", f"{BWD}IndexBackward0")[j % 3] for j in range(48)]
+        dur = [(240.0, 3.0, 3.0)[j % 3] for j in range(48)]
+        ts = np.cumsum([0.0] + [d + 5.0 for d in dur[:-1]])
+        top = pd.DataFrame({"ts": ts * 1000, "dur": np.array(dur) * 1000, "name": names})
+        return top.assign(end=top["ts"] + top["dur"], gap=5000.0), np.array([ts[-1] + 500.0]) * 1000
+    got = loop_ops(*ops("IndexPutBackward0"))
+    assert got["name"].value_counts().to_dict() == {f"{BWD}{n}": 16 for n in (
+        "IndexPutBackward0", "MulBackward0", "IndexBackward0")}
+    assert loop_ops(*ops("AddmmBackward0")).empty
+
+
 def test_a_kind_whose_arithmetic_is_light_is_short_up_to_200_us():
     """Per-head attention (issue 39, seventh round): its `aten::linear` ran 49 µs in one recording and 80 µs in
     a slower one, which then found no loop. A kind whose arithmetic would take under 50 µs at the machine's
