@@ -161,8 +161,9 @@ def _varying(few: list, steps: int) -> list:
     in the dimensions that hold it. Calls alike in all other dimensions are one group: (name, shapes with the
     varying size the calls' median, per_step, concrete, None, [[input, dim], ...] the varying ones, counting tensor
     inputs only). The median, not the mean: a seldom call of the experts' widths (a [512, 64] x [64, 128] beside
-    their [r, 64] x [64, 128]) joins the group, and the analysis scales each call by its own work anyway. Issue 39, eighth round: an unseen MoE's
-    2990 expert matmuls in five steps had 308 distinct shapes, none repeated 8 times a step."""
+    their [r, 64] x [64, 128]) joins the group, and the analysis scales each call by its own work anyway. Issue
+    39, eighth round: an unseen MoE's 2990 expert matmuls in five steps had 308 distinct shapes, none repeated 8
+    times a step."""
     by_name: dict = {}
     for g in few:
         by_name.setdefault(g[0], []).append(g)

@@ -445,7 +445,8 @@ def test_calls_whose_shapes_vary_in_one_size_cost_the_probes_mean_item_scaled_by
     dimension (input 0, dim 0) named: a call costs 500 ns x r / 16, and a batched op over uneven items pads them
     to the largest of the stretch (40 rows): 10 x 1,250 ns. An mm alike but
     for another dimension ([r, 8] x [8, 16]) is no call of that batch; where both dimensions of [r, 8] vary, only
-    the calls whose two hold one size (r = 8) are. Issue 39, ninth round: an unseen MoE's 2990 expert matmuls in five steps had 308 shapes, none timed."""
+    the calls whose two hold one size (r = 8) are. Issue 39, ninth round: an unseen MoE's 2990 expert matmuls in
+    five steps had 308 shapes, none timed."""
     rows = [8, 24] * 4 + [8, 40]
     probe = {"threads": 1, "source": "test", "ops": [
         {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "vary": [[0, 0]], "per_step": 10.0, "batch": 10,
@@ -455,7 +456,10 @@ def test_calls_whose_shapes_vary_in_one_size_cost_the_probes_mean_item_scaled_by
         return lambda tb, o, i: shaped_step(tb, o, i, loop_mm=lambda j: [[rows[j], k], [k, cols]])
     fc = forecaster(cpu_step_trace(tmp_path, moe()), meta={"batched_probe": probe}).forecast("batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 12.5 + 3.75), 3)
-    assert "10 of the loops' 20 op calls per step measured" in fc["assumptions"]["whole_tensor_ops"]
+    assert "10 of the loops' 20 op calls per step measured: perfsleuth run's probe timed each batched over its " \
+        "recorded shapes on this machine, 10 of them of shapes that vary from call to call (an expert's tokens), " \
+        "timed at their median size and padded to the largest of each loop (12 µs per step)" in (
+            fc["assumptions"]["whole_tensor_ops"])
     fc = forecaster(cpu_step_trace(tmp_path, moe(cols=16)), meta={"batched_probe": probe}).forecast("batched-ops")
     assert "measured" not in fc["assumptions"]["whole_tensor_ops"]
     two = {**probe, "ops": [{**probe["ops"][0], "vary": [[0, 0], [0, 1]]}]}  # [r, r]: only where r is 8

@@ -185,6 +185,9 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
                  + (f", {work.wide_calls / n:.0f} of them as one wide matmul (the loops' iterations share an "
                     "operand: no slice of a tensor that differs from one iteration to the next)"
                     if work.wide_calls else "")
+                 + (f", {work.varying_calls / n:.0f} of them of shapes that vary from call to call (an expert's "
+                    "tokens), timed at their median size and padded to the largest of each loop"
+                    if work.varying_calls else "")
                  + f" ({work.measured.sum() / n / 1000:.0f} µs per step); the others' ")
     return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
             f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "

@@ -30,7 +30,8 @@ plus one dispatch per distinct op of the loop.
   matmul of theirs costs what the probe timed for the one wide matmul that batch folds into (issue 39, seventh
   round). Calls whose shapes differ in one size from call to call (an MoE's experts, each fed the tokens routed
   to it) cost the probe's time for their median size scaled by the work of the largest call of their loop
-  stretch: batched, they are padded to it (models/probed.py; issue 39, ninth round). The assumption counts the ops so measured.
+  stretch: batched, they are padded to it (models/probed.py; issue 39, ninth round). The assumption counts the
+  ops so measured.
 - Without recorded shapes there is no work to count: None (the model falls back to its fitted cost
   and says so).
 """
@@ -80,6 +81,7 @@ class Work:
     measured_calls: int  # how many loop op calls that is
     calls: int  # of the loop's modelled op calls
     wide_calls: int = 0  # of the measured, the matmuls timed as one wide matmul (the iterations share an operand)
+    varying_calls: int = 0  # of the measured, the calls of shapes that vary per call (padded to their loop's largest)
 
     def ns(self) -> np.ndarray:
         """Per segment, the time of its arithmetic: measured by the probe, else at the rates (work at an
@@ -176,7 +178,8 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     meta = x.trace.run_metadata
     timed_as = per_signature(m, probed(meta), varying(meta))
     # each loop op at the probe's batch nearest its kind's calls in its stretch: the rewrite's op holds those
-    kind = np.where(batch_keys(m, timed_as) >= 0, batch_keys(m, timed_as), -2 - m.signature)
+    keys = batch_keys(m, timed_as)
+    kind = np.where(keys >= 0, keys, -2 - m.signature)
     per_stretch = pd.DataFrame({"seg": seg, "kind": kind, "f": factors(m, timed_as)}).groupby(["seg", "kind"])
     counts = per_stretch["seg"].transform("size").to_numpy(np.float64)
     # calls of varying shapes batched together are padded to the largest of their stretch (an MoE's experts to
@@ -217,7 +220,10 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
         else:
             rates.append((ceiling, "peak") if ceiling > 0 else (0.0, "none"))
     calls = int((inside & (matrix | vector)).sum())
-    return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls, int(wide.sum()))
+    uneven = [s for s, (key, _, _) in timed_as.items() if "*" in key[1]]  # probed.per_signature's families
+    varying_calls = int((timed & ~wide & np.isin(m.signature, uneven)).sum())
+    return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls, int(wide.sum()),
+                varying_calls)
 
 
 def probed_copies(x: Inputs) -> dict:

@@ -4,7 +4,7 @@ the window's op calls (issue 39): per call, the ns of its share of the batched o
 - An entry of exact shapes times the calls of that name and those shapes: ns per call at the batch nearest the
   calls of its kind in the call's loop stretch (its `ladder`; the rewrite's op holds one loop's calls).
 - An entry with `vary` times calls whose shapes differ in one size from call to call (an MoE's experts, each fed
-  the tokens routed to it): the batched op was timed at the calls' mean size. A call alike in every other
+  the tokens routed to it): the batched op was timed at the calls' median size. A call alike in every other
   dimension, whose varying dimensions all hold one size, costs that time scaled by its work over the timed
   item's (FLOPs for a matmul, bytes otherwise; `factors`). The model pads the calls batched together to the
   largest of their loop stretch (batched_work.loop_work): one batched matmul over uneven items does, as the
