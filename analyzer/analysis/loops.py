@@ -76,14 +76,7 @@ def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = N
     Ops that start inside `exclude` (`not_the_steps`) are never loop ops, and end a run. Ops named in
     `also` may be loop ops whatever their duration (`loop_backward`); kinds named in `light` (`light_kinds`)
     are short up to LIGHT_NS where a step calls them MIN_REPEAT times or more."""
-    name = top["name"].astype(str)
-    median = top.groupby(name)["dur"].transform("median")
-    step = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64))
-    # light, and repeated as a loop's kinds are: one called a few times a step would only lengthen a run
-    # without being its loop's (and a run needs MIN_REPEAT ops per kind)
-    calls = pd.Series(step < len(step_ends), index=top.index).groupby(name).transform("sum")
-    repeated = calls.to_numpy() >= MIN_REPEAT * max(len(step_ends), 1)
-    short = (median <= SMALL_OP_NS) | (name.isin(tuple(light)) & (median <= LIGHT_NS) & repeated)
+    name, short, _, _, step = _kinds(top, step_ends, light)
     small = (short | name.isin(SCATTER_BACKWARD + tuple(also))).to_numpy().copy()
     if exclude is not None:
         small &= ~iv.covers(exclude, top["ts"].to_numpy(np.int64))
@@ -96,6 +89,40 @@ def loop_ops(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = N
     # The loop is the kinds the run repeats; a short op that appears a few times in the stretch (the
     # model's own layers, the loss, the optimizer of a tiny model) is not part of it and keeps its cost.
     return df[df.groupby(["run", "name"])["name"].transform("size").to_numpy() >= MIN_REPEAT]
+
+
+def _kinds(top: pd.DataFrame, step_ends: np.ndarray, light=()) -> tuple:
+    """Per op of `top`: (its kind's name, whether the kind is short (`loop_ops`), the kind's median, whether a step
+    repeats the kind MIN_REPEAT times or more, the op's step)."""
+    name = top["name"].astype(str)
+    median = top.groupby(name)["dur"].transform("median")
+    step = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64))
+    # light, and repeated as a loop's kinds are: one called a few times a step would only lengthen a run
+    # without being its loop's (and a run needs MIN_REPEAT ops per kind)
+    calls = pd.Series(step < len(step_ends), index=top.index).groupby(name).transform("sum")
+    repeated = calls.to_numpy() >= MIN_REPEAT * max(len(step_ends), 1)
+    short = (median <= SMALL_OP_NS) | (name.isin(tuple(light)) & (median <= LIGHT_NS) & repeated)
+    return name, short, median, repeated, step
+
+
+def long_kinds(top: pd.DataFrame, step_ends: np.ndarray, exclude: iv.Intervals = None, light=(),
+               most: int = 3) -> str:
+    """The kinds a step repeats MIN_REPEAT times or more (ops outside `exclude`) that are too long to be a loop's
+    short ops and end its runs, the most time first, at most `most`: 'aten::addmm (36 a step, median 180 µs),
+    ...'; '' without. What a reason for no loop names (issue 39, ninth round: an unseen Switch MoE's experts'
+    matmuls ran 100-400 µs, and the reason spoke only of the optimizer)."""
+    name, short, median, repeated, step = _kinds(top, step_ends, light)
+    mine = (repeated & ~short.to_numpy() & ~name.isin(SCATTER_BACKWARD).to_numpy() & (step < len(step_ends)))
+    if exclude is not None:
+        mine &= ~iv.covers(exclude, top["ts"].to_numpy(np.int64))
+    if not mine.any():
+        return ""
+    k = pd.DataFrame({"name": name[mine], "dur": top["dur"].to_numpy()[mine], "median": median.to_numpy()[mine]})
+    g = k.groupby("name").agg(calls=("dur", "size"), total=("dur", "sum"), median=("median", "first"))
+    g = g[g["calls"] >= MIN_REPEAT * max(len(step_ends), 1)].sort_values("total", ascending=False).head(most)
+    n = max(len(step_ends), 1)
+    return ", ".join(f"{kind} ({calls / n:.0f} a step, median {med / 1000:.0f} µs)"
+                     for kind, calls, med in zip(g.index, g["calls"], g["median"]))
 
 
 def measured_ceilings(meta) -> tuple:

@@ -63,3 +63,21 @@ def test_a_step_whose_only_loop_is_the_optimizers_says_what_a_loop_is(tmp_path):
         "fix (foreach-optimizer forecasts it). A loop is 16 or more ops in a row of kinds whose median call is under "
         "50 µs (200 µs where its arithmetic would take under 50 at the machine's measured ceilings); a slower kind "
         "ends it, so a loop of ops near that time can go unfound in a slower recording")
+
+
+def test_a_reason_without_a_loop_names_the_repeated_kinds_too_long_for_one(tmp_path):
+    """The step above and, after the optimizer, 8 linears of 55 µs a step and 4 convolutions of 60 (a large-expert
+    MoE's matmuls, issue 39 ninth round: the reason had spoken only of the optimizer): the reason ends with the
+    kinds a step repeats 8 times or more that are too long for a loop's short op; the 4 a step are not named."""
+    def body(tb, o, k):
+        tb.annotation("Optimizer.step#SGD.step", o + 100, 400)
+        for j in range(40):
+            tb.op("aten::mul_" if j % 2 else "aten::add_", o + 105 + 10 * j, 3)
+        for j in range(8):
+            tb.op("aten::linear", o + 510 + 58 * j, 55)
+        for j in range(4):
+            tb.op("aten::conv2d", o + 1000 + 70 * j, 60)  # too long, but 4 a step
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=2000)).forecast("batched-ops")
+    assert fc["kind"] == "none" and fc["reason"].endswith(
+        "a slower kind ends it, so a loop of ops near that time can go unfound in a slower recording; the kinds the "
+        "steps repeat that run too long for a loop's short op: aten::linear (8 a step, median 55 µs)")

@@ -42,6 +42,7 @@ from ...loops import (
     evidence,
     gathers,
     loop_backward,
+    long_kinds,
     loop_ops,
     not_the_steps,
 )
@@ -217,12 +218,17 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     before_ns, start_cut = step_ns(p)[0], p.cut  # the step as the replay has it before the rewrite
     theirs = not_the_steps(x.ops)  # DataLoader fetches and perfsleuth's own ranges: never the loop's, never removed
     df = loop_ops(top, steps["host_end"].to_numpy(np.float64), theirs, light=light(x))
+    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
+
+    def slower() -> str:  # for a reason without a loop: the kinds that ended the runs
+        kinds = long_kinds(top, steps["host_end"].to_numpy(np.float64), iv.union(theirs, per_parameter), light(x))
+        return f"; the kinds the steps repeat that run too long for a loop's short op: {kinds}" if kinds else ""
     if df.empty:
         raise NoForecast(f"no loop of {MIN_RUN} or more short ops ({MIN_REPEAT}+ of each kind) in the replayed "
-                         "steps, outside DataLoader fetches")
+                         f"steps, outside DataLoader fetches{slower()}")
     df, reasons = _independent(x, top, df, steps)
     if df.empty:
-        raise NoForecast(ONLY_OPTIMIZER if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
+        raise NoForecast(ONLY_OPTIMIZER + slower() if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
     ends = steps["host_end"].to_numpy(np.float64)
     long_backward = loop_backward(top, not_optimizer(x, df), ends)  # the loop's backward nodes, however long
     if long_backward:
@@ -231,7 +237,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     stays = df[left]  # the optimizer's ops on parameters the rewrite leaves: as they ran
     df = df[~left]
     if df.empty:
-        raise NoForecast(ONLY_OPTIMIZER)
+        raise NoForecast(ONLY_OPTIMIZER + slower())
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
     df = df.assign(segment=_segment_ids(df))
@@ -254,7 +260,6 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                     stays["end"].to_numpy(np.int64))  # with the Python before each, as the loop's ops go
     params = fewer_parameters(x, p, df, iv.union(ivs, theirs, kept), variant)
     spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
-    per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     kinds = seg["kinds"].to_numpy(np.float64)
     # on a device the host's op times are launches, no measure of the work: the fitted cost there
     work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter))
