@@ -146,10 +146,15 @@ def groups_of(trace_json: Path, steps: int) -> list:
     return out[:MAX_GROUPS]
 
 
+def _is_tensor(d) -> bool:
+    """Whether one of a call's Input Dims is a tensor's shape (not a number's, not an empty list)."""
+    return isinstance(d, list) and bool(d) and all(isinstance(x, int) for x in d)
+
+
 def _tensor_dims(dims: list) -> list:
     """The tensor inputs' shapes of a call, in order (numbers and empty lists left out, as the analysis's
     shape text leaves them)."""
-    return [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+    return [d for d in dims if _is_tensor(d)]
 
 
 def _varying(few: list, steps: int) -> list:
@@ -194,7 +199,7 @@ def _varying(few: list, steps: int) -> list:
             size = statistics.median_low([t[k][j] for c, t in members for _ in range(c)])
             shapes, k = [], 0
             for d in dims:
-                if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+                if _is_tensor(d):
                     d, k = [size if (k, j) in vary else x for j, x in enumerate(d)], k + 1
                 shapes.append(d)
             out.append((name, shapes, n / max(steps, 1), concrete, None, [list(v) for v in vary]))

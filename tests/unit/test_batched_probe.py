@@ -122,7 +122,7 @@ def test_the_measurement_names_each_op_its_batch_and_time(monkeypatch):
     assert "the median of 7" in got["source"]
 
 
-def test_calls_that_vary_in_one_size_are_one_group_at_their_mean_size(tmp_path, monkeypatch):
+def test_calls_that_vary_in_one_size_are_one_group_at_their_median_size(tmp_path, monkeypatch):
     """An MoE's experts in two steps: 16 calls of [r, 64] x [64, 128] (r = 40, 48, 56, 60, 72, 80, 40, 84: each
     shape twice, 1 a step) and their weight gradients [128, r] x [r, 64], besides a router's [512, 16] x [16, 64]
     (twice; two rare sizes: a seldom call of constant shapes, no group) and a [512, 64] x [64, 128] of the

@@ -439,7 +439,7 @@ def test_where_the_loops_share_their_operands_a_matmul_costs_the_wide_one(tmp_pa
     assert "wide" not in fc["assumptions"]["whole_tensor_ops"]
 
 
-def test_calls_whose_shapes_vary_in_one_size_cost_the_probes_mean_item_scaled_by_their_work(tmp_path):
+def test_calls_whose_shapes_vary_in_one_size_cost_the_probes_median_item_scaled_by_their_work(tmp_path):
     """An MoE's experts, each fed the tokens routed to it: shaped_step's 10 mm of [r, 8] x [8, 8], r = 8, 24, 8,
     24, ..., 40. The probe timed [16, 8] x [8, 8] (the calls' median) batched over 10 in 5,000 ns, its varying
     dimension (input 0, dim 0) named: a call costs 500 ns x r / 16, and a batched op over uneven items pads them

@@ -48,9 +48,9 @@ from ....trace.selection import of_kind
 from ... import intervals as iv
 from ...loops import light_kinds, measured_ceilings, outermost, outermost_modelled, shared_steps
 from ...efficiency import flops as fl
-from ...efficiency.shapes import FAMILIES, shape_text, modelled_names, op_models
+from ...efficiency.shapes import FAMILIES, modelled_names, op_models
 from ..registry import Inputs
-from .probed import batch_keys, factors, measured_ns, per_signature, probed, varying
+from .probed import batch_keys, copies, factors, measured_ns, per_signature, probed, varying
 
 SIZE_SHARE = 0.1  # ... and when the largest does at least this share of an average batched op's work
 BIG_SHARE = 0.5  # an op outside the loops sets the rate when it does at least this share of the largest one's work
@@ -231,22 +231,14 @@ def probed_copies(x: Inputs) -> dict:
     dimension moved second, as perfsleuth run's probe timed it batched (`copy_ns`)} (`x.ops`' times); empty
     without shapes or such a probe. A rewrite whose loop's outputs are gathered by a cat along a later dimension
     copies them so (`batched_around.copies_ns`)."""
-    meta = x.trace.run_metadata
-    probe = meta.get("batched_probe") if isinstance(meta, dict) else None
-    copies = {}
-    for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
-        if isinstance(o, dict) and o.get("vary") is None and isinstance(o.get("copy_ns"), (int, float)) \
-                and isinstance(o.get("batch"), int) \
-                and o["copy_ns"] > 0 and o["batch"] > 0 and isinstance(o.get("shapes"), list) \
-                and isinstance(o.get("name"), str):
-            copies[(o["name"], shape_text(o["shapes"]))] = float(o["copy_ns"]) / o["batch"]
+    timed = copies(x.trace.run_metadata)
     ops = shaped_ops(x)
-    if ops is None or not copies:
+    if ops is None or not timed:
         return {}
     ops = outermost_modelled(ops)
     if ops.empty:
         return {}
     m = op_models(ops)
-    ns = measured_ns(m, m.family == FAMILIES.index(fl.ELEMENTWISE), per_signature(m, copies))
+    ns = measured_ns(m, m.family == FAMILIES.index(fl.ELEMENTWISE), per_signature(m, timed))
     hit = ~np.isnan(ns)
     return dict(zip(ops["ts"].to_numpy(np.int64)[hit].tolist(), ns[hit].tolist()))

@@ -33,13 +33,18 @@ def _sizes(o: dict, field: str) -> list:
         if isinstance(b, int) and isinstance(t, (int, float)) and b > 0 and t > 0])
 
 
-def _records(meta: dict):
+def _ops(meta: dict):
+    """The probe's records (dicts with a name, shapes and a positive batch), as the trace's metadata has them."""
     probe = meta.get("batched_probe") if isinstance(meta, dict) else None
     for o in (probe.get("ops") if isinstance(probe, dict) else None) or []:
         if isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("shapes"), list) \
-                and isinstance(o.get("ns"), (int, float)) and isinstance(o.get("batch"), int) \
-                and o["ns"] > 0 and o["batch"] > 0:
+                and isinstance(o.get("batch"), int) and o["batch"] > 0:
             yield o
+
+
+def _records(meta: dict):
+    """The probe's records with a time."""
+    return (o for o in _ops(meta) if isinstance(o.get("ns"), (int, float)) and o["ns"] > 0)
 
 
 def _vary(o: dict) -> Optional[tuple]:
@@ -59,6 +64,13 @@ def probed(meta: dict, field: str = "ladder") -> dict:
         if o.get("vary") is None and (sizes := _sizes(o, field)):
             out[(o["name"], shape_text(o["shapes"]))] = sizes
     return out
+
+
+def copies(meta: dict) -> dict:
+    """{(op name, shapes as text): ns per item of copying the batched output with the batch's dimension moved second
+    (`copy_ns`)} of the probe's records of exact shapes; empty without."""
+    return {(o["name"], shape_text(o["shapes"])): float(o["copy_ns"]) / o["batch"] for o in _ops(meta)
+            if o.get("vary") is None and isinstance(o.get("copy_ns"), (int, float)) and o["copy_ns"] > 0}
 
 
 def _masked(tensors: list, vary: tuple) -> str:
