@@ -33,6 +33,11 @@ WAITS = ("sync", "transfer")  # stalls whose findings' fixes remove the wait its
 # cannot show).
 QUALIFY = {"first-calls": "the trace records first calls (start-up), not steady steps: this "
                           "verdict describes start-up (first-calls)"}
+# On the CPU an op's own time is the category `kernel` (there is no device to wait for), so a step of many short
+# ops reads kernel-bound while tiny-ops says that time is per-op overhead: said beside the verdict (every
+# unseen helper of issue 39 read "kernel-bound" above "per-op overhead, not arithmetic, fills the step").
+CPU_OVERHEAD = ("on the CPU an op's own time counts as kernel time: tiny-ops finds much of it is each short op's fixed "
+                "cost (dispatch, allocation), not arithmetic")
 
 
 @dataclass
@@ -87,6 +92,8 @@ def reconsider(verdict: str, reason: str, share: dict, findings: list, config: C
         if current != UNREAD else []  # no category is the verdict: nothing is "elsewhere"
     fired = {f.get("rule") for f in findings}
     extras += [said for rule, said in QUALIFY.items() if rule in fired]
+    if not gpu and current == "kernel-bound" and "tiny-ops" in fired:
+        extras.append(CPU_OVERHEAD)
     notes = why + ([] if _said_by_text(current, share, config) else [reason]) + extras
     reason = "; ".join(why + [reason] + extras)
     return Verdict(verdict=current, reason=reason, text=verdict_text(current, share, gpu, device),
@@ -128,7 +135,7 @@ def _elsewhere(verdict: str, findings: list) -> str:
         h = numbers.ranked(f)
         if h["speedup"] is None or h["speedup"] < numbers.TOP_AT_LEAST or h["saving_us"] is None:
             continue
-        if top is None or h["saving_us"] > top[1]["saving_us"]:
+        if top is None or (numbers.share_saved(h), h["saving_us"]) > (numbers.share_saved(top[1]), top[1]["saving_us"]):
             top = (f, h)
     if top is None or top[0].get("category") == category:
         return ""

@@ -49,3 +49,21 @@ def test_what_the_text_does_not_say_stays():
 def test_a_report_without_notes_shows_its_reason_once():
     report = make_report()
     assert verdict_said(report) == ("", ["kernels take 61% of the step and no stall category takes a material share"])
+
+
+CPU_OPS = {"dataloader": 0.0, "kernel": 0.751, "sync": 0.0, "transfer": 0.0, "host": 0.249, "communication": 0.0,
+           "other": 0.0}
+
+
+def test_a_cpu_run_of_tiny_ops_says_its_kernel_time_is_overhead():
+    """Issue 39's unseen helpers: a CPU run read `kernel-bound` (ops 75%) above tiny-ops' "per-op overhead, not
+    arithmetic, fills the step". On the CPU the note says why both hold; not on a GPU, not without tiny-ops."""
+    tiny = [finding("tiny-ops", "host", 1.147, 6799.0)]
+    v = reconsider("kernel-bound", "kernels take 75% of the step", CPU_OPS, tiny, Config(), gpu=False, device="CPU")
+    assert v.verdict == "kernel-bound"
+    assert v.notes[-1] == ("on the CPU an op's own time counts as kernel time: tiny-ops finds much of it is each "
+                           "short op's fixed cost (dispatch, allocation), not arithmetic")
+    assert v.reason.endswith(v.notes[-1])
+    for gpu, found in ((True, tiny), (False, [finding("fused-optimizer", "host", 1.1, 8905.0)])):
+        other = reconsider("kernel-bound", "kernels take 75% of the step", CPU_OPS, found, Config(), gpu=gpu)
+        assert not any("counts as kernel time" in n for n in other.notes)
