@@ -101,6 +101,13 @@ def ranked(finding: Any) -> dict:
             and (h["saving_us"] is None or fc["saving_us"] < h["saving_us"]) else h["saving_us"]}
 
 
+def share_saved(h: dict) -> float:
+    """The share of the step a headline (`headline`, `ranked`) saves, 1 - 1/speedup: on every model's step alike
+    (a saving in µs is on the step its model states); 0.0 without a speedup above 1."""
+    s = h.get("speedup")
+    return 1.0 - 1.0 / float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and s > 1.0 else 0.0
+
+
 def saving_of(finding: Any) -> Optional[float]:
     """The saving per step (µs) a finding is ranked by: measured, else forecast; None without either."""
     h = headline(finding)

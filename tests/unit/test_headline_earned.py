@@ -19,6 +19,19 @@ def _f(rule, severity="medium", forecast=None, saving=None, ceiling=0.0, fix="Do
                          "low": forecast, "high": forecast, "reason": None if forecast else "no model"}}
 
 
+def test_savings_on_different_steps_rank_by_the_share_of_the_step_they_save():
+    """An unseen helper's CPU run (issue 39): fused-optimizer 1.10x saving 8.91 ms of the profiled 88.9 ms step led
+    tiny-ops 1.147x saving 6.80 ms of the 46.4 ms step without the profiler. Ranked by the share of the step each
+    saves (9.1% and 12.8%), tiny-ops leads; at one speedup the larger saving in µs goes first."""
+    fused, tiny = _f("fused-optimizer", forecast=1.10, saving=8905.7), _f("tiny-ops", forecast=1.147, saving=6799.2)
+    ranked = order([fused, tiny])
+    assert [f["rule"] for f in ranked] == ["tiny-ops", "fused-optimizer"]
+    assert numbers.top_finding(ranked)["rule"] == "tiny-ops"
+    assert round(numbers.share_saved(numbers.ranked(ranked[0])), 4) == round(1 - 1 / 1.147, 4) == 0.1282
+    tie = order([_f("a", forecast=1.2, saving=10.0), _f("b", forecast=1.2, saving=20.0)])
+    assert [f["rule"] for f in tie] == ["b", "a"]
+
+
 def test_a_pin_memory_finding_at_1_00x_is_not_the_top_finding():
     """The H100 video trace's card showed pin-memory `est. 1.00×, saves 4.2 µs`."""
     ranked = order([_f("pin-memory", "low", forecast=1.00, saving=4.2, ceiling=4.2)])
