@@ -117,13 +117,16 @@ def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     fc = forecaster(cpu_step_trace(tmp_path, body), meta={"clock": clock}).forecast("batched-ops")
     assert fc["speedup"] == round((1000 - 40 * 10) / (647 - 8 * 10), 3)
     assert fc["assumptions"]["profiler_cost"] == (
-        "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without, perfsleuth run's "
-        "clock): 10.0 µs per recorded op, it goes with the ops: 40 ops per step before (0.60 ms without it), "
-        "8 after (0.57 ms); the saving and the step after the fix are without it")
+        "the profiler took 40% of a recorded step's CPU time (1.0 ms of CPU time profiled, 0.6 ms without, all "
+        "threads, perfsleuth run's clock): 10.0 µs per recorded op, it goes with the ops: 40 ops per step before "
+        "(0.60 ms without it), 8 after (0.57 ms); the saving and the step after the fix are without it")
     # the saving and the step after, on the scale of the step without the profiler (600 µs), not the recorded 1000
     assert (round(fc["saving_us"], 6), round(fc["step_us"], 6)) == (33.0, 567.0)
+    # the loops' µs are the recorded step's, and say so (issue 39: "go (64279 µs per step)" read above a 46 ms step)
+    assert fc["assumptions"]["loops"].endswith(" µs per step of the recorded step, the profiler's cost in it)")
     plain = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
     assert plain["speedup"] == round(1000 / 647, 3) and "profiler_cost" not in plain["assumptions"]
+    assert plain["assumptions"]["loops"].endswith(" µs per step)")
 
 
 def test_the_profiled_step_is_the_mean_of_the_steps_the_replay_has(tmp_path):
@@ -140,7 +143,7 @@ def test_the_profiled_step_is_the_mean_of_the_steps_the_replay_has(tmp_path):
     fc = forecaster(cpu_step_trace(tmp_path, body), meta={"clock": clock}).forecast("batched-ops")
     assert fc["speedup"] == round((1000 - 40 * 10) / (647 - 8 * 10), 3)
     assert fc["assumptions"]["profiler_cost"].startswith(
-        "the profiler took 40% of a recorded step's CPU time (1.0 ms profiled, 0.6 ms without")
+        "the profiler took 40% of a recorded step's CPU time (1.0 ms of CPU time profiled, 0.6 ms without")
 
 
 
@@ -381,7 +384,10 @@ def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
         "machine (5 µs per step); the others' 0.00 MFLOP of matrix ops per step at 8.19 GFLOP/s, the step's "
         "largest ops outside the loops; 0.03 MiB of the other ops' bytes at 7.63 GiB/s, the step's largest ops "
         "outside the loops (copies and gradient sums left out): 49 µs per step")
-    assert "1.5x what perfsleuth run's probe timed" in fc["assumptions"]["pessimistic"]
+    assert fc["assumptions"]["pessimistic"].startswith(
+        "the whole-tensor ops derived from the shapes cost twice, those perfsleuth run's probe timed 1.5x what it timed")
+    assert fc["assumptions"]["optimistic"] == ("the arithmetic derived from the shapes runs twice as fast, what "
+                                               "perfsleuth run's probe timed as it timed it")
     other = {**probe, "ops": [{**probe["ops"][0], "shapes": [[16, 8], [8, 16]]}]}
     fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": other}).forecast("batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.5 + 3.75), 3)

@@ -47,6 +47,7 @@ from ...loops import (
     not_the_steps,
 )
 from ..plan import Plan, remove_host, step_ns
+from ..profiler_share import profiler_share
 from ..registry import Inputs, NoForecast, model
 from .batched_around import (
     COPIES,
@@ -112,39 +113,12 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     return df[df["step"].isin(ok).to_numpy()], reasons
 
 
-def _profiler_share(x: Inputs, replayed: pd.Series) -> tuple | None:
-    """The share of a recorded step's CPU time that was the profiler's, from `perfsleuth run`'s clock (the
-    process CPU time of every step, with and without the profiler): (share, profiled µs, unprofiled µs), or None
-    for a trace without it or whose profiled steps took no more CPU time. Profiled: the mean of the steps the
-    replay has (`replayed`: their names; all profiled steps when the clock does not name them), as the replayed
-    step is their mean; a median there set a window whose steps slowed down from 8.9 to 16.6 ms 20 % too slow
-    without the profiler (issue 39, fifth round). Unprofiled: the median, one slow step among them left out."""
-    meta = x.trace.run_metadata
-    clock = meta.get("clock") if isinstance(meta, dict) else None
-    if not isinstance(clock, dict):
-        return None
-
-    def numbers(v):
-        return [t for t in (v or []) if isinstance(t, (int, float))]
-    cpu, names = clock.get("profiled_cpu_us") or [], clock.get("profiled_steps")
-    if isinstance(names, list) and len(names) == len(cpu):
-        kept = set(replayed)
-        cpu = [t for t, name in zip(cpu, names) if name in kept] or cpu
-    cpu = numbers(cpu)
-    unprofiled = numbers(clock.get("unprofiled_cpu_us")) + numbers(clock.get("after_cpu_us"))
-    prof = float(np.mean(cpu)) if cpu else None
-    unprof = float(np.median(unprofiled)) if unprofiled else None
-    if not prof or not unprof or unprof >= prof:
-        return None
-    return 1.0 - unprof / prof, prof, unprof
-
-
 def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Intervals, added_ops: float) -> str:
     """The profiler's cost goes with the ops: it took `share` of the recorded steps' CPU time, spread evenly
     over the ops a step records, so the step before the rewrite is `before - c * N` and after it
     `after - c * M` (N ops before, M after: those outside the removed host time and the batched ops that come
     in). Sets the plan's scale so that the replayed ratio is that of the two; returns the assumption."""
-    share = _profiler_share(x, p.tl.steps["name"])
+    share = profiler_share(x, p.tl.steps["name"])
     if share is None:
         return ""
     f, prof, unprof = share
@@ -160,8 +134,8 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
         return ""
     p.scale = before_ns * a / (after_ns * b)
     p.notes["unprofiled_step_ns"] = b  # the forecaster states the saving and the step after on this scale
-    return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms profiled, "
-            f"{unprof / 1000:.1f} ms without, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
+    return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms of CPU time profiled, "
+            f"{unprof / 1000:.1f} ms without, all threads, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
             f"goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
             f"{after_ops:.0f} after ({a / 1e6:.2f} ms); the saving and the step after the fix are without it")
 
@@ -289,21 +263,25 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     unprofiled = _without_profiler(x, p, before_ns, start_cut,
                                    float(added.sum()) + (COPIES + LAYOUT_OPS) * len(copies))
     n = len(steps)
+    # the parts' µs are the recorded step's, the profiler's cost in them: said where the forecast takes it out (an
+    # unseen helper read "their ops ... go (64279 µs per step)" above a 46 ms unprofiled step, issue 39)
+    recorded = " of the recorded step, the profiler's cost in it" if unprofiled else ""
     out = {"loops": f"{len(df) / n:.0f} short ops per step in the loops ({len(seg) / n:.1f} unbroken stretches of "
-                    f"them): their ops and the Python between them go ({removed / n / 1000:.0f} µs per step)",
+                    f"them): their ops and the Python between them go ({removed / n / 1000:.0f} µs per "
+                    f"step{recorded})",
            "whole_tensor_ops": adds,
            "edges": f"the Python right before and after each loop (its setup, the autograd engine's walk over its "
                     f"nodes and their freeing), at most {EDGE_PER_OP_NS / 1000:g} µs per op of the loop, goes "
                     f"({edged / n / 1000:.0f} µs per step)",
-           "pessimistic": (("the whole-tensor ops cost twice" + (
-                               f" ({TIMED_PESSIMISTIC:g}x what perfsleuth run's probe timed: the rewrite's own "
-                               "reshapes and permutes around the batched op)" if work.measured_calls else ""))
+           "pessimistic": ((("the whole-tensor ops derived from the shapes cost twice, those perfsleuth run's probe "
+                             f"timed {TIMED_PESSIMISTIC:g}x what it timed (the rewrite's own reshapes and permutes "
+                             "around the batched op)") if work.measured_calls else "the whole-tensor ops cost twice")
                            if work is not None else
                            f"{2 * OPS_PER_KIND} whole-tensor ops per distinct op")
                           + "; the Python around the loops stays; zero_grad and optimizer.step keep twice the "
                             "parameters",
-           "optimistic": (("their arithmetic runs twice as fast" + (
-                              " (what perfsleuth run's probe timed: as timed)" if work.measured_calls else ""))
+           "optimistic": ((("the arithmetic derived from the shapes runs twice as fast, what perfsleuth run's probe "
+                            "timed as it timed it") if work.measured_calls else "their arithmetic runs twice as fast")
                           if work is not None else
                           "one whole-tensor op per distinct op (one batched op per loop, forward and backward)"),
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
