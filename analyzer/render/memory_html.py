@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .memory_text import CATEGORY_ORDER, categories_text, device_lines, fmt_ibytes
+from .memory_text import CATEGORY_ORDER, categories_text, categories_total, device_lines, fmt_ibytes
 
 W, H = 720, 210
 LEFT, RIGHT, TOP, BOTTOM = 70, 710, 12, 178
@@ -69,7 +69,7 @@ def plot(d: dict) -> Optional[dict]:
     }
 
 
-def category_bar(cats: Optional[dict]) -> Optional[dict]:
+def category_bar(cats: Optional[dict], total_text: str = "") -> Optional[dict]:
     if not cats:
         return None
     total = sum(int(cats.get(k) or 0) for k in CATEGORY_ORDER)
@@ -90,7 +90,7 @@ def category_bar(cats: Optional[dict]) -> Optional[dict]:
             }
         )
         x += w
-    return {"width": BAR_W, "segments": segs, "text": categories_text(cats)}
+    return {"width": BAR_W, "segments": segs, "text": categories_text(cats) + total_text}
 
 
 def memory_view(report: dict) -> dict:
@@ -108,7 +108,7 @@ def memory_view(report: dict) -> dict:
                 "head": head,
                 "lines": lines,
                 "plot": plot(d),
-                "categories": category_bar(d.get("categories_at_peak")),
+                "categories": category_bar(d.get("categories_at_peak"), categories_total(d)),
             }
         )
     return {

@@ -78,3 +78,19 @@ def test_a_trace_without_memory_events_says_how_in_one_line(tmp_path):
         "memory: not recorded — record with profile_memory=True (or use perfsleuth run)"
     ]
     assert "Not recorded: record with profile_memory=True" in render_html(report)
+
+
+def test_categories_on_relative_cpu_levels_say_what_they_add_up_to():
+    """An unseen DLRM (issue 39): "peak allocated 3.68 MiB" (CPU levels: allocated since profiling began) above
+    "parameter 14.47 MiB (77%)" at the memory window's peak read as a contradiction. The categories' line says
+    their total and that the peak above leaves out what was made before profiling; on absolute levels, nothing."""
+    from perfsleuth.render.memory_html import category_bar
+    from perfsleuth.render.memory_text import categories_total, device_lines
+    cats = {"parameter": 3 * MiB, "gradient": MiB, "activation": MiB // 2, "other": 0}
+    d = {"device": "cpu", "levels": "relative", "peak_allocated_bytes": 2 * MiB, "categories_at_peak": cats}
+    lines = device_lines(d, str)
+    assert lines[-1] == ("at the peak, by category (run): activation 512.00 KiB (11%), parameter 3.00 MiB (67%), "
+                         "gradient 1.00 MiB (22%); 4.50 MiB in all, with the tensors made before profiling "
+                         "began (parameters), which the peak allocated above leaves out")
+    assert category_bar(cats, categories_total(d))["text"] == lines[-1].removeprefix("at the peak, by category (run): ")
+    assert categories_total({**d, "levels": "absolute"}) == "" and categories_total({**d, "categories_at_peak": {}}) == ""
