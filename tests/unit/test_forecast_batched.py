@@ -5,6 +5,8 @@ sequential chain that stays without a batching forecast."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 from perfsleuth.analysis.loops import SEQUENTIAL, loop_backward, loop_ops
@@ -184,15 +186,33 @@ def test_what_comes_in_is_the_loops_work_at_the_rate_of_the_steps_big_ops(tmp_pa
         "46 µs per step")
 
 
+def test_the_work_at_a_rate_costs_no_more_than_the_loops_own_calls_took(tmp_path):
+    """The step of test_what_comes_in with a slow big op outside the loop: the add of two [2048] (24,576 bytes) in
+    96 µs, 0.256 bytes per ns. The loop's 10 mul (30,720 bytes) would take 120 µs at that rate and its 10 mm 2.5 µs
+    at 8.192 FLOPs per ns, where the loop's own calls of them took 60 µs (20 ops of 3 µs): a batched op does their
+    work with fewer fixed costs, so they cost 60 µs (62.5 µs less), not 122.5 (issue 39: an unseen MoE's Adam
+    updates went at the step's 4.1 GB/s for 5.6 ms a step where the loop's own calls took 2.5)."""
+    body = functools.partial(shaped_step, mul=((2048,), (2048,)))
+    fc = forecaster(cpu_step_trace(tmp_path, body)).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 60), 3)
+    assert fc["assumptions"]["whole_tensor_ops"].endswith(
+        "(copies and gradient sums left out), the work at these rates at most what the loop's own calls of those ops "
+        "took, per loop (a batched op does their work with fewer fixed costs: 62 µs per step less): 100 µs per step")
+
+
 def test_a_rate_needs_an_op_a_tenth_of_a_batched_ops_size(tmp_path):
     """A tenth of an average batched op's work: 20,480 FLOPs / 4 distinct ops / 10 = 512 FLOPs, 30,720 bytes
     / 4 / 10 = 768 bytes. An outside bmm of [1, 16, 8] x [1, 8, 8] (2048 FLOPs in 64 µs: 0.032 per ns) sets
-    the rate: the loop's 20,480 FLOPs take 640 µs; one of [1, 4, 4] x [1, 4, 4] (128 FLOPs) and an add of two
+    the rate: the loop's 20,480 FLOPs would take 640 µs, capped at the 60 µs the loop's own mm and mul took
+    (test_the_work_at_a_rate_costs_no_more...); one of [1, 4, 4] x [1, 4, 4] (128 FLOPs) and an add of two
     [32] (384 bytes) set none: the work is free (no ceiling in the trace), or at perfsleuth run's measured
     ceilings (0.01 TFLOP/s: 10 FLOPs per ns, 10 GB/s: 10 bytes per ns): 2048 + 3072 ns."""
     small = cpu_step_trace(tmp_path, lambda tb, o, k: shaped_step(tb, o, k, mm=((1, 16, 8), (1, 8, 8)), mul=((32,), (32,))))
     fc = forecaster(small).forecast("batched-ops")
-    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 640), 3)
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 60), 3)
+    assert "0.02 MFLOP of matrix ops per step at 0.03 GFLOP/s, the step's largest ops outside the loops" in (
+        fc["assumptions"]["whole_tensor_ops"]) and "(a batched op does their work with fewer fixed costs: 580 µs" in (
+        fc["assumptions"]["whole_tensor_ops"])
     tiny = lambda tb, o, k: shaped_step(tb, o, k, mm=((1, 4, 4), (1, 4, 4)), mul=((32,), (32,)))
     fc = forecaster(cpu_step_trace(tmp_path, tiny)).forecast("batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40), 3)

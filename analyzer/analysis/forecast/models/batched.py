@@ -164,9 +164,12 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
                     "tokens), timed at their median size and padded to the largest of each loop"
                     if work.varying_calls else "")
                  + f" ({work.measured.sum() / n / 1000:.0f} µs per step); the others' ")
+    cut = work.capped().sum()
+    capped = (f", the work at these rates at most what the loop's own calls of those ops took, per loop (a batched op "
+              f"does their work with fewer fixed costs: {cut / n / 1000:.0f} µs per step less)" if cut > 0 else "")
     return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
             f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "
-            f"from the recorded shapes: {timed}{flops}; {moved} (copies and gradient sums left out): "
+            f"from the recorded shapes: {timed}{flops}; {moved} (copies and gradient sums left out){capped}: "
             f"{(kinds * unit + busy).sum() / n / 1000:.0f} µs per step")
 
 
