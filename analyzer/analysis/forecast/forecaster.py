@@ -243,6 +243,6 @@ class Forecaster:
                                   f"replayed steps (the {', '.join(sorted(set(capped)))} saved more)")
         out = {"kind": "forecast", "speedup": round(speedup, 3), "saving_us": round(saving_us, 3),
                "low": round(min(low, speedup), 3), "high": round(max(high, speedup), 3), "model": label,
-               "step_us": round(step_us - saving_us, 3), "acts_on_us": round(acted / 1000, 3),
+               "step_us": round(step_us - saving_us, 3), "acts_on_us": round(acted_us, 3),
                "assumptions": assumptions, "reason": None}
         return unreliable(out) if out["high"] > MAX_RANGE * out["low"] else out
