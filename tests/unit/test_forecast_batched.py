@@ -200,6 +200,35 @@ def test_the_work_at_a_rate_costs_no_more_than_the_loops_own_calls_took(tmp_path
         "took, per loop (a batched op does their work with fewer fixed costs: 62 µs per step less): 100 µs per step")
 
 
+def long_mm_step(tb, o, k):
+    """40 ops 40 µs apart from 107 µs: mm of [64, 64] x [64, 64] (524,288 FLOPs) taking 30 µs, mul of two [256],
+    relu and select taking 3 µs (a dispatch: the median op without arithmetic); outside the loop a bmm of
+    [1, 128, 128] x [1, 128, 128] (4,194,304 FLOPs) in 140 µs at 2000 µs (29.96 FLOPs per ns) and an add of two
+    [65536] in 96 µs at 2300 µs."""
+    for j in range(40):
+        name = ("aten::mm", "aten::mul", "aten::relu", "aten::select")[j % 4]
+        args = {"aten::mm": shaped([[64, 64], [64, 64]]), "aten::mul": shaped([[256], [256]])}.get(name, {})
+        tb.op(name, o + 107 + 40 * j, 30 if name == "aten::mm" else 3, **args)
+    tb.op("aten::bmm", o + 2000, 140, **shaped([[1, 128, 128], [1, 128, 128]]))
+    tb.op("aten::add", o + 2300, 96, **shaped([[65536], [65536]]))
+
+
+def test_a_loop_matmul_already_at_the_rate_keeps_its_own_time(tmp_path, monkeypatch):
+    """The loop's mm ran at 524,288 FLOPs in 30 - 3 µs (19.4 per ns), over half the step's 29.96: large enough that
+    batching does not raise its rate, so its 10 calls a step keep their own time less a dispatch, 270 µs, where
+    the rate gave 175 (issue 39: an unseen REDQ ensemble's [256, 256] matmuls ran at 100-123 GFLOP/s and went at
+    the machine's 172). The step after the fix is 95 µs longer than without the rule."""
+    from perfsleuth.analysis.forecast.models import batched_work
+
+    fc = forecaster(cpu_step_trace(tmp_path, long_mm_step, period=3000)).forecast("batched-ops")
+    assert "and 10 matmul calls per step that ran at half that rate or more at their own time less a dispatch " \
+           "(270 µs per step: batching does not raise their rate)" in fc["assumptions"]["whole_tensor_ops"]
+    monkeypatch.setattr(batched_work, "SATURATED", float("inf"))
+    rated = forecaster(cpu_step_trace(tmp_path, long_mm_step, period=3000)).forecast("batched-ops")
+    assert "matmul calls per step that ran at half" not in rated["assumptions"]["whole_tensor_ops"]
+    assert round(fc["step_us"] - rated["step_us"], 1) == round(10 * (27 - 524_288 / (4_194_304 / 140)) / 1, 1)
+
+
 def test_a_rate_needs_an_op_a_tenth_of_a_batched_ops_size(tmp_path):
     """A tenth of an average batched op's work: 20,480 FLOPs / 4 distinct ops / 10 = 512 FLOPs, 30,720 bytes
     / 4 / 10 = 768 bytes. An outside bmm of [1, 16, 8] x [1, 8, 8] (2048 FLOPs in 64 µs: 0.032 per ns) sets

@@ -151,6 +151,10 @@ _FROM = {"step": "the step's largest ops outside the loops",
 def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: int) -> str:
     flops = (f"{work.flops.sum() / n / 1e6:.2f} MFLOP of matrix ops per step at {work.flop_rate:.2f} GFLOP/s, "
              f"{_FROM[work.flop_from]}")
+    if work.kept_calls:
+        flops += (f", and {work.kept_calls / n:.0f} matmul calls per step that ran at half that rate or more at their "
+                  f"own time less a dispatch ({work.kept.sum() / n / 1000:.0f} µs per step: batching does not raise "
+                  "their rate)")
     moved = (f"{work.nbytes.sum() / n / 2**20:.2f} MiB of the other ops' bytes at "
              f"{work.byte_rate * 1e9 / 2**30:.2f} GiB/s, {_FROM[work.byte_from]}")
     timed = ""

@@ -20,8 +20,10 @@ plus one dispatch per distinct op of the loop.
   batched op does the same work per element (a `tanh` is as dear per byte at 2 KiB as at 200 KiB, less
   its fixed cost); the machine's measured ceiling (`perfsleuth run`'s probe: a 64 MiB copy) caps it. The
   matrix ops' FLOPs, whose rate grows with the matrices' size, go at the probe's fp32 matmul ceiling.
-  Else the work is taken as free -- the assumption says which. Per loop, the work at these rates costs at most
-  what the loop's own calls of those ops took (`Work.capped`): a batched op does their work with fewer fixed costs.
+  Else the work is taken as free -- the assumption says which. A loop matmul that ran at half that rate or more
+  is large enough that batching does not raise its rate: it keeps its own time less a dispatch (`Work.kept`). Per
+  loop, the work at these rates costs at most what the loop's own calls of those ops took (`Work.capped`): a
+  batched op does their work with fewer fixed costs.
 - Measured where `perfsleuth run` could (issue 39, fourth round): its probe (record/batched_probe.py, the
   trace's `batched_probe` metadata) timed each repeated small op of the window batched over its recorded
   shapes on this machine. A loop op whose name, shapes and dtype (fp32) the probe timed costs that time per
@@ -55,6 +57,7 @@ from .probed import batch_keys, copies, factors, measured_ns, per_signature, pro
 
 SIZE_SHARE = 0.1  # ... and when the largest does at least this share of an average batched op's work
 BIG_SHARE = 0.5  # an op outside the loops sets the rate when it does at least this share of the largest one's work
+SATURATED = 0.5  # a loop matmul at this share of its rate or more keeps its own time: batching does not raise it
 # the autograd engine sums the gradients the iterations give one input (each a whole-size tensor when the
 # iterations read slices of it): batched, one op reads the input once and nothing is summed
 ACCUMULATE_INTO = "aten::add_"
@@ -84,12 +87,15 @@ class Work:
     wide_calls: int = 0  # of the measured, the matmuls timed as one wide matmul (the iterations share an operand)
     varying_calls: int = 0  # of the measured, the calls of shapes that vary per call (padded to their loop's largest)
     own: np.ndarray | None = None  # per segment, the time the loop's own calls of the ops priced at a rate took (ns)
+    kept: np.ndarray | None = None  # per segment, the own time less a dispatch of its matmuls already at the rate
+    kept_calls: int = 0  # how many calls that is
 
     def derived(self) -> np.ndarray:
-        """Per segment, the time of its work at the rates (work at an unknown rate: none), uncapped."""
+        """Per segment, the time of its work at the rates (work at an unknown rate: none) and of its matmuls that
+        ran at the rate already (`kept`), uncapped."""
         f = self.flops / self.flop_rate if self.flop_rate > 0 else np.zeros_like(self.flops)
         b = self.nbytes / self.byte_rate if self.byte_rate > 0 else np.zeros_like(self.nbytes)
-        return f + b
+        return f + b + (self.kept if self.kept is not None else 0.0)
 
     def capped(self) -> np.ndarray:
         """Per segment, what the cap took off the work at the rates: a batched op does the work of the loop's calls
@@ -239,8 +245,17 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     varying_calls = int((timed & ~wide & np.isin(m.signature, uneven)).sum())
     priced = rated & (matrix | vector)
     own = np.bincount(seg[priced], weights=dur[priced], minlength=n).astype(np.float64)
+    # a loop matmul that already ran at SATURATED of the rate it would go at or more is large enough that batching
+    # does not raise its rate: it keeps its own time less a dispatch (issue 39, tenth round: an unseen REDQ
+    # ensemble's [256, 256] x [256, 256] matmuls ran at 100-123 GFLOP/s and went at the machine's 172)
+    # (one whose time is mostly arithmetic: more than twice a dispatch; a tiny matmul's rate says nothing)
+    left = np.maximum(dur - dispatch, 1.0)
+    full = (rated & matrix & (dur > 2 * dispatch) & (m.flops / left >= SATURATED * rates[0][0])) \
+        if rates[0][0] > 0 else np.zeros_like(rated)
+    flops -= np.bincount(seg[full], weights=m.flops[full], minlength=n)
+    kept = np.bincount(seg[full], weights=left[full], minlength=n).astype(np.float64)
     return Work(flops, nbytes, *rates[0], *rates[1], measured, int(timed.sum()), calls, int(wide.sum()),
-                varying_calls, own)
+                varying_calls, own, kept, int(full.sum()))
 
 
 def probed_copies(x: Inputs) -> dict:
