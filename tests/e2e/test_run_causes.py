@@ -41,7 +41,7 @@ def test_tiny_ops_script(tmp_path):
     loops = [loc for loc in f["locations"] if loc["function"] == "penalty_loop"]
     assert loops and loops[0]["file"].endswith("tiny_ops.py") and loops[0]["line"] == 14
     assert loops[0]["line_kind"] == "function"
-    assert "Most of the small ops run in `penalty_loop` (`tiny_ops.py:14`" in f["message"]
+    assert "The place that runs the most of the small ops: `penalty_loop` (`tiny_ops.py:14`" in f["message"]
     vectorized, _ = run(tmp_path, "tiny_ops.py", "--vectorized")
     assert "tiny-ops" not in by_rule(vectorized)
 
