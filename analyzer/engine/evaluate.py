@@ -81,11 +81,9 @@ def sort_key(finding: dict) -> tuple:
     (numbers.top_finding)."""
     group = numbers.rank_group(finding)
     if group in (1, 2):
-        amount, share = _ceiling_saving(finding), 0.0
+        share, amount = 0.0, _ceiling_saving(finding)
     else:
-        h = numbers.ranked(finding)
-        amount = h["saving_us"] if h["saving_us"] is not None else 0.0
-        share = numbers.share_saved(h)
+        share, amount = numbers.saving_rank(numbers.ranked(finding))
     return (group, -share, -amount, -_RANK.get(finding.get("severity"), 0), str(finding.get("rule", "")))
 
 

@@ -135,7 +135,7 @@ def _elsewhere(verdict: str, findings: list) -> str:
         h = numbers.ranked(f)
         if h["speedup"] is None or h["speedup"] < numbers.TOP_AT_LEAST or h["saving_us"] is None:
             continue
-        if top is None or (numbers.share_saved(h), h["saving_us"]) > (numbers.share_saved(top[1]), top[1]["saving_us"]):
+        if top is None or numbers.saving_rank(h) > numbers.saving_rank(top[1]):
             top = (f, h)
     if top is None or top[0].get("category") == category:
         return ""

@@ -108,6 +108,12 @@ def share_saved(h: dict) -> float:
     return 1.0 - 1.0 / float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) and s > 1.0 else 0.0
 
 
+def saving_rank(h: dict) -> tuple:
+    """What a headline that saves time is ranked by, larger first: the share of the step it saves (`share_saved`,
+    scale-free: the models state their µs on different steps), then its saving per step (µs)."""
+    return share_saved(h), h["saving_us"] if h.get("saving_us") is not None else 0.0
+
+
 def saving_of(finding: Any) -> Optional[float]:
     """The saving per step (µs) a finding is ranked by: measured, else forecast; None without either."""
     h = headline(finding)

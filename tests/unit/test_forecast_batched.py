@@ -434,7 +434,8 @@ def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
         "largest ops outside the loops; 0.03 MiB of the other ops' bytes at 7.63 GiB/s, the step's largest ops "
         "outside the loops (copies and gradient sums left out): 49 µs per step")
     assert fc["assumptions"]["pessimistic"].startswith(
-        "the whole-tensor ops derived from the shapes cost twice, those perfsleuth run's probe timed 1.5x what it timed")
+        "the whole-tensor ops derived from the shapes cost twice, those perfsleuth run's probe timed 1.5x what it "
+        "timed")
     assert fc["assumptions"]["optimistic"] == ("the arithmetic derived from the shapes runs twice as fast, what "
                                                "perfsleuth run's probe timed as it timed it")
     other = {**probe, "ops": [{**probe["ops"][0], "shapes": [[16, 8], [8, 16]]}]}

@@ -103,7 +103,8 @@ def test_tiny_ops_finding_points_at_the_loop(tmp_path):
     assert f["ceiling"]["saving_us"] == round(3995 * 0.8, 3)
     assert f["locations"][0] == {"file": "train.py", "line": 12, "function": "penalty", "count": 800,
                                  "line_kind": "function"}
-    assert "The place that runs the most of the small ops: `penalty` (`train.py:12`, 400 of them per step)" in f["message"]
+    assert ("The place that runs the most of the small ops: `penalty` (`train.py:12`, 400 of them per step)"
+            in f["message"])
     # 400 aten::mul, nothing gathered or sliced: a chain, fused rather than batched (test_forecast_caps.py)
     assert facts["tiny_ops_sequential"] and "torch.compile" in f["fix"] and "einsum" not in f["fix"]
 

@@ -135,8 +135,8 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
     p.scale = before_ns * a / (after_ns * b)
     p.notes["unprofiled_step_ns"] = b  # the forecaster states the saving and the step after on this scale
     return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms of CPU time profiled, "
-            f"{unprof / 1000:.1f} ms without, all threads, perfsleuth run's clock): {per_op / 1000:.1f} µs per recorded op, it "
-            f"goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
+            f"{unprof / 1000:.1f} ms without, all threads, perfsleuth run's clock): {per_op / 1000:.1f} µs per "
+            f"recorded op, it goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
             f"{after_ops:.0f} after ({a / 1e6:.2f} ms); the saving and the step after the fix are without it")
 
 
