@@ -47,6 +47,11 @@ OP_FACTS = {
                             "iterations: a chain of small sequential layers, which fusing (torch.compile, CUDA "
                             "graphs) speeds up and batching cannot"),
     "tiny_ops_evidence": ("text", "what shows the loops' iterations independent, in words ('none' when nothing)"),
+    "tiny_ops_optimizer_only": ("bool", "the only loops of short ops are the optimizer's per-parameter updates (inside "
+                                "Optimizer.step / zero_grad): a foreach optimizer is their fix (fused-optimizer), "
+                                "batching the model's layers is not"),
+    "tiny_ops_outside_optimizer_share": ("share", "the part of tiny_ops_share outside Optimizer.step / zero_grad "
+                                         "(their per-parameter updates are fused-optimizer's)"),
     "optimizer_ops_per_step": ("count/step", "outermost cpu ops inside Optimizer.step (one or more per parameter "
                                "tensor without foreach/fused)"),
 }
@@ -115,6 +120,9 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
     opt_win = span(opt)
     in_opt = iv.covers(opt_win, ts)
+    per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER_PREFIXES))])
+    outside = ~iv.covers(per_parameter, ts)
+    outside_ns = int(dur[small & outside].sum()) + int(gap[loop & outside & np.r_[outside[1:], True]].sum())
     values = {
         "ops_per_step": ctx.per_step(n_ops),
         "ops_top_per_step": ctx.per_step(len(top)),
@@ -123,8 +131,9 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
         "ops_small_per_step": ctx.per_step(int(small.sum())),
         "tiny_ops_us_per_step": ctx.per_step_us(tiny_ns),
         "tiny_ops_share": ctx.share(tiny_ns),
+        "tiny_ops_outside_optimizer_share": ctx.share(outside_ns),
         "optimizer_ops_per_step": ctx.per_step(int(in_opt.sum())),
-        **_loops(ctx, top, theirs, ann),
+        **_loops(ctx, top, theirs, per_parameter),
     }
     small_ops = top[small]
     weights = small_ops["dur"].to_numpy(np.float64)
@@ -132,11 +141,11 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
                     "optimizer_sites": optimizer_sites(ctx.trace, opt, ctx.n_steps)}
 
 
-def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, ann: pd.DataFrame) -> dict:
+def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, per_parameter: iv.Intervals) -> dict:
     """The loops of short ops on the main thread (the thread with the most outermost ops) and whether they
     show independent iterations: the same loops the batched-ops forecast batches (analysis/loops.py)."""
     none = {"tiny_ops_loops_per_step": 0.0, "tiny_ops_independent": False, "tiny_ops_sequential": False,
-            "tiny_ops_evidence": "none"}
+            "tiny_ops_evidence": "none", "tiny_ops_optimizer_only": False}
     if top.empty:
         return none
     key = thread_key(top)
@@ -152,10 +161,10 @@ def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, ann: pd.DataFr
     df = loop_ops(t, step_ends, theirs, light=light)
     if df.empty:
         return none
-    per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER_PREFIXES))])
     py = ctx.kind(PYTHON)
     frames = py[thread_key(py) == main] if len(py) else None
     reasons = evidence(t, df, step_ends, per_parameter, frames)
     shown = {s: why for s, why in reasons.items() if why not in (None, OPTIMIZER)}
     return {"tiny_ops_loops_per_step": ctx.per_step(df["run"].nunique()), "tiny_ops_independent": bool(shown),
-            "tiny_ops_sequential": not shown and None in reasons.values(), "tiny_ops_evidence": describe(shown)}
+            "tiny_ops_sequential": not shown and None in reasons.values(), "tiny_ops_evidence": describe(shown),
+            "tiny_ops_optimizer_only": bool(reasons) and set(reasons.values()) == {OPTIMIZER}}

@@ -56,6 +56,26 @@ def test_module_loop_script(tmp_path):
     assert "tiny-ops" not in by_rule(batched)
 
 
+def test_wide_members_script(tmp_path):
+    """Eight wide encoders (long matmuls) and a per-parameter RMSprop (issue 39's MultiBench program, small): the
+    only loop of short ops is the optimizer's, so fused-optimizer is the finding and tiny-ops is not (it had led the
+    report without a number, advising to stack the encoders, which measured 0.90x on the program it came from)."""
+    from perfsleuth.api import analyze_file
+    from perfsleuth.facts.core import compute_facts
+
+    report, _ = run(tmp_path, "wide_members.py")
+    assert "tiny-ops" not in by_rule(report)
+    f = by_rule(report)["fused-optimizer"]
+    assert f["evidence"]["optimizer_name"] == "RMSprop" and f["evidence"]["optimizer_ops_per_step"] >= 36
+    trace = next(p for p in tmp_path.rglob("trace.pt.trace.json.gz"))
+    a = analyze_file(trace)
+    facts = compute_facts(a.trace, a.steps, a.breakdown)
+    # what the rule saw: enough small ops and their gaps to fire before (>= 0.1 of the step), nearly all of them
+    # inside the optimizer's per-parameter loop
+    assert facts["tiny_ops_optimizer_only"] is True and facts["tiny_ops_share"] >= 0.1
+    assert facts["tiny_ops_outside_optimizer_share"] < 0.1
+
+
 def test_oversubscribed_script(tmp_path):
     """torch threads = the cores, plus 2 DataLoader workers: more busy threads than cores, as a fact."""
     cores = len(os.sched_getaffinity(0))

@@ -126,6 +126,62 @@ def test_tiny_ops_without_shapes_says_to_record_them_for_the_forecast(tmp_path):
     assert f["forecast"]["assumptions"]["whole_tensor_ops"].endswith("to derive it from the loops' work")
 
 
+def optimizer_only_trace(outside_groups: int) -> RuleTraceBuilder:
+    """CPU-only 10,000 µs steps: `outside_groups` groups of 12 small ops (5 µs, 5 µs apart: too few in a row for a
+    loop) each ended by a 110 µs aten::linear, then an RMSprop step of 300 aten::add_ of 4 µs, 10 µs apart: the
+    only loop of short ops is the optimizer's (issue 39: a MultiBench model of long matmuls)."""
+    tb = RuleTraceBuilder(device=False, rank=None)
+    for i in range(2):
+        t0 = i * 10_000.0
+        tb.step(i + 1, t0, 10_000.0)
+        t = t0 + 10
+        for _ in range(outside_groups):
+            for k in range(12):
+                tb.op(("aten::relu", "aten::add")[k % 2], t + k * 10, 5)
+            tb.op("aten::linear", t + 120, 110)
+            t += 240
+        opt = t0 + 6000
+        tb.annotation("Optimizer.step#RMSprop.step", opt, 3000)
+        for k in range(300):
+            tb.op("aten::add_", opt + 1 + k * 10, 4)
+    return tb
+
+
+@pytest.mark.parametrize("groups, fires", [(12, True), (8, False)])
+def test_tiny_ops_leaves_an_optimizer_only_loop_to_fused_optimizer(tmp_path, groups, fires):
+    """The only loop of short ops is the optimizer's per-parameter update: its 2,994 µs (30% of the step) are
+    fused-optimizer's, which fires with its own forecast; tiny-ops fires only where the small ops outside the
+    optimizer take min_share (0.1) of the step themselves: 12 groups of 12 ops (5 µs, 11 gaps of 5 µs) are 1,380 µs,
+    8 groups 920 µs."""
+    report, facts = analyze(optimizer_only_trace(groups), tmp_path)
+    assert facts["tiny_ops_optimizer_only"] is True and facts["tiny_ops_sequential"] is False
+    assert facts["tiny_ops_share"] == round((2994 + groups * 115) / 10_000, 4)
+    assert facts["tiny_ops_outside_optimizer_share"] == round(groups * 115 / 10_000, 4)  # 0.138 / 0.092
+    assert "fused-optimizer" in fired(report)
+    assert ("tiny-ops" in fired(report)) is fires
+    if fires:
+        f = fired(report)["tiny-ops"]
+        message = " ".join(f["message"].split())
+        assert ("The only loops of short ops are the optimizer's per-parameter updates (a foreach optimizer is "
+                "their fix: fused-optimizer); outside them the small ops take 13.8% of the step") in message
+        assert "record with `perfsleuth run --record-shapes`" not in message
+        assert "Fuse the scattered small ops instead of batching them" in f["fix"] and "einsum" not in f["fix"]
+        assert f["forecast"]["speedup"] is None
+
+
+def test_tiny_ops_counts_an_optimizer_loop_beside_a_model_loop(tmp_path):
+    """A loop of the model's own short ops beside the optimizer's: not optimizer-only, tiny-ops fires as before."""
+    tb = tiny_trace(400)
+    for i in range(2):
+        tb.annotation("Optimizer.step#SGD.step", i * 10_000.0 + 6000, 2000)
+        for k in range(100):
+            tb.op("aten::add_", i * 10_000.0 + 6001 + k * 10, 4)
+    report, facts = analyze(tb, tmp_path)
+    assert facts["tiny_ops_optimizer_only"] is False and "tiny-ops" in fired(report)
+    # the 400 aten::mul and their gaps (3,995 µs) are outside the optimizer, its 100 aten::add_ and gaps inside
+    assert facts["tiny_ops_outside_optimizer_share"] == 0.3995
+
+
 def test_tiny_ops_stays_out_of_launch_bound_gpu_steps(tmp_path):
     """On a GPU trace with many short kernels the same overhead is cuda-graphs', not tiny-ops'."""
     tb = RuleTraceBuilder()
