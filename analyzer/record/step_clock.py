@@ -3,8 +3,9 @@
 `StepClock` times each step with `time.perf_counter` at the step boundaries the session already hooks,
 profiled or not: the time between leaving one boundary hook and entering the next, so perfsleuth's own
 work at a boundary (starting the profiler, writing a trace) is not in any step. Beside each step's wall
-time it keeps the process's CPU time over the same interval (`time.process_time`: all its threads) and,
-on Linux, the time the stepping thread waited runnable for a CPU (`QueuedClock`, schedstat), so that a
+time it keeps the process's CPU time over the same interval (`time.process_time`: all its threads), the
+stepping thread's own (`time.thread_time`: with several intra-op threads the others' spinning between
+parallel regions is process CPU time the profiler does not cost) and, on Linux, the time the stepping thread waited runnable for a CPU (`QueuedClock`, schedstat), so that a
 step that waited for a core (the machine busy) can be told from one that did more work or waited for
 data. Each step is labelled with the phase it ran in:
 
@@ -88,23 +89,25 @@ class QueuedClock:
 class StepClock:
     """Wall, CPU and queued durations of the steps between boundary hooks (µs), by the phase each ran in."""
 
-    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time, queue_clock=None):
-        self.clock, self.cpu_clock = clock, cpu_clock
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time, queue_clock=None,
+                 thread_clock=time.thread_time):
+        self.clock, self.cpu_clock, self.thread_clock = clock, cpu_clock, thread_clock
         self.queue_clock = queue_clock if queue_clock is not None else QueuedClock()
-        self._open: Optional[tuple] = None  # (step index, phase, the three clocks when the step began)
-        self.intervals: list = []  # (step index, phase, wall µs, CPU µs, queued µs or None); step j runs
-        #                            between boundaries j and j + 1
+        self._open: Optional[tuple] = None  # (step index, phase, the four clocks when the step began)
+        self.intervals: list = []  # (step index, phase, wall µs, CPU µs, queued µs or None, the stepping
+        #                            thread's CPU µs); step j runs between boundaries j and j + 1
 
     def _now(self) -> tuple:
-        return self.queue_clock(), self.cpu_clock(), self.clock()
+        return self.queue_clock(), self.thread_clock(), self.cpu_clock(), self.clock()
 
     def enter(self) -> None:
         """A boundary hook starts: the step that just ended is timed (the one before the first boundary
         holds the script's start-up: it is never opened, so never timed)."""
         if self._open is not None:
-            (j, phase, (q0, c0, w0)), (q, c, w) = self._open, self._now()
+            (j, phase, (q0, t0, c0, w0)), (q, t, c, w) = self._open, self._now()
             queued = round((q - q0) * 1e6, 3) if q is not None and q0 is not None else None
-            self.intervals.append((j, phase, round((w - w0) * 1e6, 3), round((c - c0) * 1e6, 3), queued))
+            self.intervals.append((j, phase, round((w - w0) * 1e6, 3), round((c - c0) * 1e6, 3), queued,
+                                   round((t - t0) * 1e6, 3)))
             self._open = None
 
     def leave(self, j: int, phase: str) -> None:
@@ -121,11 +124,13 @@ class StepClock:
 
     def metadata(self) -> dict:
         """The trace's `perfsleuth.clock`, µs: wall and process CPU times of the unprofiled steps before (`wait`)
-        and after (`after`) the recorded window and of the profiled (`active`) ones; and the time the stepping
-        thread waited for a CPU in each (`*_queued_us`, only where the system says)."""
+        and after (`after`) the recorded window and of the profiled (`active`) ones, the stepping thread's CPU
+        time (`*_thread_us`); and the time the stepping thread waited for a CPU in each (`*_queued_us`, only
+        where the system says)."""
         out = {"unit": "us"}
         for key, phase in (("unprofiled", WAIT), ("after", AFTER), ("profiled", ACTIVE)):
             out[f"{key}_us"], out[f"{key}_cpu_us"] = self._column(phase, 2), self._column(phase, 3)
+            out[f"{key}_thread_us"] = self._column(phase, 5)
             queued = self._column(phase, 4)
             if None not in queued:
                 out[f"{key}_queued_us"] = queued

@@ -12,8 +12,9 @@ the same file later knows them too: a trace alone says nothing about free cores 
                            "window": {"wall_s", "main_cpu_s", "loader_wall_s", "loader_cpu_s",
                                       "loader_calls", "workers", "worker_cpu_s",
                                       "tree_cpu_s", "others_cpu_s", "counted_cpus", "machine_cpus", "tick_s"}},
-                   "clock": {"unit": "us", "unprofiled_us", "unprofiled_cpu_us", "after_us", "after_cpu_us",
-                             "profiled_us", "profiled_cpu_us", "profiled_steps", "warmup_us", "stacks_us",
+                   "clock": {"unit": "us", "unprofiled_us", "unprofiled_cpu_us", "unprofiled_thread_us",
+                             "after_us", "after_cpu_us", "after_thread_us", "profiled_us", "profiled_cpu_us",
+                             "profiled_thread_us", "profiled_steps", "warmup_us", "stacks_us",
                              "memory_us"},                                     # step_clock.py: steps timed
                    "schedule": {"wait", "warmup", "active", "after", "with_stack", "record_shapes", "stack_steps",
                                 "stack_shapes", "memory_steps"},

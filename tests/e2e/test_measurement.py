@@ -35,10 +35,12 @@ class FakeClock:
 
 def test_step_clock_times_between_hooks_and_labels_phases():
     # boundary hooks enter/leave at these seconds: perfsleuth's own work inside a hook is in no step; the CPU
-    # clock (process time) and the run-queue clock are read beside the wall clock at the same points
+    # clock (process time), the run-queue clock and the stepping thread's CPU clock are read beside the wall clock
+    # at the same points
     clock = StepClock(FakeClock([1.0, 1.5, 1.52, 1.9, 1.91, 2.4, 2.41, 3.0, 3.01, 3.2, 3.3]),
                       FakeClock([0.0, 0.4, 0.41, 0.8, 0.8, 1.2, 1.2, 1.3, 1.3, 1.5, 1.6]),
-                      FakeClock([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.01, 0.4, 0.4, 0.4, 0.4]))
+                      FakeClock([0.0, 0.0, 0.0, 0.0, 0.0, 0.01, 0.01, 0.4, 0.4, 0.4, 0.4]),
+                      FakeClock([0.0, 0.3, 0.3, 0.6, 0.6, 0.9, 0.9, 0.95, 0.95, 1.0, 1.0]))
     clock.enter()  # the first boundary: the start-up before it is not timed
     clock.leave(1, WAIT)  # 1.0
     clock.enter()  # 1.5: step 1 took 0.5 s, 0.4 s of CPU
@@ -52,20 +54,25 @@ def test_step_clock_times_between_hooks_and_labels_phases():
     clock.enter()  # 3.2
     clock.leave(6, REST)  # not timed: after the windows, the list stops growing
     clock.enter()
-    assert clock.intervals == [(1, WAIT, 500000.0, 400000.0, 0.0), (2, WARMUP, 380000.0, 390000.0, 0.0),
-                               (3, ACTIVE, 490000.0, 400000.0, 10000.0), (4, AFTER, 590000.0, 100000.0, 390000.0),
-                               (5, STACKS, 190000.0, 200000.0, 0.0)]
+    assert clock.intervals == [(1, WAIT, 500000.0, 400000.0, 0.0, 300000.0),
+                               (2, WARMUP, 380000.0, 390000.0, 0.0, 300000.0),
+                               (3, ACTIVE, 490000.0, 400000.0, 10000.0, 300000.0),
+                               (4, AFTER, 590000.0, 100000.0, 390000.0, 50000.0),
+                               (5, STACKS, 190000.0, 200000.0, 0.0, 50000.0)]
     assert clock.metadata() == {"unit": "us", "unprofiled_us": [500000.0], "unprofiled_cpu_us": [400000.0],
-                                "unprofiled_queued_us": [0.0], "after_us": [590000.0], "after_cpu_us": [100000.0],
+                                "unprofiled_thread_us": [300000.0], "unprofiled_queued_us": [0.0],
+                                "after_us": [590000.0], "after_cpu_us": [100000.0], "after_thread_us": [50000.0],
                                 "after_queued_us": [390000.0], "profiled_us": [490000.0],
-                                "profiled_cpu_us": [400000.0], "profiled_queued_us": [10000.0],
+                                "profiled_cpu_us": [400000.0], "profiled_thread_us": [300000.0],
+                                "profiled_queued_us": [10000.0],
                                 "profiled_steps": ["ProfilerStep#3"], "warmup_us": [380000.0],
                                 "stacks_us": [190000.0], "memory_us": []}
     # where the run queue cannot be read (not Linux), its keys are left out
-    off = StepClock(FakeClock([1.0, 1.5]), FakeClock([0.0, 0.4]), lambda: None)
+    off = StepClock(FakeClock([1.0, 1.5]), FakeClock([0.0, 0.4]), lambda: None, FakeClock([0.0, 0.2]))
     off.leave(1, WAIT)
     off.enter()
-    assert off.intervals == [(1, WAIT, 500000.0, 400000.0, None)] and "unprofiled_queued_us" not in off.metadata()
+    assert off.intervals == [(1, WAIT, 500000.0, 400000.0, None, 200000.0)]
+    assert "unprofiled_queued_us" not in off.metadata()
 
 
 def test_the_run_queue_clock_reads_schedstat_or_says_nothing(tmp_path):
@@ -248,7 +255,8 @@ def test_default_run_times_steps_without_the_profiler_and_records_stacks_apart(t
     assert meta["clock"]["after_us"] == []  # recorded at the window's end; the steps after it came later ...
     clock = doc["perfsleuth_final"]["clock"]  # ... and went in when the file was finished
     # the rest is what the window recorded (the memory window came after the `after` steps too)
-    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": [], "memory_us": []} == meta["clock"]
+    assert clock | {"after_us": [], "after_cpu_us": [], "after_queued_us": [], "after_thread_us": [],
+                     "memory_us": []} == meta["clock"]
     assert len(clock["memory_us"]) == 3
     assert len(clock["unprofiled_us"]) == 4 and len(clock["warmup_us"]) == 2  # the first step is the start-up
     assert len(clock["after_us"]) == len(clock["after_cpu_us"]) == len(clock["after_queued_us"]) == 4  # Linux

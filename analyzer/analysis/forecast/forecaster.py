@@ -208,12 +208,12 @@ class Forecaster:
             step_us = unprofiled / 1000
         elif share is not None:  # a CPU run's other models, on the same step as batched-ops' (issue 39's helpers:
             # "step after the fix: 64.68 ms" for fused-optimizer beside tiny-ops' 27.63 ms, in one report)
-            f, prof, unprof = share
+            f, prof, unprof, whose = share
             acted_us, step_us = acted_us * (1 - f), step_us * (1 - f)
             assumptions["profiled_step"] = (
                 f"the saving and the step after the fix are stated on the step without the profiler "
                 f"({step_us / 1000:.2f} ms: the profiler took {f:.0%} of a recorded step's CPU time, "
-                f"{prof / 1000:.1f} ms of CPU time profiled, {unprof / 1000:.1f} ms without, all threads, perfsleuth "
+                f"{prof / 1000:.1f} ms of CPU time profiled, {unprof / 1000:.1f} ms without, {whose}, perfsleuth "
                 "run's clock); the speed-up is the profiled replay's")
         elif self.distortion:  # "step after the fix: 49.58 ms" beside a step that ran 16.75 ms unprofiled
             prof, unprof = self.distortion

@@ -121,7 +121,7 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
     share = profiler_share(x, p.tl.steps["name"])
     if share is None:
         return ""
-    f, prof, unprof = share
+    f, prof, unprof, whose = share
     ops = x.main_ops[x.main_ops["kind"].to_numpy() == CPU_OP]
     ts = ops["ts"].to_numpy(np.int64)
     n = len(p.tl.steps)
@@ -135,7 +135,7 @@ def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Interv
     p.scale = before_ns * a / (after_ns * b)
     p.notes["unprofiled_step_ns"] = b  # the forecaster states the saving and the step after on this scale
     return (f"the profiler took {f:.0%} of a recorded step's CPU time ({prof / 1000:.1f} ms of CPU time profiled, "
-            f"{unprof / 1000:.1f} ms without, all threads, perfsleuth run's clock): {per_op / 1000:.1f} µs per "
+            f"{unprof / 1000:.1f} ms without, {whose}, perfsleuth run's clock): {per_op / 1000:.1f} µs per "
             f"recorded op, it goes with the ops: {before_ops:.0f} ops per step before ({b / 1e6:.2f} ms without it), "
             f"{after_ops:.0f} after ({a / 1e6:.2f} ms); the saving and the step after the fix are without it")
 
