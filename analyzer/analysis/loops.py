@@ -211,15 +211,22 @@ def shared_steps(ops: pd.DataFrame, spans: iv.Intervals, step_ends: np.ndarray) 
     return out
 
 
-def iterations(loop: pd.DataFrame) -> pd.Series:
+def iterations(loop: pd.DataFrame, exact: bool = False) -> pd.Series:
     """How many iterations each forward loop runs, per (step, segment): a segment is a loop's ops with nothing
     else between them (those holding a backward node are left out, unless no other is left); its
-    iterations, the median count of its kinds."""
+    iterations, the median count of its kinds. `exact`: the greatest common divisor of its kinds' counts where
+    that is above 1 (a kind called twice an iteration -- two Linear layers of a member -- counts twice its
+    iterations: an unseen REDQ ensemble's 10 critics of three Linear and two ReLU each, 30 and 20 a segment, read
+    25 iterations by the median), else the median."""
     pos = loop.index.to_numpy()
     seg = np.cumsum(~np.r_[False, (np.diff(pos) == 1) & (np.diff(loop["run"].to_numpy()) == 0)])
     df = loop.assign(segment=seg)
     backward = df["name"].str.startswith(BACKWARD).groupby(df["segment"]).any()
-    per = df.groupby(["step", "segment", "name"]).size().groupby(level=["step", "segment"]).median()
+    counts = df.groupby(["step", "segment", "name"]).size().groupby(level=["step", "segment"])
+    per = counts.median()
+    if exact:
+        gcd = counts.agg(lambda c: np.gcd.reduce(c.to_numpy()))
+        per = per.where(gcd.to_numpy() <= 1, gcd.astype(per.dtype))
     forward = ~backward.reindex(per.index.get_level_values("segment")).to_numpy()
     return per[forward] if forward.any() else per  # a loop seen only in its backward: its segments
 

@@ -105,6 +105,25 @@ def test_a_loop_op_split_off_its_loop_does_not_count_as_a_loop_of_one_parameter(
     fc = forecaster(cpu_step_trace(tmp_path, body, period=4500)).forecast("batched-ops")
     assert fc["assumptions"]["parameters"].startswith("48 parameters per step become 2: ")
 
+def test_members_of_several_layers_each_merge_into_one_parameter_per_layer(tmp_path):
+    """An ensemble of 12 members, each Linear, ReLU, Linear, ReLU, Linear (a REDQ critic), stacked: 36 linears and
+    24 relus a step, the median of which (30) is no iteration count; their greatest common divisor, 12, is. The
+    backward accumulates each member's 3 weights and 3 biases (72 a step): batched, one stacked weight and bias per
+    layer, 6 parameters. By the median the count had read 72 / 30, 2 (issue 39: REDQ's '60 become 2' for 6)."""
+    member = ("aten::linear", "aten::relu", "aten::linear", "aten::relu", "aten::linear")
+    grads = (f"{BWD}AddmmBackward0", ACC, ACC, f"{BWD}ReluBackward0")
+
+    def body(tb, o, k):
+        loop(tb, o, kinds=member, n=60, at=20)
+        tb.op("aten::stack", o + 620, 5)
+        tb.op(f"{BWD}StackBackward0", o + 640, 5)
+        loop(tb, o, kinds=grads * 2 + grads[:3], n=12 * 11, at=660)
+        tb.annotation("Optimizer.step#SGD.step", o + 2000, 300)
+    fc = forecaster(cpu_step_trace(tmp_path, body, period=3000)).forecast("batched-ops")
+    assert fc["assumptions"]["parameters"].startswith("72 parameters per step become 6: zero_grad and "
+                                                      "optimizer.step keep 8% of their work")
+
+
 def test_the_profilers_cost_goes_with_the_ops_the_rewrite_removes(tmp_path):
     """perfsleuth run's clock: a recorded step took 1000 µs of CPU time, 600 µs without the profiler; its 400 µs
     are spread over the 40 ops the step records (10 µs each). Before the rewrite the step is 1000 - 40 x 10

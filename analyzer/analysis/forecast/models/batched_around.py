@@ -107,7 +107,7 @@ def fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, 
     looped = (df["name"] == ACCUMULATE).to_numpy()
     if not total or not looped.any():
         return None
-    per_loop = iterations(not_optimizer(x, df))  # a loop's iterations: the median over its segments
+    per_loop = iterations(not_optimizer(x, df), exact=True)  # a loop's iterations: the median over its segments
     # a segment of one iteration (a loop op split off from its loop by another op) is no loop of its own, as in
     # loops.loop_backward: an unseen MoE's 35 such segments a window beside its 20 of 16 experts made the median
     # 1, and its 192 expert weights a step stayed 192 parameters (issue 39, eighth round)
