@@ -48,6 +48,19 @@ def test_verdict_line_and_top_finding():
     assert "> kernels take 61% of the step and no stall category takes a material share" in md
 
 
+def test_the_headline_step_is_the_measured_one_where_the_run_measured_it():
+    """A run's headline gives the step its program runs at without the profiler, the profiled one beside it (a
+    helper read "median step **21.12 ms**" as the program's step where it ran 15.98 ms)."""
+    report = make_report()
+    report["measurement"] = {"unprofiled_step_us": {"median": 1500.0, "n": 7},
+                             "profiled_step_us": {"median": 2250.0, "n": 5}, "overhead": 1.5}
+    md = render_markdown(report)
+    assert md.startswith("### perfsleuth: `kernel-bound` · median step **1.50 ms** without the profiler (2.25 ms "
+                         "profiled) · device busy **71.0%**\n")
+    report["measurement"] = {"note": "no unprofiled step was timed"}
+    assert render_markdown(report).startswith("### perfsleuth: `kernel-bound` · median step **2.25 ms** · ")
+
+
 def test_category_table_has_every_category_in_order():
     md = render_markdown(make_report())
     table = tables(md)[0]
