@@ -162,10 +162,14 @@ def test_tiny_ops_leaves_an_optimizer_only_loop_to_fused_optimizer(tmp_path, gro
     if fires:
         f = fired(report)["tiny-ops"]
         message = " ".join(f["message"].split())
-        assert ("The only loops of short ops are the optimizer's per-parameter updates (a foreach optimizer is "
-                "their fix: fused-optimizer); outside them the small ops take 13.8% of the step") in message
+        assert ("The only loops of short ops found are the optimizer's per-parameter updates (a foreach optimizer "
+                "is their fix: fused-optimizer). Outside them the small ops take 13.8% of the step in no run long "
+                "enough to count as a loop") in message
+        assert "perfsleuth has no forecast for it." in message
         assert "record with `perfsleuth run --record-shapes`" not in message
-        assert "Fuse the scattered small ops instead of batching them" in f["fix"] and "einsum" not in f["fix"]
+        # an unseen R-GCN's relation loop (a Linear and a long adjacency mm per relation) batched measured 1.27x:
+        # the fix is the general one (vectorise, stack the modules, foreach, torch.compile), not a chain's
+        assert "einsum" in f["fix"] and "Fuse the chain" not in f["fix"]
         assert f["forecast"]["speedup"] is None
 
 

@@ -149,14 +149,23 @@ _FROM = {"step": "the step's largest ops outside the loops",
 
 
 def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: int) -> str:
-    flops = (f"{work.flops.sum() / n / 1e6:.2f} MFLOP of matrix ops per step at {work.flop_rate:.2f} GFLOP/s, "
-             f"{_FROM[work.flop_from]}")
-    if work.kept_calls:
-        flops += (f", and {work.kept_calls / n:.0f} matmul calls per step that ran at half that rate or more at their "
-                  f"own time less a dispatch ({work.kept.sum() / n / 1000:.0f} µs per step: batching does not raise "
-                  "their rate)")
-    moved = (f"{work.nbytes.sum() / n / 2**20:.2f} MiB of the other ops' bytes at "
-             f"{work.byte_rate * 1e9 / 2**30:.2f} GiB/s, {_FROM[work.byte_from]}")
+    def kept(rate: str) -> str:
+        return (f"{work.kept_calls / n:.0f} matmul calls per step that ran at half {rate} or more at their own time "
+                f"less a dispatch ({work.kept.sum() / n / 1000:.0f} µs per step: batching does not raise their rate)")
+
+    # a kind of work the loops do none of at a rate is not named (an unseen R-GCN's "0.00 MFLOP of matrix ops per
+    # step at 62.38 GFLOP/s", every matmul of its loops timed by the probe)
+    rated = []
+    if work.flops.sum() > 0:
+        rated.append(f"{work.flops.sum() / n / 1e6:.2f} MFLOP of matrix ops per step at {work.flop_rate:.2f} GFLOP/s, "
+                     f"{_FROM[work.flop_from]}" + (f", and {kept('that rate')}" if work.kept_calls else ""))
+    elif work.kept_calls:
+        rated.append(kept(f"the rate of {work.flop_rate:.2f} GFLOP/s ({_FROM[work.flop_from]})"))
+    if work.nbytes.sum() > 0:
+        rated.append(f"{work.nbytes.sum() / n / 2**20:.2f} MiB of the other ops' bytes at "
+                     f"{work.byte_rate * 1e9 / 2**30:.2f} GiB/s, {_FROM[work.byte_from]}")
+    rest = "; ".join(rated) + " (copies and gradient sums left out)" if rated else \
+        "nothing else (copies and gradient sums left out)"
     timed = ""
     if work.measured_calls:
         timed = (f"{work.measured_calls / n:.0f} of the loops' {work.calls / n:.0f} op calls per step measured: "
@@ -173,7 +182,7 @@ def _derived(work: Work, unit: float, kinds: np.ndarray, busy: np.ndarray, n: in
               f"does their work with fewer fixed costs: {cut / n / 1000:.0f} µs per step less)" if cut > 0 else "")
     return (f"one whole-tensor op per distinct op of each loop ({kinds.sum() / n:.0f} per step), each a dispatch "
             f"of the loop's own op with the Python before it ({unit / 1000:.1f} µs), and the loops' arithmetic "
-            f"from the recorded shapes: {timed}{flops}; {moved} (copies and gradient sums left out){capped}: "
+            f"from the recorded shapes: {timed}{rest}{capped}: "
             f"{(kinds * unit + busy).sum() / n / 1000:.0f} µs per step")
 
 
