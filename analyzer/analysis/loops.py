@@ -60,6 +60,11 @@ SLICE_OPS = ("aten::select", "aten::slice", "aten::index", "aten::narrow", "aten
 COMPREHENSIONS = ("<listcomp>", "<genexpr>", "<dictcomp>", "<setcomp>")
 PER_PARAMETER = ("Optimizer.step#", "Optimizer.zero_grad#")
 OPTIMIZER = "optimizer"  # a step whose only loops are the optimizer's per-parameter updates (foreach is their fix)
+# a recurrent cell's op: a loop that runs one needs each iteration's hidden state in the next, whatever stacks its
+# outputs or slices its input per time step (issue 39: a GRUCell loop over 40 time steps, `h = cell(x[:, t], h)`,
+# stacked, read "independent" and forecast 2.77x where nn.GRU, the fused form, ran 1.05x)
+RECURRENT_CELLS = ("aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell")
+RECURRENT = "recurrent"  # a step whose loops (besides the optimizer's) are recurrent cells over time steps
 
 
 def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
@@ -262,12 +267,20 @@ def gathers(top: pd.DataFrame, loop: pd.DataFrame) -> pd.DataFrame:
 def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_parameter: iv.Intervals,
              frames: pd.DataFrame = None) -> dict:
     """Per step that has loops: why its loops' iterations are independent ("gather", "slices",
-    "comprehension"), None when nothing shows it, OPTIMIZER when its only loops are the optimizer's
+    "comprehension"), None when nothing shows it, RECURRENT when its other loops run a recurrent cell, OPTIMIZER
+    when its only loops are the optimizer's
     per-parameter updates. `per_parameter`: the optimizer's spans (loops there are no evidence);
     `frames`: Python frames (ts, end, name) of the same thread, if recorded."""
     own = loop[~iv.covers(per_parameter, loop["ts"].to_numpy(np.int64))]
+    rec = np.isin(own["run"].to_numpy(), recurrent_runs(own))
+    recurrent = pd.unique(own.loc[rec, "step"])
     out: dict = {int(s): OPTIMIZER for s in pd.unique(loop["step"])}
     out.update({int(s): None for s in pd.unique(own["step"])})
+    out.update({int(s): RECURRENT for s in recurrent})
+    # a recurrent loop's stack and slices are no evidence, nor, in its steps, the backward's nodes (a time step's
+    # SelectBackward0 where the input requires its gradient): only another forward loop there can show independence
+    backward = own["name"].astype(str).str.startswith(BACKWARD).to_numpy()
+    own = own[~rec & ~(backward & np.isin(own["step"].to_numpy(), recurrent))]
     found = []
     g = gathers(top, own)
     if len(g):
@@ -279,9 +292,14 @@ def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_p
         found.append(("comprehension", own.loc[iv.covers(spans, own["ts"].to_numpy(np.int64)), "step"].to_numpy()))
     for why, steps in found:
         for s in pd.unique(steps):
-            if int(s) in out and out[int(s)] is None:
+            if int(s) in out and out[int(s)] in (None, RECURRENT):
                 out[int(s)] = why
     return out
+
+
+def recurrent_runs(loop: pd.DataFrame) -> np.ndarray:
+    """The run numbers of `loop` (loop_ops' rows) that hold a recurrent cell's op (RECURRENT_CELLS)."""
+    return pd.unique(loop.loc[loop["name"].astype(str).isin(RECURRENT_CELLS).to_numpy(), "run"])
 
 
 def _any_of(names: pd.Series, parts: tuple) -> np.ndarray:
@@ -305,6 +323,10 @@ ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-pa
                   f"whose median call is under {SMALL_OP_NS / 1000:g} µs ({LIGHT_NS / 1000:g} µs where its "
                   f"arithmetic would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower "
                   "kind ends it, so a loop of ops near that time can go unfound in a slower recording")
+RECURRENT_LOOP = ("the loops run a recurrent cell (aten::gru_cell, lstm_cell or rnn_*_cell) over time steps: each "
+                  "iteration needs the previous one's hidden state, so they cannot be batched, whatever stacks their "
+                  "outputs or slices their input; the fused multi-step module (nn.GRU, nn.LSTM, nn.RNN) runs the loop "
+                  "in one op, torch.compile fuses it, and perfsleuth has no forecast for either")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
               "chain of small sequential layers, each needing the previous one's output, which cannot be "

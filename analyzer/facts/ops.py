@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..analysis.loops import OPTIMIZER, describe, evidence, light_kinds, loop_ops, not_the_steps
+from ..analysis.loops import OPTIMIZER, RECURRENT, describe, evidence, light_kinds, loop_ops, not_the_steps
 from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
@@ -47,6 +47,9 @@ OP_FACTS = {
                             "iterations: a chain of small sequential layers, which fusing (torch.compile, CUDA "
                             "graphs) speeds up and batching cannot"),
     "tiny_ops_evidence": ("text", "what shows the loops' iterations independent, in words ('none' when nothing)"),
+    "tiny_ops_recurrent": ("bool", "no loop of short ops shows independent iterations and a loop runs a recurrent "
+                           "cell over time steps (aten::gru_cell, lstm_cell, rnn_*_cell): each iteration needs the "
+                           "previous one's hidden state; the fused multi-step module or torch.compile is the fix"),
     "tiny_ops_optimizer_only": ("bool", "the only loops of short ops are the optimizer's per-parameter updates (inside "
                                 "Optimizer.step / zero_grad): a foreach optimizer is their fix (fused-optimizer), "
                                 "batching the model's layers is not"),
@@ -145,7 +148,7 @@ def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, per_parameter:
     """The loops of short ops on the main thread (the thread with the most outermost ops) and whether they
     show independent iterations: the same loops the batched-ops forecast batches (analysis/loops.py)."""
     none = {"tiny_ops_loops_per_step": 0.0, "tiny_ops_independent": False, "tiny_ops_sequential": False,
-            "tiny_ops_evidence": "none", "tiny_ops_optimizer_only": False}
+            "tiny_ops_evidence": "none", "tiny_ops_optimizer_only": False, "tiny_ops_recurrent": False}
     if top.empty:
         return none
     key = thread_key(top)
@@ -164,7 +167,8 @@ def _loops(ctx: Context, top: pd.DataFrame, theirs: iv.Intervals, per_parameter:
     py = ctx.kind(PYTHON)
     frames = py[thread_key(py) == main] if len(py) else None
     reasons = evidence(t, df, step_ends, per_parameter, frames)
-    shown = {s: why for s, why in reasons.items() if why not in (None, OPTIMIZER)}
+    shown = {s: why for s, why in reasons.items() if why not in (None, OPTIMIZER, RECURRENT)}
     return {"tiny_ops_loops_per_step": ctx.per_step(df["run"].nunique()), "tiny_ops_independent": bool(shown),
             "tiny_ops_sequential": not shown and None in reasons.values(), "tiny_ops_evidence": describe(shown),
-            "tiny_ops_optimizer_only": bool(reasons) and set(reasons.values()) == {OPTIMIZER}}
+            "tiny_ops_optimizer_only": bool(reasons) and set(reasons.values()) == {OPTIMIZER},
+            "tiny_ops_recurrent": not shown and RECURRENT in reasons.values()}

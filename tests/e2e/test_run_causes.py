@@ -76,6 +76,23 @@ def test_wide_members_script(tmp_path):
     assert facts["tiny_ops_outside_optimizer_share"] < 0.1
 
 
+def test_rnn_cell_script(tmp_path):
+    """A GRUCell loop over 40 time steps on embedded tokens, stacked: the iterations depend on each other through
+    the hidden state, so tiny-ops has no batching forecast (it had 4.65x, where nn.GRU runs about 1.05x) and its fix
+    is the fused module."""
+    from perfsleuth.api import analyze_file
+    from perfsleuth.facts.core import compute_facts
+
+    report, _ = run(tmp_path, "rnn_cell.py")
+    f = by_rule(report)["tiny-ops"]
+    assert (f["forecast"]["kind"], f["forecast"]["speedup"]) == ("none", None)
+    assert f["forecast"]["reason"].startswith("the loops run a recurrent cell")
+    assert "They run a recurrent cell over time steps" in f["message"] and "nn.GRU(input, hidden" in f["fix"]
+    a = analyze_file(next(tmp_path.rglob("trace.pt.trace.json.gz")))
+    facts = compute_facts(a.trace, a.steps, a.breakdown)
+    assert facts["tiny_ops_recurrent"] is True and facts["tiny_ops_sequential"] is False
+
+
 def test_oversubscribed_script(tmp_path):
     """torch threads = the cores, plus 2 DataLoader workers: more busy threads than cores, as a fact."""
     cores = len(os.sched_getaffinity(0))

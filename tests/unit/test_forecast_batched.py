@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 import pandas as pd
-from perfsleuth.analysis.loops import SEQUENTIAL, loop_backward, loop_ops
+from perfsleuth.analysis.loops import RECURRENT_LOOP, SEQUENTIAL, loop_backward, loop_ops
 from test_forecast import cpu_step_trace, forecaster
 from test_forecast_caps import loop
 
@@ -29,6 +29,25 @@ def test_a_chain_with_an_optimizer_loop_stays_without_a_batching_forecast(tmp_pa
         loop(tb, o, kinds=("aten::add_",), n=96, at=3105)
     fc = forecaster(cpu_step_trace(tmp_path, body, period=5000)).forecast("batched-ops")
     assert (fc["kind"], fc["reason"]) == ("none", SEQUENTIAL)
+
+
+def test_a_recurrent_cells_loop_stays_without_a_batching_forecast(tmp_path):
+    """A GRUCell over 24 time steps (select, gru_cell), its hidden states stacked, and a backward whose
+    SelectBackward0 per time step would be slice evidence: the cell needs each step's hidden state in the next, so
+    none of it is evidence and there is no forecast; the reason names the fused module. The same loop of `tanh`
+    instead of the cell is independent and gets one."""
+    def step(cell):
+        def body(tb, o, k):
+            loop(tb, o, kinds=("aten::select", cell), n=48, at=20)
+            tb.op("aten::stack", o + 500, 5)
+            tb.op(f"{BWD}StackBackward0", o + 520, 5)
+            loop(tb, o, kinds=(f"{BWD}AddmmBackward0", f"{BWD}SelectBackward0"), n=48, at=540)
+        return body
+    fc = forecaster(cpu_step_trace(tmp_path, step("aten::gru_cell"), period=2000)).forecast("batched-ops")
+    assert (fc["kind"], fc["reason"]) == ("none", RECURRENT_LOOP)
+    assert RECURRENT_LOOP.startswith("the loops run a recurrent cell (aten::gru_cell, lstm_cell or rnn_*_cell)")
+    plain = forecaster(cpu_step_trace(tmp_path, step("aten::tanh"), period=2000)).forecast("batched-ops")
+    assert plain["speedup"] > 1.0
 
 
 def grouped_step(tb, o, k, acc=False):

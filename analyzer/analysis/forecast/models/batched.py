@@ -37,6 +37,8 @@ from ...loops import (
     ONLY_OPTIMIZER,
     OPTIMIZER,
     PER_PARAMETER,
+    RECURRENT,
+    RECURRENT_LOOP,
     SEQUENTIAL,
     describe,
     evidence,
@@ -45,6 +47,7 @@ from ...loops import (
     long_kinds,
     loop_ops,
     not_the_steps,
+    recurrent_runs,
 )
 from ..plan import Plan, remove_host, step_ns
 from ..profiler_share import profiler_share
@@ -109,8 +112,8 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     ends = steps["host_end"].to_numpy(np.float64)
     reasons = evidence(top, df, ends, per_parameter, x.frames)
-    ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER)]
-    return df[df["step"].isin(ok).to_numpy()], reasons
+    ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER, RECURRENT)]
+    return df[df["step"].isin(ok).to_numpy() & ~df["run"].isin(recurrent_runs(df)).to_numpy()], reasons
 
 
 def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Intervals, added_ops: float) -> str:
@@ -218,7 +221,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                          f"steps, outside DataLoader fetches{slower()}")
     df, reasons = _independent(x, top, df, steps)
     if df.empty:
-        raise NoForecast(ONLY_OPTIMIZER + slower() if set(reasons.values()) == {OPTIMIZER} else SEQUENTIAL)
+        raise NoForecast(ONLY_OPTIMIZER + slower() if set(reasons.values()) == {OPTIMIZER} else
+                         RECURRENT_LOOP if RECURRENT in reasons.values() else SEQUENTIAL)
     ends = steps["host_end"].to_numpy(np.float64)
     long_backward = loop_backward(top, not_optimizer(x, df), ends)  # the loop's backward nodes, however long
     if long_backward:
@@ -303,7 +307,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
            "independent": f"the loops' iterations are independent: {describe(reasons)}",
            "not_the_loop": "ops inside DataLoader fetches (__getitem__, an IterableDataset's loop) are the "
                            "DataLoader's, and stay"}
-    skipped = sum(1 for why in reasons.values() if why in (None, OPTIMIZER))
+    skipped = sum(1 for why in reasons.values() if why in (None, OPTIMIZER, RECURRENT))
     if skipped:
         out["sequential"] = (f"the loops of {skipped} of {len(reasons)} step(s) show no sign of independent "
                              "iterations and stay")
