@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..trace.names import DATALOADER_PREFIXES, OWN_SPAN, name_mask
 from . import intervals as iv
-from .efficiency.shapes import modelled_names, op_models
+from .efficiency.shapes import decode_signature, modelled_names, op_models
 
 SMALL_OP_NS = 50_000.0  # ops of a kind whose median is this short are dispatch-bound in a long run of their like
 # A kind whose arithmetic would take under SMALL_OP_NS at the machine's measured ceilings counts as short up to
@@ -64,6 +64,11 @@ OPTIMIZER = "optimizer"  # a step whose only loops are the optimizer's per-param
 # outputs or slices its input per time step (issue 39: a GRUCell loop over 40 time steps, `h = cell(x[:, t], h)`,
 # stacked, read "independent" and forecast 2.77x where nn.GRU, the fused form, ran 1.05x)
 RECURRENT_CELLS = ("aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell")
+# ... and a multi-step module called on one time step at a time, its hidden state passed on (a seq2seq decoder's
+# `output, hidden = self.gru(output, hidden)` per target token, as PyTorch's translation tutorial writes it: a
+# GRU over a [32, 1, 64] input 20 times a step read "independent" and was forecast 2.86x); with shapes recorded
+# only where its input holds one time step (a 1 in its first two dimensions), without them wherever a loop runs it
+RECURRENT_STEPS = ("aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu")
 RECURRENT = "recurrent"  # a step whose loops (besides the optimizer's) are recurrent cells over time steps
 
 
@@ -298,8 +303,23 @@ def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_p
 
 
 def recurrent_runs(loop: pd.DataFrame) -> np.ndarray:
-    """The run numbers of `loop` (loop_ops' rows) that hold a recurrent cell's op (RECURRENT_CELLS)."""
-    return pd.unique(loop.loc[loop["name"].astype(str).isin(RECURRENT_CELLS).to_numpy(), "run"])
+    """The run numbers of `loop` (loop_ops' rows) that hold a recurrent cell's op (RECURRENT_CELLS) or a multi-step
+    module's op on one time step (RECURRENT_STEPS)."""
+    name = loop["name"].astype(str)
+    hit = name.isin(RECURRENT_CELLS).to_numpy()
+    steps = name.isin(RECURRENT_STEPS).to_numpy().copy()
+    if steps.any() and "in_shape" in loop:
+        steps[steps] = [_one_time_step(text) for text in loop.loc[steps, "in_shape"].astype(str)]
+    return pd.unique(loop.loc[hit | steps, "run"])
+
+
+def _one_time_step(shape_text: str) -> bool:
+    """Whether a multi-step RNN op's input (its first tensor) holds one time step; True where shapes are unknown."""
+    dims, _ = decode_signature(shape_text)
+    first = dims[0] if dims else None
+    if not (isinstance(first, list) and first and all(isinstance(d, int) for d in first)):
+        return True
+    return len(first) == 3 and 1 in first[:2]
 
 
 def _any_of(names: pd.Series, parts: tuple) -> np.ndarray:
@@ -323,7 +343,8 @@ ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-pa
                   f"whose median call is under {SMALL_OP_NS / 1000:g} µs ({LIGHT_NS / 1000:g} µs where its "
                   f"arithmetic would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower "
                   "kind ends it, so a loop of ops near that time can go unfound in a slower recording")
-RECURRENT_LOOP = ("the loops run a recurrent cell (aten::gru_cell, lstm_cell or rnn_*_cell) over time steps: each "
+RECURRENT_LOOP = ("the loops run a recurrent cell over time steps (aten::gru_cell, lstm_cell or rnn_*_cell, or a GRU, "
+                  "LSTM or RNN on one time step at a time): each "
                   "iteration needs the previous one's hidden state, so they cannot be batched, whatever stacks their "
                   "outputs or slices their input; the fused multi-step module (nn.GRU, nn.LSTM, nn.RNN) runs the loop "
                   "in one op, torch.compile fuses it, and perfsleuth has no forecast for either")

@@ -45,9 +45,28 @@ def test_a_recurrent_cells_loop_stays_without_a_batching_forecast(tmp_path):
         return body
     fc = forecaster(cpu_step_trace(tmp_path, step("aten::gru_cell"), period=2000)).forecast("batched-ops")
     assert (fc["kind"], fc["reason"]) == ("none", RECURRENT_LOOP)
-    assert RECURRENT_LOOP.startswith("the loops run a recurrent cell (aten::gru_cell, lstm_cell or rnn_*_cell)")
+    assert RECURRENT_LOOP.startswith("the loops run a recurrent cell over time steps (aten::gru_cell, lstm_cell")
     plain = forecaster(cpu_step_trace(tmp_path, step("aten::tanh"), period=2000)).forecast("batched-ops")
     assert plain["speedup"] > 1.0
+
+
+def test_a_multi_step_rnn_called_one_time_step_at_a_time_is_recurrent(tmp_path):
+    """A seq2seq decoder calls its nn.GRU once per target token (input [32, 1, 64], the hidden state passed on), its
+    outputs cat'd: recurrent, no forecast. The same loop over GRUs each on a whole sequence ([32, 10, 64]: per-
+    modality encoders) is not, and keeps its forecast."""
+    def step(seq):
+        def body(tb, o, k):
+            for j in range(48):
+                if j % 2:
+                    tb.op("aten::gru", o + 20 + 10 * j, 3, **shaped([[32, seq, 64], [1, 32, 64]]))
+                else:
+                    tb.op("aten::embedding", o + 20 + 10 * j, 3)
+            tb.op("aten::cat", o + 500, 5)
+        return body
+    fc = forecaster(cpu_step_trace(tmp_path, step(1), period=2000)).forecast("batched-ops")
+    assert (fc["kind"], fc["reason"]) == ("none", RECURRENT_LOOP)
+    whole = forecaster(cpu_step_trace(tmp_path, step(10), period=2000)).forecast("batched-ops")
+    assert whole["speedup"] > 1.0
 
 
 def grouped_step(tb, o, k, acc=False):

@@ -63,7 +63,7 @@ from .batched_around import (
     permuted,
     unmerged,
 )
-from .batched_work import Work, light, loop_work, probed_copies
+from .batched_work import Work, light, loop_work, probed_copies, shaped_ops
 from .host import _add_back, _collapse_device, top_ops
 
 # The gaps right before and after a loop (its setup, the autograd engine's walk over its nodes before
@@ -111,9 +111,22 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     """The loops of the steps whose loops show independent iterations (loops.evidence), and the reasons."""
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     ends = steps["host_end"].to_numpy(np.float64)
-    reasons = evidence(top, df, ends, per_parameter, x.frames)
+    shaped = _with_shapes(x, df)  # a GRU's input shape tells one time step from a whole sequence
+    reasons = evidence(top, shaped, ends, per_parameter, x.frames)
     ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER, RECURRENT)]
-    return df[df["step"].isin(ok).to_numpy() & ~df["run"].isin(recurrent_runs(df)).to_numpy()], reasons
+    return df[df["step"].isin(ok).to_numpy() & ~df["run"].isin(recurrent_runs(shaped)).to_numpy()], reasons
+
+
+def _with_shapes(x: Inputs, df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (loop ops) with each op's recorded input shapes (`in_shape`, matched by start and name), where recorded."""
+    ops = shaped_ops(x)
+    if ops is None or df.empty or "in_shape" in df:
+        return df
+    keys = [ops["ts"].to_numpy(np.int64), ops["name"].astype(str).to_numpy()]
+    table = pd.Series(ops["in_shape"].astype(str).to_numpy(), index=pd.MultiIndex.from_arrays(keys))
+    table = table[~table.index.duplicated()]
+    at = pd.MultiIndex.from_arrays([df["ts"].to_numpy(np.int64), df["name"].astype(str).to_numpy()])
+    return df.assign(in_shape=table.reindex(at).fillna("").to_numpy())
 
 
 def _without_profiler(x: Inputs, p: Plan, before_ns: float, start_cut: iv.Intervals, added_ops: float) -> str:
