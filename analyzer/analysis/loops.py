@@ -272,20 +272,18 @@ def gathers(top: pd.DataFrame, loop: pd.DataFrame) -> pd.DataFrame:
 def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_parameter: iv.Intervals,
              frames: pd.DataFrame = None) -> dict:
     """Per step that has loops: why its loops' iterations are independent ("gather", "slices",
-    "comprehension"), None when nothing shows it, RECURRENT when its other loops run a recurrent cell, OPTIMIZER
-    when its only loops are the optimizer's
+    "comprehension"), None when nothing shows it, RECURRENT when the step runs a recurrent cell over time steps
+    (`recurrent_steps`: none of its loops is evidence then), OPTIMIZER when its only loops are the optimizer's
     per-parameter updates. `per_parameter`: the optimizer's spans (loops there are no evidence);
     `frames`: Python frames (ts, end, name) of the same thread, if recorded."""
     own = loop[~iv.covers(per_parameter, loop["ts"].to_numpy(np.int64))]
-    rec = np.isin(own["run"].to_numpy(), recurrent_runs(own))
-    recurrent = pd.unique(own.loc[rec, "step"])
+    recurrent = recurrent_steps(top, step_ends)
     out: dict = {int(s): OPTIMIZER for s in pd.unique(loop["step"])}
-    out.update({int(s): None for s in pd.unique(own["step"])})
-    out.update({int(s): RECURRENT for s in recurrent})
-    # a recurrent loop's stack and slices are no evidence, nor, in its steps, the backward's nodes (a time step's
-    # SelectBackward0 where the input requires its gradient): only another forward loop there can show independence
-    backward = own["name"].astype(str).str.startswith(BACKWARD).to_numpy()
-    own = own[~rec & ~(backward & np.isin(own["step"].to_numpy(), recurrent))]
+    out.update({int(s): RECURRENT if int(s) in recurrent else None for s in pd.unique(own["step"])})
+    # a recurrence's stack and slices are no evidence, nor its backward's nodes (a time step's SelectBackward0
+    # where the input requires its gradient), nor the loops of short ops between its long ops (a decoder's
+    # embedding and relu per token, its Linear over the vocabulary too long to be a loop's)
+    own = own[~np.isin(own["step"].to_numpy(), list(recurrent))]
     found = []
     g = gathers(top, own)
     if len(g):
@@ -297,20 +295,27 @@ def evidence(top: pd.DataFrame, loop: pd.DataFrame, step_ends: np.ndarray, per_p
         found.append(("comprehension", own.loc[iv.covers(spans, own["ts"].to_numpy(np.int64)), "step"].to_numpy()))
     for why, steps in found:
         for s in pd.unique(steps):
-            if int(s) in out and out[int(s)] in (None, RECURRENT):
+            if int(s) in out and out[int(s)] is None:
                 out[int(s)] = why
     return out
 
 
-def recurrent_runs(loop: pd.DataFrame) -> np.ndarray:
-    """The run numbers of `loop` (loop_ops' rows) that hold a recurrent cell's op (RECURRENT_CELLS) or a multi-step
-    module's op on one time step (RECURRENT_STEPS)."""
-    name = loop["name"].astype(str)
-    hit = name.isin(RECURRENT_CELLS).to_numpy()
+def recurrent_steps(top: pd.DataFrame, step_ends: np.ndarray) -> set:
+    """The steps (indices into `step_ends`) whose outermost ops (`top`: one thread's, with `in_shape` where shapes
+    were recorded) run a recurrent cell (RECURRENT_CELLS), or a multi-step module on one time step
+    (RECURRENT_STEPS), MIN_REPEAT times or more: a recurrence over time steps, whatever loops the ops form (an
+    unseen seq2seq decoder's GRU ran between a Linear over its vocabulary too long to be a loop's op)."""
+    if top.empty:
+        return set()
+    name = top["name"].astype(str)
+    hit = name.isin(RECURRENT_CELLS).to_numpy().copy()
     steps = name.isin(RECURRENT_STEPS).to_numpy().copy()
-    if steps.any() and "in_shape" in loop:
-        steps[steps] = [_one_time_step(text) for text in loop.loc[steps, "in_shape"].astype(str)]
-    return pd.unique(loop.loc[hit | steps, "run"])
+    if steps.any() and "in_shape" in top:
+        steps[steps] = [_one_time_step(text) for text in top.loc[steps, "in_shape"].astype(str)]
+    at = np.searchsorted(np.asarray(step_ends, np.float64), top["ts"].to_numpy(np.float64)[hit | steps])
+    at = at[at < len(step_ends)]
+    counts = np.bincount(at, minlength=len(step_ends)) if at.size else np.zeros(0, np.int64)
+    return {int(s) for s in np.flatnonzero(counts >= MIN_REPEAT)}
 
 
 def _one_time_step(shape_text: str) -> bool:

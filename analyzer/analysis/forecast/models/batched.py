@@ -47,7 +47,6 @@ from ...loops import (
     long_kinds,
     loop_ops,
     not_the_steps,
-    recurrent_runs,
 )
 from ..plan import Plan, remove_host, step_ns
 from ..profiler_share import profiler_share
@@ -111,14 +110,14 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     """The loops of the steps whose loops show independent iterations (loops.evidence), and the reasons."""
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     ends = steps["host_end"].to_numpy(np.float64)
-    shaped = _with_shapes(x, df)  # a GRU's input shape tells one time step from a whole sequence
-    reasons = evidence(top, shaped, ends, per_parameter, x.frames)
+    # a GRU's input shape tells one time step (a recurrence) from a whole sequence
+    reasons = evidence(_with_shapes(x, top), df, ends, per_parameter, x.frames)
     ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER, RECURRENT)]
-    return df[df["step"].isin(ok).to_numpy() & ~df["run"].isin(recurrent_runs(shaped)).to_numpy()], reasons
+    return df[df["step"].isin(ok).to_numpy()], reasons
 
 
 def _with_shapes(x: Inputs, df: pd.DataFrame) -> pd.DataFrame:
-    """`df` (loop ops) with each op's recorded input shapes (`in_shape`, matched by start and name), where recorded."""
+    """`df` (ops) with each op's recorded input shapes (`in_shape`, matched by start and name), where recorded."""
     ops = shaped_ops(x)
     if ops is None or df.empty or "in_shape" in df:
         return df
