@@ -7,7 +7,8 @@ time it keeps the process's CPU time over the same interval (`time.process_time`
 stepping thread's own (`time.thread_time`: with several intra-op threads the others' spinning between
 parallel regions is process CPU time the profiler does not cost) and, on Linux, the time the stepping
 thread waited runnable for a CPU (`QueuedClock`, schedstat), so that a step that waited for a core (the
-machine busy) can be told from one that did more work or waited for data. Each step is labelled with the phase it ran in:
+machine busy) can be told from one that did more work or waited for data. Each step is labelled with the
+phase it ran in:
 
     wait (not profiled) | warmup (profiler tracing, discarded) | active (recorded) |
     after (not profiled, after the recorded window) | memory | stacks | rest (not timed)
