@@ -191,8 +191,10 @@ def test_a_failing_variant_does_not_lose_the_others(tmp_path, monkeypatch):
 
 def test_the_budget_stops_further_experiments_and_says_so(tmp_path, monkeypatch):
     exps, not_tried = plan([{"rule": "fused-optimizer"}, {"rule": "zero-grad"}], Context())
-    # steps of 50 ms that the estimate takes for 10 ms: the first experiment starts, and the budget ends it
-    v, lines = verifier(tmp_path, monkeypatch, ["--sleep", "0.05", "--steps", "2000"], steps=10, budget_s=6.0,
+    # steps of 100 ms that the estimate takes for 10 ms: the first experiment starts, and the budget ends it (its 6
+    # windows of 2 + 10 steps after 3 of start-up sleep 7.5 s at least; at 50 ms a step a quick machine had finished
+    # them inside the 6 s)
+    v, lines = verifier(tmp_path, monkeypatch, ["--sleep", "0.1", "--steps", "2000"], steps=10, budget_s=6.0,
                         startup_guess_s=0.1)
     started = time.monotonic()
     extra = v.run(exps, not_tried)
