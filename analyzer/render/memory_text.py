@@ -23,6 +23,9 @@ TOP_SHOWN = 3
 SHOWN_RESERVED_RATIO = 1.1  # reserved / allocated at their peaks shown from this ratio
 
 
+LEAK_FROM_BYTES = 64 << 10  # the memory-leak rule's default min_bytes_per_step (rules/memory.toml)
+
+
 def _growth_text(d: dict) -> str:
     g = d.get("growth_bytes_per_step")
     if g is None:
@@ -31,7 +34,10 @@ def _growth_text(d: dict) -> str:
     text = f"growth {fmt_ibytes(g)}/step over {n} steady steps"
     if d.get("growth_monotone") and g > 0:
         text += ", rising every step"
-        if d.get("steps_until_full") is not None:
+        if g < LEAK_FROM_BYTES:
+            # an unseen helper read "growth 4 B/step ..., rising every step" as a leak warning
+            text += f" (under the {fmt_ibytes(LEAK_FROM_BYTES)} a step from which memory-leak reports growth)"
+        elif d.get("steps_until_full") is not None:
             text += f": full in about {d['steps_until_full']:,} more steps at this rate (forecast)"
     return text
 

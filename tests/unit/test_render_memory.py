@@ -22,6 +22,21 @@ def _report(tmp_path, cats=None):
     return analyze(tb, tmp_path)[0]
 
 
+def test_a_few_bytes_of_growth_are_not_worded_as_a_leak():
+    """4 B a step, rising over 3 steps: said as measured, under the memory-leak rule's 64 KiB, with no 'full in'
+    forecast (a helper read it as a leak warning); 1 MiB a step keeps its forecast (the test below)."""
+    from perfsleuth.render.memory_text import _growth_text
+
+    small = {"growth_bytes_per_step": 4, "growth_steps": 3, "growth_monotone": True, "steps_until_full": 10**9}
+    assert _growth_text(small) == ("growth 4 B/step over 3 steady steps, rising every step (under the 64.00 KiB a "
+                                   "step from which memory-leak reports growth)")
+    from perfsleuth.engine.catalog import load_catalog
+    from perfsleuth.render.memory_text import LEAK_FROM_BYTES
+
+    leak = next(r for r in load_catalog() if r.slug == "memory-leak")
+    assert leak.thresholds["min_bytes_per_step"] == LEAK_FROM_BYTES  # the words follow the rule's default
+
+
 def test_terminal_and_markdown_show_peak_growth_and_what_keeps_it(tmp_path):
     report = _report(tmp_path)
     text = render_terminal(report)
