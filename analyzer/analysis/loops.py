@@ -69,7 +69,7 @@ RECURRENT_CELLS = ("aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "
 # GRU over a [32, 1, 64] input 20 times a step read "independent" and was forecast 2.86x); with shapes recorded
 # only where its input holds one time step (a 1 in its first two dimensions), without them wherever a loop runs it
 RECURRENT_STEPS = ("aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu")
-RECURRENT = "recurrent"  # a step whose loops (besides the optimizer's) are recurrent cells over time steps
+RECURRENT = "recurrent"  # a step that runs a recurrence over time steps (`recurrent_steps`)
 
 
 def not_the_steps(spans: pd.DataFrame) -> iv.Intervals:
@@ -308,7 +308,7 @@ def recurrent_steps(top: pd.DataFrame, step_ends: np.ndarray) -> set:
     if top.empty:
         return set()
     name = top["name"].astype(str)
-    hit = name.isin(RECURRENT_CELLS).to_numpy().copy()
+    hit = name.isin(RECURRENT_CELLS).to_numpy()
     steps = name.isin(RECURRENT_STEPS).to_numpy().copy()
     if steps.any() and "in_shape" in top:
         steps[steps] = [_one_time_step(text) for text in top.loc[steps, "in_shape"].astype(str)]
@@ -349,10 +349,10 @@ ONLY_OPTIMIZER = (f"the only loops of short ops found are the optimizer's per-pa
                   f"arithmetic would take under {SMALL_OP_NS / 1000:g} at the machine's measured ceilings); a slower "
                   "kind ends it, so a loop of ops near that time can go unfound in a slower recording")
 RECURRENT_LOOP = ("the loops run a recurrent cell over time steps (aten::gru_cell, lstm_cell or rnn_*_cell, or a GRU, "
-                  "LSTM or RNN on one time step at a time): each "
-                  "iteration needs the previous one's hidden state, so they cannot be batched, whatever stacks their "
-                  "outputs or slices their input; the fused multi-step module (nn.GRU, nn.LSTM, nn.RNN) runs the loop "
-                  "in one op, torch.compile fuses it, and perfsleuth has no forecast for either")
+                  "LSTM or RNN on one time step at a time): each iteration needs the previous one's hidden state, so "
+                  "they cannot be batched, whatever stacks their outputs or slices their input; the fused multi-step "
+                  "module (nn.GRU, nn.LSTM, nn.RNN) runs the loop in one op, torch.compile fuses it, and perfsleuth "
+                  "has no forecast for either")
 SEQUENTIAL = ("no sign that the loop's iterations are independent (no cat/stack of their outputs, no slice of a "
               "tensor per iteration, no comprehension in the Python stacks): the trace cannot tell them from a "
               "chain of small sequential layers, each needing the previous one's output, which cannot be "

@@ -15,15 +15,14 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
-from ..analysis.loops import OPTIMIZER, RECURRENT, describe, evidence, light_kinds, loop_ops, not_the_steps
+from ..analysis.loops import (OPTIMIZER, PER_PARAMETER, RECURRENT, describe, evidence, light_kinds, loop_ops,
+                              not_the_steps)
 from ..analysis.steps import OPTIMIZER_PREFIX
 from ..trace.model import ANNOTATION, CPU_OP, PYTHON
 from ..trace.names import name_mask
 from ..trace.selection import rows
 from .common import Context, span, thread_key
 from .locations import optimizer_sites, sites
-
-PER_PARAMETER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 
 SMALL_OP_NS = 100_000  # an outermost op under 100 µs is "small": its fixed cost is a large part of it
 SMALL_GAP_NS = 100_000  # Python between two small ops shorter than this belongs to the loop that runs them
@@ -47,9 +46,10 @@ OP_FACTS = {
                             "iterations: a chain of small sequential layers, which fusing (torch.compile, CUDA "
                             "graphs) speeds up and batching cannot"),
     "tiny_ops_evidence": ("text", "what shows the loops' iterations independent, in words ('none' when nothing)"),
-    "tiny_ops_recurrent": ("bool", "no loop of short ops shows independent iterations and a loop runs a recurrent "
-                           "cell over time steps (aten::gru_cell, lstm_cell, rnn_*_cell): each iteration needs the "
-                           "previous one's hidden state; the fused multi-step module or torch.compile is the fix"),
+    "tiny_ops_recurrent": ("bool", "no loop of short ops shows independent iterations and a step runs a recurrence "
+                           "over time steps (aten::gru_cell, lstm_cell, rnn_*_cell, or a GRU, LSTM or RNN on one "
+                           "time step, 8+ times a step): each iteration needs the previous one's hidden state; the "
+                           "fused multi-step module or torch.compile is the fix"),
     "tiny_ops_optimizer_only": ("bool", "the only loops of short ops are the optimizer's per-parameter updates (inside "
                                 "Optimizer.step / zero_grad): a foreach optimizer is their fix (fused-optimizer), "
                                 "batching the model's layers is not"),
@@ -119,13 +119,14 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
     ts, end = top["ts"].to_numpy(np.int64), top["end"].to_numpy(np.int64)
     gap = np.r_[ts[1:] - end[:-1], 0] if len(ts) else ts
     loop = np.r_[(key[1:] == key[:-1]) & small[1:], False] & small & (gap > 0) & (gap < SMALL_GAP_NS)
-    tiny_ns = int(dur[small].sum()) + int(gap[loop].sum())
+
+    def small_ns(keep: np.ndarray) -> int:  # the small ops in `keep` and the Python gaps between two of them
+        return int(dur[small & keep].sum()) + int(gap[loop & keep & np.r_[keep[1:], True]].sum())
+    tiny_ns = small_ns(np.ones(len(ts), bool))
     opt = ann[name_mask(ann["name"], lambda n: n.startswith(OPTIMIZER_PREFIX))]
     opt_win = span(opt)
     in_opt = iv.covers(opt_win, ts)
-    per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER_PREFIXES))])
-    outside = ~iv.covers(per_parameter, ts)
-    outside_ns = int(dur[small & outside].sum()) + int(gap[loop & outside & np.r_[outside[1:], True]].sum())
+    per_parameter = span(ann[name_mask(ann["name"], lambda n: n.startswith(PER_PARAMETER))])
     values = {
         "ops_per_step": ctx.per_step(n_ops),
         "ops_top_per_step": ctx.per_step(len(top)),
@@ -134,7 +135,7 @@ def op_facts(ctx: Context) -> tuple[dict, dict]:
         "ops_small_per_step": ctx.per_step(int(small.sum())),
         "tiny_ops_us_per_step": ctx.per_step_us(tiny_ns),
         "tiny_ops_share": ctx.share(tiny_ns),
-        "tiny_ops_outside_optimizer_share": ctx.share(outside_ns),
+        "tiny_ops_outside_optimizer_share": ctx.share(small_ns(~iv.covers(per_parameter, ts))),
         "optimizer_ops_per_step": ctx.per_step(int(in_opt.sum())),
         **_loops(ctx, top, theirs, per_parameter),
     }

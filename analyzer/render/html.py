@@ -114,8 +114,7 @@ def view(report: dict, pid: str = "", base: str | None = None) -> dict:
         "step_time": {k: step_time.get(k) for k in ("median", "mean", "p90")},
         "measured": measured,
         "best_measured": figures.best_measured(findings),
-        "unprofiled": ((report.get("measurement") or {}).get("unprofiled_step_us") or {}).get("median")
-        if isinstance(report.get("measurement"), dict) else None,
+        "unprofiled": present.unprofiled_median(report),
         "overhead": (report.get("measurement") or {}).get("overhead") if isinstance(report.get("measurement"), dict)
         else None,
         "device_busy": number(summary.get("device_busy")),

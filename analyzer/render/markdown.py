@@ -105,9 +105,7 @@ def _headline(report: dict) -> str:
     degree = f" ({md_text(report['degree'], 20)})" if report.get("degree") else ""
     # the step the user's program runs at, where `perfsleuth run` measured it; the profiled one beside it (a helper
     # read "median step **21.12 ms**" as the program's step where it ran 15.98 ms without the profiler)
-    m = report.get("measurement") if isinstance(report.get("measurement"), dict) else {}
-    unprofiled = number((m.get("unprofiled_step_us") or {}).get("median")) \
-        if isinstance(m.get("unprofiled_step_us"), dict) else None
+    unprofiled = present.unprofiled_median(report)
     step_text = (f"**{fmt_us(unprofiled)}** without the profiler ({fmt_us(step)} profiled)" if unprofiled is not None
                  else f"**{fmt_us(step)}**")
     lines = [

@@ -87,6 +87,13 @@ def measurement_lines(report: dict) -> tuple[str, str]:
     return line, flag
 
 
+def unprofiled_median(report: dict) -> float | None:
+    """The median step `perfsleuth run` measured without the profiler (report@1's `measurement`), or None."""
+    m = report.get("measurement")
+    un = m.get("unprofiled_step_us") if isinstance(m, dict) else None
+    return number(un.get("median")) if isinstance(un, dict) else None
+
+
 def fmt_ratio(x: Any) -> str:
     v = number(x)
     return DASH if v is None else f"{v:.2f}×"

@@ -111,7 +111,7 @@ def _independent(x: Inputs, top: pd.DataFrame, df: pd.DataFrame, steps: pd.DataF
     per_parameter = iv.union(*(x.spans(name) for name in PER_PARAMETER))
     ends = steps["host_end"].to_numpy(np.float64)
     # a GRU's input shape tells one time step (a recurrence) from a whole sequence
-    reasons = evidence(_with_shapes(x, top), df, ends, per_parameter, x.frames)
+    reasons = evidence(x.cached("top_ops_shaped", lambda: _with_shapes(x, top)), df, ends, per_parameter, x.frames)
     ok = [s for s, why in reasons.items() if why not in (None, OPTIMIZER, RECURRENT)]
     return df[df["step"].isin(ok).to_numpy()], reasons
 
