@@ -9,9 +9,10 @@ torch and the recorded shapes, so it times the batched op itself: for each op of
 float32 input shapes (and is short: under SHORT_US a call), the same op over a batch of `batch` such inputs
 stacked on a new first dimension -- a `mm` / `addmm` as a `bmm` / `baddbmm`, an elementwise or softmax op over
 the stacked tensors -- at the window's thread count, the median of REPEATS calls after warming up, in PASSES passes
-over all the groups, the lesser kept (`_lesser`: a slow period of the machine is not an op's time). A matmul
-with a dimension of 1 is also timed in the elementwise form people write for it (`_broadcast_call`), and the
-faster form is kept (`form`). Only
+over all the groups, the lesser kept (`_lesser`: a slow period of the machine is not an op's time), each timed
+call after the cores' caches were emptied (cold_cache.Evict: in a step, the op's tensors are no longer there). A
+matmul with a dimension of 1 is also timed in the elementwise form people write for it (`_broadcast_call`), and
+the faster form is kept (`form`). Only
 the ops listed in OPS (their arguments are known from the shapes alone); the rest keep the derived rate.
 
 Recorded in the trace's `perfsleuth_final` metadata as `batched_probe`:
@@ -45,6 +46,7 @@ from typing import Any, Optional
 import msgspec
 
 from .batched_calls import CONCRETE, OPS, _broadcast_call, _call, _copy_call, _fits, _wide_call
+from .cold_cache import Evict
 from .cpu_peak import timed
 
 log = logging.getLogger(__name__)
@@ -216,16 +218,17 @@ def measure(groups: list, threads: int) -> Optional[dict]:
     started = time.perf_counter()
     ops, kept = [], []
     try:
+        evict = Evict(torch, threads)
         with torch.no_grad():
             for group in groups:
                 if time.perf_counter() - started > MAX_SECONDS:
                     break
-                entry = _entry(torch, group)
+                entry = _entry(torch, group, evict)
                 if entry is not None:
                     ops.append(entry)
                     kept.append(group)
             for _ in range(PASSES - 1):
-                ops = [_lesser(e, _entry(torch, g)) for e, g in zip(ops, kept)]
+                ops = [_lesser(e, _entry(torch, g, evict)) for e, g in zip(ops, kept)]
     finally:
         torch.set_num_threads(before)
     if not ops:
@@ -236,29 +239,30 @@ def measure(groups: list, threads: int) -> Optional[dict]:
         load = ""
     return {"threads": threads, "ops": ops,
             "source": (f"measured by perfsleuth run: each repeated small op batched over `batch` inputs of its "
-                       f"recorded shapes (float32) at {threads} thread(s), the median of {REPEATS}, the lesser of "
-                       f"{PASSES} passes{load}")}
+                       f"recorded shapes (float32) at {threads} thread(s), the median of {REPEATS} calls each after "
+                       f"{evict.nbytes >> 20} MiB written (the cores' caches emptied, as a step's other ops leave "
+                       f"them), the lesser of {PASSES} passes{load}")}
 
 
-def _entry(torch, group) -> Optional[dict]:
+def _entry(torch, group, evict) -> Optional[dict]:
     """One group's record (the module's docstring), or None when its op cannot be built from the shapes."""
     name, shapes, per_step, concrete, strides, *vary = group
     item = max(_numel(shapes), 1) * 4
     batch = _fits(shapes, strides, int(max(2, min(round(per_step), MAX_BATCH, MAX_BYTES // item))))
     try:
-        took = _forms(torch, name, shapes, batch, concrete, strides)
+        took = _forms(torch, name, shapes, batch, concrete, strides, evict)
         if not took:
             return None
         form = min(took, key=took.get)  # the faster rewrite of a matmul with a dimension of 1
         best = took[form]
         # a rewrite's op holds one loop's calls, not a step's: smaller batches too (see LADDER)
         ladder = [[size, int(min(t.values()))] for size in _ladder(batch)
-                  if (t := _forms(torch, name, shapes, size, concrete, strides))]
+                  if (t := _forms(torch, name, shapes, size, concrete, strides, evict))]
         # where the iterations share an operand, the rewrite's one wide matmul (the analysis decides)
-        wide = [] if vary else [[size, int(_median_ns(fn))] for size in [batch] + _ladder(batch)
+        wide = [] if vary else [[size, int(_median_ns(fn, evict))] for size in [batch] + _ladder(batch)
                                 if (fn := _wide_call(torch, name, shapes, size)) is not None]
         copy = _copy_call(torch, name, shapes, batch, strides)
-        copy_ns = _median_ns(copy) if copy is not None else None
+        copy_ns = _median_ns(copy, evict) if copy is not None else None
     except Exception as exc:  # noqa: BLE001 -- a shape this probe misread: that op keeps the derived rate
         log.info("batched probe: %s %s: %s", name, shapes, exc)
         return None
@@ -293,7 +297,7 @@ def _lesser(a: dict, b: Optional[dict]) -> dict:
     return out
 
 
-def _forms(torch, name: str, shapes: list, batch: int, concrete, strides) -> dict:
+def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict=None) -> dict:
     """{form: ns of one call over `batch` items} for the batched op and, for a matmul with a dimension of 1, its
     broadcast form; empty when the op cannot be built."""
     fn = _call(torch, name, shapes, batch, concrete, strides)
@@ -303,14 +307,20 @@ def _forms(torch, name: str, shapes: list, batch: int, concrete, strides) -> dic
     alt = _broadcast_call(torch, name, shapes, batch, strides)
     if alt is not None:
         forms["broadcast"] = alt
-    return {form: _median_ns(f) for form, f in forms.items()}
+    return {form: _median_ns(f, evict) for form, f in forms.items()}
 
 
-def _median_ns(fn) -> float:
-    """ns of the median of REPEATS calls of `fn` after warming it up: the median, as the A/B a user runs takes
+def _median_ns(fn, evict=None) -> float:
+    """ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` (cold_cache.Evict: the
+    core's cache emptied, as a step's other ops leave it) where given: the median, as the A/B a user runs takes
     medians (a ceiling would take the fastest)."""
     _warm(fn)
-    return statistics.median(timed(fn) for _ in range(REPEATS)) * 1e9
+    times = []
+    for _ in range(REPEATS):
+        if evict is not None:
+            evict()
+        times.append(timed(fn))
+    return statistics.median(times) * 1e9
 
 
 def _ladder(batch: int) -> list:

@@ -52,7 +52,7 @@ def test_the_run_times_the_loops_ops_batched_and_the_forecast_takes_them(tmp_pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     with gzip.open(out / "trace.pt.trace.json.gz") as f:
         probe = json.load(f)["perfsleuth_final"]["batched_probe"]
-    assert probe["threads"] == 1 and probe["seconds"] > 0 and "median of 7" in probe["source"]
+    assert probe["threads"] == 1 and probe["seconds"] > 0 and "median of 7 calls each after" in probe["source"]
     ops = {(o["name"], json.dumps(o["shapes"])): o for o in probe["ops"]}
     # two layers of 16 Linear(8, 8) over [32, 8] slices a step: 32 addmm, tanh, tanh_backward and bias sums, and
     # 32 weight-gradient mm; the input gradient's mm only in the second layer (the first's input needs none)

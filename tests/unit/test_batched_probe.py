@@ -9,6 +9,7 @@ import pytest
 import torch
 from perfsleuth.record import batched_calls as bc
 from perfsleuth.record import batched_probe as bp
+from perfsleuth.record import cold_cache as cc
 
 
 def window(tmp_path, ops):
@@ -245,11 +246,12 @@ def test_each_time_is_the_lesser_of_two_passes(monkeypatch):
     matmuls), the second op's second pass 3x."""
     passes = iter([10, 1, 1, 3])  # (op, pass) in the order timed: op 1, op 2, then op 1, op 2 again
 
-    def entry(torch, group):
+    def entry(torch, group, evict):
         f = next(passes)
         return {"name": group[0], "shapes": group[1], "per_step": 64.0, "batch": 64, "ns": 640 * f,
                 "ladder": [[16, 160 * f]], "wide": [[64, 40 * f], [16, 30 * f]], "copy_ns": 50 * f}
     monkeypatch.setattr(bp, "_entry", entry)
+    monkeypatch.setattr(bp, "Evict", lambda torch, threads: cc.Evict(torch, threads, per_core=2 << 20))
     got = bp.measure([("aten::mm", [[4, 8], [8, 4]], 64.0, None, None),
                       ("aten::tanh", [[4, 8]], 64.0, None, None)], threads=1)
     assert got["ops"] == [
@@ -257,7 +259,8 @@ def test_each_time_is_the_lesser_of_two_passes(monkeypatch):
          "ladder": [[16, 160]], "wide": [[64, 40], [16, 30]], "copy_ns": 50},
         {"name": "aten::tanh", "shapes": [[4, 8]], "per_step": 64.0, "batch": 64, "ns": 640,
          "ladder": [[16, 160]], "wide": [[64, 40], [16, 30]], "copy_ns": 50}]
-    assert "the median of 7, the lesser of 2 passes" in got["source"]
+    assert "the median of 7 calls each after 4 MiB written (the cores' caches emptied, as a step's other ops " \
+        "leave them), the lesser of 2 passes" in got["source"]
 
 def test_the_wide_matmul_folds_the_batch_into_the_smallest_dimension():
     """Per-head attention's three kinds (issue 39, seventh round), 16 heads: the projections [512, 128] x
@@ -285,3 +288,19 @@ def test_a_tensor_times_a_number_is_batched_over_the_tensor():
     assert tuple(out.shape) == (3, 16, 65, 65)
     assert bc._call(torch, "aten::tanh_backward", [[4, 8], []], 3) is None
     assert bc._call(torch, "aten::maximum", [[4, 8], []], 3) is None
+
+
+def test_each_timed_call_comes_after_the_cores_caches_are_emptied(monkeypatch):
+    """In a step, an op's tensors are no longer in the core's cache when it runs (issue 39, twelfth round): the
+    probe writes twice the per-core cache per thread before each timed call, not before the warm-up calls."""
+    log = []
+    monkeypatch.setattr(bp, "Evict", lambda torch, threads: type("E", (), {
+        "nbytes": (4 << 20) * threads, "__call__": lambda self: log.append("evict")})())
+    monkeypatch.setattr(bp, "timed", lambda fn: (log.append("timed"), fn(), 1e-6)[2])
+    monkeypatch.setattr(bp, "_warm", lambda fn: log.append("warm"))
+    monkeypatch.setattr(bp, "_ladder", lambda batch: [])
+    monkeypatch.setattr(bp, "PASSES", 1)
+    got = bp.measure([("aten::tanh", [[64, 8]], 16.0, None, None)], threads=1)
+    assert got["ops"][0]["ns"] == 1000
+    # the batched tanh, then its output copied with the batch second: each warmed, then 7 cold calls
+    assert log == (["warm"] + ["evict", "timed"] * 7) * 2
