@@ -24,7 +24,8 @@ Recorded in the trace's `perfsleuth_final` metadata as `batched_probe`:
 of one call over size items], ...] at a quarter of the batch at a time, down to LADDER_MIN: the analysis takes the
 size nearest a loop's calls; a 2-D mm / addmm "wide": [[size, ns], ...] at the batch and the ladder's sizes, the one
 matmul with the batch folded into its smallest dimension, `_wide_call`: the rewrite's where the iterations share an
-operand)
+operand; "hot": [[size, ns], ...] at the batch and the ladder's sizes, the same calls back to back, their tensors in
+the cache: the forecast's optimistic variant)
 (`ns`: one call over the whole batch; per item, ns / batch; `seconds`: what the probe cost the run). After the
 recorded window, only with --record-shapes: the reading (0.4 s for the 35 MB of a 5-step loop window) and at
 most MAX_SECONDS of timing in the first pass (as much again in each later one); never on a GPU run, whose host
@@ -253,11 +254,15 @@ def _entry(torch, group, evict) -> Optional[dict]:
         took = _forms(torch, name, shapes, batch, concrete, strides, evict)
         if not took:
             return None
-        form = min(took, key=took.get)  # the faster rewrite of a matmul with a dimension of 1
-        best = took[form]
+        form = min(took, key=lambda f: took[f][0])  # the faster rewrite of a matmul with a dimension of 1
+        best = took[form][0]
+        hot = [[batch, int(min(h for _, h in took.values()))]]
         # a rewrite's op holds one loop's calls, not a step's: smaller batches too (see LADDER)
-        ladder = [[size, int(min(t.values()))] for size in _ladder(batch)
-                  if (t := _forms(torch, name, shapes, size, concrete, strides, evict))]
+        ladder = []
+        for size in _ladder(batch):
+            if t := _forms(torch, name, shapes, size, concrete, strides, evict):
+                ladder.append([size, int(min(c for c, _ in t.values()))])
+                hot.append([size, int(min(h for _, h in t.values()))])
         # where the iterations share an operand, the rewrite's one wide matmul (the analysis decides)
         wide = [] if vary else [[size, int(_median_ns(fn, evict))] for size in [batch] + _ladder(batch)
                                 if (fn := _wide_call(torch, name, shapes, size)) is not None]
@@ -269,6 +274,7 @@ def _entry(torch, group, evict) -> Optional[dict]:
     return {"name": name, "shapes": shapes, "per_step": round(per_step, 3), "batch": batch,
             "ns": int(best), **({"form": form} if len(took) > 1 else {}),
             **({"ladder": ladder} if ladder else {}),
+            **({"hot": hot} if evict is not None else {}),
             **({"wide": wide} if wide else {}),
             **({"copy_ns": int(copy_ns)} if copy_ns is not None else {}),
             **({"vary": vary[0]} if vary else {}),
@@ -288,7 +294,7 @@ def _lesser(a: dict, b: Optional[dict]) -> dict:
         out["ns"] = b["ns"]
         if "form" in b:
             out["form"] = b["form"]
-    for key in ("ladder", "wide"):
+    for key in ("ladder", "wide", "hot"):
         if key in a and key in b:
             theirs = dict((size, ns) for size, ns in b[key])
             out[key] = [[size, min(ns, theirs.get(size, ns))] for size, ns in a[key]]
@@ -298,8 +304,8 @@ def _lesser(a: dict, b: Optional[dict]) -> dict:
 
 
 def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict=None) -> dict:
-    """{form: ns of one call over `batch` items} for the batched op and, for a matmul with a dimension of 1, its
-    broadcast form; empty when the op cannot be built."""
+    """{form: (ns of one call over `batch` items, the same with the tensors in the cache: `_medians`)} for the batched
+    op and, for a matmul with a dimension of 1, its broadcast form; empty when the op cannot be built."""
     fn = _call(torch, name, shapes, batch, concrete, strides)
     if fn is None:
         return {}
@@ -307,20 +313,28 @@ def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict=
     alt = _broadcast_call(torch, name, shapes, batch, strides)
     if alt is not None:
         forms["broadcast"] = alt
-    return {form: _median_ns(f, evict) for form, f in forms.items()}
+    return {form: _medians(f, evict) for form, f in forms.items()}
 
 
 def _median_ns(fn, evict=None) -> float:
-    """ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` (cold_cache.Evict: the
-    core's cache emptied, as a step's other ops leave it) where given: the median, as the A/B a user runs takes
-    medians (a ceiling would take the fastest)."""
+    """ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` where given (`_medians`)."""
+    return _medians(fn, evict)[0]
+
+
+def _medians(fn, evict=None) -> tuple:
+    """(ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` (cold_cache.Evict: the
+    core's cache emptied, as a step's other ops leave it); the same back to back, its tensors in the cache) -- the
+    first is the second without `evict`. The median, as the A/B a user runs takes medians (a ceiling would take the
+    fastest)."""
     _warm(fn)
+    hot = statistics.median(timed(fn) for _ in range(REPEATS)) * 1e9
+    if evict is None:
+        return hot, hot
     times = []
     for _ in range(REPEATS):
-        if evict is not None:
-            evict()
+        evict()
         times.append(timed(fn))
-    return statistics.median(times) * 1e9
+    return statistics.median(times) * 1e9, hot
 
 
 def _ladder(batch: int) -> list:

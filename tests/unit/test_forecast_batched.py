@@ -496,7 +496,7 @@ def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
     took 5,000 ns (500 ns a call: 10 a step, 5 µs) and replaces its FLOPs at the step's rate (2.5 µs); the mul,
     not timed, keeps its bytes at the rate (3.75 µs). Pessimistic: the derived cost twice and the timed one half
     again (2 x 43.75 + 7.5 µs, the Python around the loop stays); optimistic: the derived arithmetic twice as
-    fast, the timed as timed (40 + 1.875 + 5 µs). A probe entry of other shapes, or of an fp16 op, is no
+    fast, the timed as timed back to back where the probe did that too, else as timed (40 + 1.875 + 5 µs). A probe entry of other shapes, or of an fp16 op, is no
     measure of these calls."""
     probe = {"threads": 1, "source": "test", "ops": [
         {"name": "aten::mm", "shapes": [[16, 8], [8, 8]], "per_step": 10.0, "batch": 10, "ns": 5000},
@@ -515,7 +515,13 @@ def test_what_perfsleuth_runs_probe_timed_batched_costs_its_time(tmp_path):
         "the whole-tensor ops derived from the shapes cost twice, those perfsleuth run's probe timed 1.5x what it "
         "timed")
     assert fc["assumptions"]["optimistic"] == ("the arithmetic derived from the shapes runs twice as fast, what "
-                                               "perfsleuth run's probe timed as it timed it")
+                                               "perfsleuth run's probe timed as it ran back to back, its tensors in "
+                                               "the core's cache")
+    # a probe that also timed the batched mm back to back (`hot`: 2,000 ns for the 10): the optimistic variant's
+    hot = {**probe, "ops": [{**probe["ops"][0], "hot": [[10, 2000]]}, probe["ops"][1]]}
+    fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": hot}).forecast("batched-ops")
+    assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 5 + 3.75), 3)  # the central: after emptied caches
+    assert fc["high"] == round(1000 / (1000 - 393 - 80 + 40 + 3.75 / 2 + 2), 3)
     other = {**probe, "ops": [{**probe["ops"][0], "shapes": [[16, 8], [8, 16]]}]}
     fc = forecaster(cpu_step_trace(tmp_path, shaped_step), meta={"batched_probe": other}).forecast("batched-ops")
     assert fc["speedup"] == round(1000 / (1000 - 393 - 80 + 40 + 2.5 + 3.75), 3)

@@ -268,11 +268,12 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
     spans = (top.loc[seg["first"].to_numpy(), "ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
     kinds = seg["kinds"].to_numpy(np.float64)
     # on a device the host's op times are launches, no measure of the work: the fitted cost there
-    work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter))
+    work = None if p.tl.n_nodes else loop_work(x, spans, kinds, ivs, iv.union(gather, theirs, per_parameter),
+                                               hot=variant == "high")
     if work is not None:  # one dispatch per kind, and the loop's arithmetic at the step's measured rate
         busy = work.ns()
         timed = work.measured
-        # optimistic: the derived arithmetic twice as fast; what the probe timed no faster than it ran there
+        # optimistic: the derived arithmetic twice as fast; what the probe timed as it ran back to back (`hot`)
         # pessimistic: the derived cost twice; what the probe timed half again (the rewrite's own reshapes and
         # permutes around it: grouped_mlp's einsum ran 110 µs where the probe's bmm of the same work ran 67)
         per = {"low": 2 * (kinds * unit + busy - timed) + TIMED_PESSIMISTIC * timed, "central": kinds * unit + busy,
@@ -313,7 +314,8 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
                           + "; the Python around the loops stays; zero_grad and optimizer.step keep twice the "
                             "parameters",
            "optimistic": ((("the arithmetic derived from the shapes runs twice as fast, what perfsleuth run's probe "
-                            "timed as it timed it") if work.measured_calls else "their arithmetic runs twice as fast")
+                            "timed as it ran back to back, its tensors in the core's cache")
+                           if work.measured_calls else "their arithmetic runs twice as fast")
                           if work is not None else
                           "one whole-tensor op per distinct op (one batched op per loop, forward and backward)"),
            "independent": f"the loops' iterations are independent: {describe(reasons)}",

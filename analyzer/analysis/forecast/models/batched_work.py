@@ -175,10 +175,11 @@ def _peak(x: Inputs) -> tuple:
 
 
 def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop: iv.Intervals,
-              other: iv.Intervals) -> Work | None:
+              other: iv.Intervals, hot: bool = False) -> Work | None:
     """The work of each loop segment (`segments`: sorted, disjoint spans) done by ops that start in
     `loop` (the loop ops' spans), and the rates of the step's ops outside `loop` and `other` (the
-    gathering, DataLoader fetches, the optimizer). None without recorded shapes, or when no op of the
+    gathering, DataLoader fetches, the optimizer); `hot`: the probe's batched ops as it timed them back to back,
+    their tensors in the cache (the optimistic variant's). None without recorded shapes, or when no op of the
     loops has a FLOPs/bytes model."""
     ops = shaped = shaped_ops(x)
     if ops is None:
@@ -197,7 +198,8 @@ def loop_work(x: Inputs, segments: iv.Intervals, segment_kinds: np.ndarray, loop
     inside &= seg >= 0
     n = segments[0].size
     meta = x.trace.run_metadata
-    timed_as = per_signature(m, probed(meta), varying(meta))
+    sizes = "hot" if hot else "ladder"
+    timed_as = per_signature(m, probed(meta, sizes), varying(meta, sizes))
     # each loop op at the probe's batch nearest its kind's calls in its stretch: the rewrite's op holds those
     keys = batch_keys(m, timed_as)
     kind = np.where(keys >= 0, keys, -2 - m.signature)

@@ -25,8 +25,11 @@ _TENSOR = re.compile(r"\[([0-9, ]*)\]")
 
 
 def _sizes(o: dict, field: str) -> list:
-    """[(batch size, ns per call), ...] by size of one probe record: its batch and `ladder` (field="ladder"), or
-    its `wide` matmuls."""
+    """[(batch size, ns per call), ...] by size of one probe record: its batch and `ladder` (field="ladder"), its
+    `wide` matmuls, or its batch and ladder timed back to back, the tensors in the cache (field="hot"; the batch and
+    ladder where a trace's probe did not time that)."""
+    if field == "hot" and not o.get("hot"):
+        field = "ladder"
     batch, ns = o["batch"], o["ns"]
     return sorted(([(batch, float(ns) / batch)] if field == "ladder" else []) + [
         (int(b), float(t) / b) for b, t in (r for r in o.get(field) or [] if isinstance(r, list) and len(r) == 2)
@@ -58,7 +61,8 @@ def _vary(o: dict) -> Optional[tuple]:
 def probed(meta: dict, field: str = "ladder") -> dict:
     """{(op name, shapes as text): [(batch size, ns per call batched so), ...] by size} of the probe's records of
     exact shapes (the batch of a step's calls and its `ladder` of smaller ones; with field="wide", the one wide
-    matmul at those sizes where it timed one); empty without a probe."""
+    matmul at those sizes where it timed one; with field="hot", the batch and ladder with the tensors in the cache,
+    `_sizes`); empty without a probe."""
     out = {}
     for o in _records(meta):
         if o.get("vary") is None and (sizes := _sizes(o, field)):
@@ -84,12 +88,13 @@ def _work(name: str, shapes: list, concrete) -> Optional[tuple]:
     return None if got is None else (got[1], got[2])
 
 
-def varying(meta: dict) -> dict:
+def varying(meta: dict, field: str = "ladder") -> dict:
     """{op name: [(varying positions ((input, dim), ...), masked shapes text, [(batch size, ns per call), ...],
-    (FLOPs, bytes) of the timed item)]} of the probe's records with `vary`; empty without."""
+    (FLOPs, bytes) of the timed item)]} of the probe's records with `vary` (their batch and ladder, or with
+    field="hot" the same with the tensors in the cache); empty without."""
     out: dict = {}
     for o in _records(meta):
-        vary, sizes = _vary(o), _sizes(o, "ladder")
+        vary, sizes = _vary(o), _sizes(o, field)
         tensors = [d for d in o["shapes"] if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
         if vary is None or not sizes or any(k >= len(tensors) or j >= len(tensors[k]) for k, j in vary):
             continue
