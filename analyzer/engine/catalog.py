@@ -49,8 +49,9 @@ CPU_KEYS = ("title", "saving_basis")  # static texts a rule may word differently
 
 
 def _num(v) -> str:
-    """Compact number: 1,216 · 189 · 0.5 · 12,345,678 (no exponent)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    """Compact number: 1,216 · 189 · 0.5 · 12.5 · 12,345,678 (no exponent); from 100 up, whole (a mean count of ops
+    per step read "691.2 ops" to an unseen helper)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"
 
 
 @functools.cache

@@ -30,6 +30,13 @@ def test_a_few_bytes_of_growth_are_not_worded_as_a_leak():
     small = {"growth_bytes_per_step": 4, "growth_steps": 3, "growth_monotone": True, "steps_until_full": 10**9}
     assert _growth_text(small) == ("growth 4 B/step over 3 steady steps, rising every step (under the 64.00 KiB a "
                                    "step from which memory-leak reports growth)")
+    from perfsleuth.render.memory_text import _kept_text
+
+    kept = {"kept_across_steps_bytes": 8, "kept_across_steps": [{"op": "aten::empty", "bytes": 8}]}
+    assert _kept_text(kept, str) == ("kept across steps, never freed: 8 B (aten::empty 8 B), under the 64.00 KiB a "
+                                     "step from which memory-leak reports growth")
+    kept = {"kept_across_steps_bytes": 64 << 10, "kept_across_steps": [{"op": "aten::empty", "bytes": 64 << 10}]}
+    assert _kept_text(kept, str) == "kept across steps, never freed: 64.00 KiB (aten::empty 64.00 KiB)"
     from perfsleuth.engine.catalog import load_catalog
     from perfsleuth.render.memory_text import LEAK_FROM_BYTES
 
