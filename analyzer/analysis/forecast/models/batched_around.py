@@ -11,7 +11,7 @@ import pandas as pd
 
 from ... import intervals as iv
 from ...efficiency.shapes import decode_signature
-from ...loops import BACKWARD, GATHER_BACKWARD, PER_PARAMETER, gathers, iterations
+from ...loops import BACKWARD, GATHER_BACKWARD, MIN_REPEAT, PER_PARAMETER, gathers, iterations, segments
 from ..plan import Plan, remove_host
 from ..registry import Inputs
 from .batched_work import shaped_ops
@@ -112,8 +112,13 @@ def fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, 
     # loops.loop_backward: an unseen MoE's 35 such segments a window beside its 20 of 16 experts made the median
     # 1, and its 192 expert weights a step stayed 192 parameters (issue 39, eighth round)
     per_loop = per_loop[per_loop.to_numpy() > 1] if (per_loop.to_numpy() > 1).any() else per_loop
-    merged = max(1, round(looped.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
-    after = total - int(looped.sum()) + merged
+    # the parameters of a backward segment with MIN_REPEAT AccumulateGrads or more merge; those of a shorter one,
+    # the backward of a layer of the model's own that the loop's backward kinds took in, stay (an unseen neural
+    # decision forest's feature extractor: its 2 Linear layers' 4 parameters)
+    in_segment = pd.Series(looped).groupby(segments(df)).transform("sum").to_numpy()
+    merging = looped & (in_segment >= MIN_REPEAT) if (looped & (in_segment >= MIN_REPEAT)).any() else looped
+    merged = max(1, round(merging.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
+    after = total - int(merging.sum()) + merged
     ratio = after / total
     keep = {"low": min(1.0, 2 * ratio), "central": ratio, "high": ratio}[variant]
     spans = iv.union(*(x.spans(name) for name in PER_PARAMETER))
