@@ -274,7 +274,7 @@ def _entry(torch, group, evict) -> Optional[dict]:
     return {"name": name, "shapes": shapes, "per_step": round(per_step, 3), "batch": batch,
             "ns": int(best), **({"form": form} if len(took) > 1 else {}),
             **({"ladder": ladder} if ladder else {}),
-            **({"hot": hot} if evict is not None else {}),
+            "hot": hot,
             **({"wide": wide} if wide else {}),
             **({"copy_ns": int(copy_ns)} if copy_ns is not None else {}),
             **({"vary": vary[0]} if vary else {}),
@@ -303,7 +303,7 @@ def _lesser(a: dict, b: Optional[dict]) -> dict:
     return out
 
 
-def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict=None) -> dict:
+def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict) -> dict:
     """{form: (ns of one call over `batch` items, the same with the tensors in the cache: `_medians`)} for the batched
     op and, for a matmul with a dimension of 1, its broadcast form; empty when the op cannot be built."""
     fn = _call(torch, name, shapes, batch, concrete, strides)
@@ -316,20 +316,17 @@ def _forms(torch, name: str, shapes: list, batch: int, concrete, strides, evict=
     return {form: _medians(f, evict) for form, f in forms.items()}
 
 
-def _median_ns(fn, evict=None) -> float:
-    """ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` where given (`_medians`)."""
+def _median_ns(fn, evict) -> float:
+    """ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` (`_medians`)."""
     return _medians(fn, evict)[0]
 
 
-def _medians(fn, evict=None) -> tuple:
+def _medians(fn, evict) -> tuple:
     """(ns of the median of REPEATS calls of `fn` after warming it up, each after `evict()` (cold_cache.Evict: the
-    core's cache emptied, as a step's other ops leave it); the same back to back, its tensors in the cache) -- the
-    first is the second without `evict`. The median, as the A/B a user runs takes medians (a ceiling would take the
-    fastest)."""
+    core's cache emptied, as a step's other ops leave it); the same back to back, its tensors in the cache). The
+    median, as the A/B a user runs takes medians (a ceiling would take the fastest)."""
     _warm(fn)
     hot = statistics.median(timed(fn) for _ in range(REPEATS)) * 1e9
-    if evict is None:
-        return hot, hot
     times = []
     for _ in range(REPEATS):
         evict()

@@ -47,6 +47,7 @@ from ...loops import (
     long_kinds,
     loop_ops,
     not_the_steps,
+    segments,
 )
 from ..plan import Plan, remove_host, step_ns
 from ..profiler_share import profiler_share
@@ -74,13 +75,6 @@ EDGE_PER_OP_NS = 1_000.0
 MIN_LEFT = 0.1
 TIMED_PESSIMISTIC = 1.5  # the pessimistic variant's factor on what perfsleuth run's probe timed batched
 OPS_PER_KIND = 2  # whole-tensor ops per distinct op of the loop: the op, and the indexing or reshaping that batches it
-
-
-def _segment_ids(df: pd.DataFrame) -> np.ndarray:
-    """Per loop op, its segment: loop ops with nothing else between them in the same run."""
-    pos = df.index.to_numpy()
-    same = np.r_[False, (np.diff(pos) == 1) & (np.diff(df["run"].to_numpy()) == 0)]
-    return np.cumsum(~same)
 
 
 def _segments(df: pd.DataFrame) -> pd.DataFrame:
@@ -246,7 +240,7 @@ def batched_ops(x: Inputs, p: Plan, variant: str) -> dict:
         raise NoForecast(ONLY_OPTIMIZER + slower())
     joined_gap = np.where(df["joined"], df["gap"], 0.0)
     unit = float((df["dur"] + joined_gap).groupby(df["run"]).median().min())
-    df = df.assign(segment=_segment_ids(df))
+    df = df.assign(segment=segments(df))
     seg = _segments(df)
     # Each loop op with the Python before it (when that followed another short op): the ops between
     # them that the loop does not repeat stay.

@@ -115,8 +115,8 @@ def fewer_parameters(x: Inputs, p: Plan, df: pd.DataFrame, loops: iv.Intervals, 
     # the parameters of a backward segment with MIN_REPEAT AccumulateGrads or more merge; those of a shorter one,
     # the backward of a layer of the model's own that the loop's backward kinds took in, stay (an unseen neural
     # decision forest's feature extractor: its 2 Linear layers' 4 parameters)
-    in_segment = pd.Series(looped).groupby(segments(df)).transform("sum").to_numpy()
-    merging = looped & (in_segment >= MIN_REPEAT) if (looped & (in_segment >= MIN_REPEAT)).any() else looped
+    in_long = looped & (pd.Series(looped).groupby(segments(df)).transform("sum").to_numpy() >= MIN_REPEAT)
+    merging = in_long if in_long.any() else looped
     merged = max(1, round(merging.sum() / max(float(per_loop.median()) if len(per_loop) else 1.0, 1.0)))
     after = total - int(merging.sum()) + merged
     ratio = after / total
